@@ -1,0 +1,178 @@
+//! The in-memory form of a `cachegrind.out` file and its writer.
+//!
+//! The layout written is the one of Cachegrind (spec §5.2): `desc:` lines,
+//! `cmd:`, `events:`, then `fl=`/`fn=`/count lines sorted by file, function
+//! and line, then `summary:`.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Costs of one function, keyed by source line (0 = unknown line).
+pub type LineCosts = BTreeMap<i64, Vec<i64>>;
+
+/// Costs of one file, keyed by function name.
+pub type FileCosts = BTreeMap<String, LineCosts>;
+
+/// A whole profile: header, per-(file, function, line) costs and summary.
+///
+/// Maps are ordered byte-wise, which is the order Cachegrind writes records
+/// in (`fl=???` after `/…` paths, `fn=(below main)` before `fn=???`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// Text of each `desc:` line, without the `desc: ` prefix.
+    pub desc: Vec<String>,
+    /// Text of the `cmd:` line, without the `cmd: ` prefix.
+    pub cmd: String,
+    /// Event names, in file order.
+    pub events: Vec<String>,
+    /// The exact text after `events: `. Cachegrind writes a trailing space
+    /// for some event sets, and byte-identical output needs it kept.
+    pub events_text: String,
+    /// Costs per file, function and line. Every cost vector has
+    /// `events.len()` entries.
+    pub costs: BTreeMap<String, FileCosts>,
+}
+
+impl Profile {
+    /// An empty profile for `events`, with the `events:` text written as the
+    /// names joined by single spaces.
+    pub fn new(cmd: impl Into<String>, events: &[&str]) -> Self {
+        Profile {
+            desc: Vec::new(),
+            cmd: cmd.into(),
+            events: events.iter().map(|e| e.to_string()).collect(),
+            events_text: events.join(" "),
+            costs: BTreeMap::new(),
+        }
+    }
+
+    /// Adds `counts` (one per event, missing trailing ones meaning zero) to
+    /// the cost centre `(file, func, line)`, creating it if needed.
+    pub fn add(&mut self, file: &str, func: &str, line: i64, counts: &[i64]) {
+        let n = self.events.len();
+        let funcs = match self.costs.get_mut(file) {
+            Some(f) => f,
+            None => self.costs.entry(file.to_string()).or_default(),
+        };
+        let lines = match funcs.get_mut(func) {
+            Some(l) => l,
+            None => funcs.entry(func.to_string()).or_default(),
+        };
+        let cc = lines.entry(line).or_insert_with(|| vec![0; n]);
+        for (slot, c) in cc.iter_mut().zip(counts) {
+            *slot += c;
+        }
+    }
+
+    /// Column sums over every cost centre.
+    pub fn totals(&self) -> Vec<i64> {
+        let mut sum = vec![0i64; self.events.len()];
+        for cc in self.costs.values().flat_map(|f| f.values()).flat_map(|l| l.values()) {
+            for (s, c) in sum.iter_mut().zip(cc) {
+                *s += c;
+            }
+        }
+        sum
+    }
+
+    /// Writes the profile in `cachegrind.out` format, with every count
+    /// printed (zeros too) and a `summary:` line of the column sums.
+    pub fn write_to<W: Write>(&self, w: &mut W) -> io::Result<()> {
+        for d in &self.desc {
+            writeln!(w, "desc: {d}")?;
+        }
+        writeln!(w, "cmd: {}", self.cmd)?;
+        writeln!(w, "events: {}", self.events_text)?;
+        for (file, funcs) in &self.costs {
+            writeln!(w, "fl={file}")?;
+            for (func, lines) in funcs {
+                writeln!(w, "fn={func}")?;
+                for (line, cc) in lines {
+                    write!(w, "{line}")?;
+                    for c in cc {
+                        write!(w, " {c}")?;
+                    }
+                    writeln!(w)?;
+                }
+            }
+        }
+        write!(w, "summary:")?;
+        for t in self.totals() {
+            write!(w, " {t}")?;
+        }
+        writeln!(w)
+    }
+}
+
+/// Writes `contents` to `path` through a temporary file in the same
+/// directory and a rename, so a crash never leaves half a file behind.
+/// The file gets mode 0600, as Cachegrind's output does.
+pub fn write_file_atomic(
+    path: &Path,
+    contents: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = match dir {
+        Some(d) => d.join(&tmp_name),
+        None => Path::new(&tmp_name).to_path_buf(),
+    };
+    let result = (|| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        let mut out = io::BufWriter::with_capacity(1 << 16, file);
+        contents(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_sorted_records_and_summary() {
+        let mut p = Profile::new("./t1 a", &["Ir", "Dr"]);
+        p.add("???", "???", 0, &[5, 1]);
+        p.add("/a.c", "main", 7, &[2]);
+        p.add("/a.c", "(below main)", 3, &[1, 1]);
+        p.add("/a.c", "main", 7, &[1, 4]);
+        let mut out = Vec::new();
+        p.write_to(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "cmd: ./t1 a\nevents: Ir Dr\nfl=/a.c\nfn=(below main)\n3 1 1\nfn=main\n7 3 4\n\
+             fl=???\nfn=???\n0 5 1\nsummary: 9 6\n"
+        );
+    }
+
+    #[test]
+    fn atomic_write_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("cgout-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out");
+        write_file_atomic(&path, |w| w.write_all(b"x\n")).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"x\n");
+        let failed = write_file_atomic(&dir.join("bad"), |_| Err(io::Error::other("boom")));
+        assert!(failed.is_err());
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

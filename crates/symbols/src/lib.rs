@@ -1,0 +1,3 @@
+//! Symbolization of instruction addresses into Cachegrind's
+//! `(file, function, line)` triples, from ELF symbol tables and DWARF.
+#![forbid(unsafe_code)]
