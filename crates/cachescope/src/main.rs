@@ -10,6 +10,7 @@
 mod cgtools;
 mod replay;
 mod run;
+mod summary;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
