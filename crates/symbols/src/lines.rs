@@ -1,0 +1,305 @@
+//! The address → (file, line) table of one object, read from DWARF
+//! `.debug_line` the way Valgrind reads it (m_debuginfo/readdwarf.c), so
+//! that file names and line ranges match Cachegrind's:
+//!
+//! * only line programs referenced by a compile unit's `DW_AT_stmt_list`
+//!   are read, with that unit's `DW_AT_comp_dir` (taken only from the
+//!   string forms Valgrind understands: inline, `strp`, `line_strp`);
+//! * a directory entry that is relative is prefixed with `comp_dir + "/"`;
+//!   in DWARF < 5, directory 0 is the comp dir itself (or `.`);
+//! * the file is then `dir + "/" + name` (Cachegrind's composition);
+//! * each row covers `[previous row address, this row address)` with the
+//!   previous row's file and line; nothing is recorded while the previous
+//!   address is 0; ranges above 4095 bytes shrink to 1 byte; ranges are
+//!   then sorted and overlaps truncated (`canonicaliseLoctab`);
+//! * a range that directly continues the previously added one with the
+//!   same line number is merged into it, whatever its file (a Valgrind
+//!   quirk that shows as an inlined header line counted in its caller).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use gimli::{AttributeValue, EndianSlice, RunTimeEndian};
+use object::{Object, ObjectSection};
+
+type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
+
+/// Valgrind stores a location's size in 12 bits.
+const MAX_LOC_SIZE: u64 = 4095;
+/// Valgrind stores line numbers in 20 bits and drops larger ones.
+const MAX_LINENO: u64 = (1 << 20) - 1;
+
+#[derive(Debug, Clone, Copy)]
+struct Loc {
+    addr: u64,
+    size: u64,
+    file: u32,
+    line: u32,
+}
+
+/// Sorted, non-overlapping line ranges of one object.
+#[derive(Debug, Default)]
+pub struct LineTable {
+    locs: Vec<Loc>,
+    files: Vec<Rc<str>>,
+}
+
+impl LineTable {
+    /// Reads every compile unit's line program from `obj`'s DWARF sections,
+    /// keeping only ranges for which `in_code(first, last)` holds (Valgrind
+    /// drops line entries outside the object's executable mapping).
+    pub fn from_object<'d, O: Object<'d>>(obj: &O, in_code: &dyn Fn(u64, u64) -> bool) -> Self {
+        let endian = if obj.is_little_endian() {
+            RunTimeEndian::Little
+        } else {
+            RunTimeEndian::Big
+        };
+        let mut owned: HashMap<&'static str, Vec<u8>> = HashMap::new();
+        for id in [
+            ".debug_info",
+            ".debug_abbrev",
+            ".debug_line",
+            ".debug_str",
+            ".debug_line_str",
+        ] {
+            let data = obj
+                .section_by_name(id)
+                .and_then(|s| s.uncompressed_data().ok())
+                .map(|c| c.into_owned())
+                .unwrap_or_default();
+            owned.insert(id, data);
+        }
+        let mut builder = Builder {
+            in_code,
+            locs: Vec::new(),
+            files: Vec::new(),
+            file_ids: HashMap::new(),
+        };
+        // Malformed DWARF just yields fewer lines (Valgrind also carries on).
+        let _ = builder.read_all(&owned, endian);
+        builder.finish()
+    }
+
+    /// Number of line ranges.
+    pub fn len(&self) -> usize {
+        self.locs.len()
+    }
+
+    /// Whether there is no line information.
+    pub fn is_empty(&self) -> bool {
+        self.locs.is_empty()
+    }
+
+    /// File and line of file address `svma`.
+    pub fn lookup(&self, svma: u64) -> Option<(Rc<str>, u32)> {
+        let i = self.locs.partition_point(|l| l.addr <= svma);
+        let l = self.locs.get(i.checked_sub(1)?)?;
+        (svma - l.addr < l.size).then(|| (self.files[l.file as usize].clone(), l.line))
+    }
+}
+
+struct Builder<'f> {
+    in_code: &'f dyn Fn(u64, u64) -> bool,
+    locs: Vec<Loc>,
+    files: Vec<Rc<str>>,
+    file_ids: HashMap<String, u32>,
+}
+
+impl Builder<'_> {
+    fn file_id(&mut self, name: String) -> u32 {
+        if let Some(&id) = self.file_ids.get(&name) {
+            return id;
+        }
+        let id = self.files.len() as u32;
+        self.files.push(Rc::from(name.as_str()));
+        self.file_ids.insert(name, id);
+        id
+    }
+
+    fn read_all(
+        &mut self,
+        sections: &HashMap<&'static str, Vec<u8>>,
+        endian: RunTimeEndian,
+    ) -> gimli::Result<()> {
+        let sect = |id: &str| EndianSlice::new(&sections[id][..], endian);
+        let debug_info = gimli::DebugInfo::from(sect(".debug_info"));
+        let debug_abbrev = gimli::DebugAbbrev::from(sect(".debug_abbrev"));
+        let debug_line = gimli::DebugLine::from(sect(".debug_line"));
+        let debug_str = gimli::DebugStr::from(sect(".debug_str"));
+        let debug_line_str = gimli::DebugLineStr::from(sect(".debug_line_str"));
+
+        let mut units = debug_info.units();
+        while let Some(header) = units.next()? {
+            let Ok(abbrevs) = header.abbreviations(&debug_abbrev) else {
+                continue;
+            };
+            let mut cursor = header.entries(&abbrevs);
+            let Ok(Some(root)) = cursor.next_dfs() else {
+                continue;
+            };
+            if root.tag() != gimli::DW_TAG_compile_unit && root.tag() != gimli::DW_TAG_skeleton_unit
+            {
+                continue;
+            }
+            let comp_dir: Option<Reader> = match root.attr_value_raw(gimli::DW_AT_comp_dir) {
+                Some(AttributeValue::String(s)) => Some(s),
+                Some(AttributeValue::DebugStrRef(o)) => debug_str.get_str(o).ok(),
+                Some(AttributeValue::DebugLineStrRef(o)) => debug_line_str.get_str(o).ok(),
+                _ => None,
+            };
+            let stmt_list = match root.attr_value_raw(gimli::DW_AT_stmt_list) {
+                Some(AttributeValue::DebugLineRef(o)) => o,
+                Some(AttributeValue::SecOffset(o)) => gimli::DebugLineOffset(o),
+                Some(v) => match v.udata_value() {
+                    Some(o) => gimli::DebugLineOffset(o as usize),
+                    None => continue,
+                },
+                None => continue,
+            };
+            let Ok(program) = debug_line.program(stmt_list, header.address_size(), None, None)
+            else {
+                continue;
+            };
+            let comp_dir = comp_dir.map(|c| c.to_string_lossy().into_owned());
+            let files = self.file_names(
+                program.header(),
+                comp_dir.as_deref(),
+                &debug_str,
+                &debug_line_str,
+            );
+            let _ = self.read_rows(program, &files);
+        }
+        Ok(())
+    }
+
+    /// The composed names of the program's file entries, indexed like the
+    /// `file` register (DWARF < 5: 1-based; DWARF 5: 0-based). `None`
+    /// entries become `???`.
+    fn file_names(
+        &mut self,
+        header: &gimli::LineProgramHeader<Reader>,
+        comp_dir: Option<&str>,
+        debug_str: &gimli::DebugStr<Reader>,
+        debug_line_str: &gimli::DebugLineStr<Reader>,
+    ) -> Vec<u32> {
+        let string = |v: &AttributeValue<Reader>| -> Option<String> {
+            let r = match *v {
+                AttributeValue::String(s) => s,
+                AttributeValue::DebugStrRef(o) => debug_str.get_str(o).ok()?,
+                AttributeValue::DebugLineStrRef(o) => debug_line_str.get_str(o).ok()?,
+                _ => return None,
+            };
+            Some(r.to_string_lossy().into_owned())
+        };
+        let compose_dir = |d: String| -> String {
+            match comp_dir {
+                Some(c) if !d.starts_with('/') && !c.is_empty() => format!("{c}/{d}"),
+                _ => d,
+            }
+        };
+        let v5 = header.version() >= 5;
+        let mut dirs: Vec<Option<String>> = Vec::new();
+        if !v5 {
+            dirs.push(Some(comp_dir.unwrap_or(".").to_string()));
+        }
+        for d in header.include_directories() {
+            dirs.push(string(d).map(compose_dir));
+        }
+        let mut ids = Vec::new();
+        if !v5 {
+            ids.push(self.file_id(crate::UNKNOWN.to_string()));
+        }
+        for f in header.file_names() {
+            let name = string(&f.path_name()).unwrap_or_default();
+            let dir = dirs
+                .get(f.directory_index() as usize)
+                .cloned()
+                .flatten()
+                .unwrap_or_default();
+            let full = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
+            ids.push(self.file_id(full));
+        }
+        ids
+    }
+
+    fn read_rows(
+        &mut self,
+        program: gimli::IncompleteLineProgram<Reader>,
+        files: &[u32],
+    ) -> gimli::Result<()> {
+        let unknown = self.file_id(crate::UNKNOWN.to_string());
+        let file_of = |i: u64| files.get(i as usize).copied().unwrap_or(unknown);
+        // Valgrind's "last" registers: a range is recorded only when the
+        // previous row's address is non-zero.
+        let (mut last_addr, mut last_file, mut last_line) = (0u64, 1u64, 1u64);
+        let mut rows = program.rows();
+        while let Some((_, row)) = rows.next_row()? {
+            let addr = row.address();
+            if last_addr != 0 {
+                self.add(file_of(last_file), last_addr, addr, last_line);
+            }
+            if row.end_sequence() {
+                (last_addr, last_file, last_line) = (0, 1, 1);
+            } else {
+                last_addr = addr;
+                last_file = row.file_index();
+                last_line = row.line().map_or(0, |l| l.get());
+            }
+        }
+        Ok(())
+    }
+
+    /// `ML_(addLineInfo)`.
+    fn add(&mut self, file: u32, this: u64, next: u64, line: u64) {
+        if this == next {
+            return;
+        }
+        let mut size = next.wrapping_sub(this);
+        if this > next || size > MAX_LOC_SIZE {
+            size = 1;
+        }
+        if !(self.in_code)(this, this + size - 1) || line > MAX_LINENO {
+            return;
+        }
+        // Valgrind's `addLoc` extends the previous range when this one
+        // continues it with the same line number, without comparing files:
+        // the merged range keeps the first file.
+        if let Some(prev) = self.locs.last_mut() {
+            if prev.line as u64 == line
+                && prev.addr + prev.size == this
+                && prev.size + size <= MAX_LOC_SIZE
+            {
+                prev.size += size;
+                return;
+            }
+        }
+        self.locs.push(Loc {
+            addr: this,
+            size,
+            file,
+            line: line as u32,
+        });
+    }
+
+    /// `canonicaliseLoctab`: sort by address, truncate overlaps, drop
+    /// ranges truncated to nothing.
+    fn finish(mut self) -> LineTable {
+        self.locs.sort_by_key(|l| l.addr);
+        for i in 0..self.locs.len().saturating_sub(1) {
+            let next = self.locs[i + 1].addr;
+            let l = &mut self.locs[i];
+            if l.addr + l.size > next {
+                l.size = (next - l.addr).min(MAX_LOC_SIZE);
+            }
+        }
+        self.locs.retain(|l| l.size > 0);
+        LineTable {
+            locs: self.locs,
+            files: self.files,
+        }
+    }
+}
