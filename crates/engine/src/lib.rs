@@ -6,6 +6,13 @@
 //! [`ProcessProfile`] per traced process as it exits (a forked child reports
 //! its own). Symbolization and output are the caller's business.
 
+mod emit;
+mod layout;
+mod space;
+mod sys;
+mod tracer;
+mod translate;
+
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -79,6 +86,5 @@ impl std::error::Error for EngineError {}
 /// Runs the client described by `config` to completion from translated code,
 /// reporting each process's profile to `sink` as it exits.
 pub fn run(config: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, EngineError> {
-    let _ = (config, sink);
-    Err(EngineError("the instrumentation engine is not built yet".into()))
+    tracer::run(config, sink)
 }

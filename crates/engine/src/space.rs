@@ -1,0 +1,539 @@
+//! One client address space as the tracer sees it: the code-cache chunks,
+//! the translated blocks and their counters, unlinked branches, the
+//! indirect-branch table, per-thread slots and the modules code came from.
+//!
+//! All client memory is read and written through `/proc/PID/mem`, which
+//! works whatever the page protections are.
+
+use crate::emit::Emitter;
+use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
+use crate::translate::{self, SyscallSite, TransCtx};
+use crate::{EngineError, ModuleRecord, ProcessProfile};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+/// Performs one syscall inside the stopped client thread: `(nr, args)` ->
+/// result (negative errno on failure).
+pub type Injector<'a> = dyn FnMut(u64, [u64; 6]) -> Result<i64, EngineError> + 'a;
+
+/// One code-cache mapping.
+#[derive(Debug, Clone)]
+struct Chunk {
+    base: u64,
+    /// Next free code byte.
+    code_next: u64,
+    /// Lowest counter allocated (counters grow down from the end).
+    data_low: u64,
+    /// The shared lookup-miss stub.
+    miss_stub: u64,
+}
+
+/// Metadata of a translated block.
+#[derive(Debug, Clone)]
+struct Block {
+    body: u64,
+    entry: u64,
+    counter: u64,
+    counted: Vec<u64>,
+    reps: Vec<(u64, u64)>,
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    exec: bool,
+    offset: u64,
+    path: String,
+}
+
+/// What a magic-syscall stop in a direct-branch stub asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct StubExit {
+    /// Guest address to continue at.
+    pub target: u64,
+}
+
+/// The tracer's view of one client address space.
+pub struct Space {
+    /// `/proc/PID/mem` of a process using this address space.
+    mem: File,
+    /// Pid whose `/proc` files are used.
+    pid: i32,
+    /// Base address of the core region.
+    pub core: u64,
+    chunks: Vec<Chunk>,
+    blocks: HashMap<u64, Block>,
+    /// Stub stop RIP -> guest target.
+    stubs: HashMap<u64, u64>,
+    /// (chunk index, guest target) -> stub address.
+    stub_for: HashMap<(usize, u64), u64>,
+    /// Guest target -> rel32 fields still pointing at a stub.
+    pending: HashMap<u64, Vec<u64>>,
+    /// Syscall sites by stop RIP.
+    syscalls: HashMap<u64, SyscallSite>,
+    maps: Vec<Mapping>,
+    modules: Vec<ModuleRecord>,
+    recorded: HashSet<(u64, u64)>,
+    /// Per-thread slots in use.
+    slots: Vec<bool>,
+    /// Direct successors of each block (for eager translation).
+    successors: HashMap<u64, Vec<u64>>,
+}
+
+fn io_err(what: &str, e: std::io::Error) -> EngineError {
+    EngineError(format!("{what}: {e}"))
+}
+
+impl Space {
+    /// A new address space whose core region is already mapped at `core`.
+    pub fn new(pid: i32, core: u64) -> Result<Space, EngineError> {
+        let mem = open_mem(pid)?;
+        Ok(Space {
+            mem,
+            pid,
+            core,
+            chunks: Vec::new(),
+            blocks: HashMap::new(),
+            stubs: HashMap::new(),
+            stub_for: HashMap::new(),
+            pending: HashMap::new(),
+            syscalls: HashMap::new(),
+            maps: Vec::new(),
+            modules: Vec::new(),
+            recorded: HashSet::new(),
+            slots: vec![false; layout::MAX_SLOTS as usize],
+            successors: HashMap::new(),
+        })
+    }
+
+    /// The copy a forked child gets (its memory is a copy of the parent's).
+    pub fn fork_copy(&self, child: i32) -> Result<Space, EngineError> {
+        Ok(Space {
+            mem: open_mem(child)?,
+            pid: child,
+            core: self.core,
+            chunks: self.chunks.clone(),
+            blocks: self.blocks.clone(),
+            stubs: self.stubs.clone(),
+            stub_for: self.stub_for.clone(),
+            pending: self.pending.clone(),
+            syscalls: self.syscalls.clone(),
+            maps: self.maps.clone(),
+            modules: self.modules.clone(),
+            recorded: self.recorded.clone(),
+            slots: self.slots.clone(),
+            successors: self.successors.clone(),
+        })
+    }
+
+    /// Writes client memory.
+    pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), EngineError> {
+        self.mem
+            .write_all_at(bytes, addr)
+            .map_err(|e| io_err(&format!("cannot write client memory at {addr:#x}"), e))
+    }
+
+    /// Reads client memory (exactly `len` bytes).
+    pub fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+        let mut buf = vec![0u8; len];
+        self.mem
+            .read_exact_at(&mut buf, addr)
+            .map_err(|e| io_err(&format!("cannot read client memory at {addr:#x}"), e))?;
+        Ok(buf)
+    }
+
+    /// Reads one 64-bit word of client memory.
+    pub fn read_u64(&self, addr: u64) -> Result<u64, EngineError> {
+        let b = self.read(addr, 8)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// Takes a free per-thread slot; returns its address (the GS base).
+    pub fn alloc_slot(&mut self) -> Result<u64, EngineError> {
+        let i = self
+            .slots
+            .iter()
+            .position(|used| !used)
+            .ok_or_else(|| EngineError("too many client threads".into()))?;
+        self.slots[i] = true;
+        Ok(self.core + layout::SLOTS + i as u64 * layout::SLOT_SIZE)
+    }
+
+    /// Returns a slot (by address) when its thread exits.
+    pub fn free_slot(&mut self, addr: u64) {
+        if let Some(i) = addr
+            .checked_sub(self.core + layout::SLOTS)
+            .map(|o| (o / layout::SLOT_SIZE) as usize)
+        {
+            if i < self.slots.len() {
+                self.slots[i] = false;
+            }
+        }
+    }
+
+    /// The guest target of a direct-branch stub that stopped at `rip`.
+    pub fn stub_exit(&self, rip: u64) -> Option<StubExit> {
+        self.stubs.get(&rip).map(|&target| StubExit { target })
+    }
+
+    /// The syscall site that stopped at `rip`.
+    pub fn syscall_site(&self, rip: u64) -> Option<SyscallSite> {
+        self.syscalls.get(&rip).copied()
+    }
+
+    fn reload_maps(&mut self) -> Result<(), EngineError> {
+        let text = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map_err(|e| io_err("cannot read the client's memory map", e))?;
+        self.maps = text.lines().filter_map(parse_maps_line).collect();
+        Ok(())
+    }
+
+    fn mapping_of(&mut self, addr: u64) -> Result<Mapping, EngineError> {
+        let find = |maps: &[Mapping]| {
+            maps.iter()
+                .find(|m| m.start <= addr && addr < m.end)
+                .cloned()
+        };
+        if let Some(m) = find(&self.maps) {
+            if m.exec {
+                return Ok(m);
+            }
+        }
+        self.reload_maps()?;
+        match find(&self.maps) {
+            Some(m) if m.exec => Ok(m),
+            Some(_) => Err(EngineError(format!(
+                "the client jumped to non-executable memory at {addr:#x}"
+            ))),
+            None => Err(EngineError(format!(
+                "the client jumped to unmapped address {addr:#x}"
+            ))),
+        }
+    }
+
+    fn chunk_near(&mut self, guest: u64, inj: &mut Injector) -> Result<usize, EngineError> {
+        let fits = |c: &Chunk| {
+            c.base.abs_diff(guest) < CHUNK_REACH - CHUNK_SIZE
+                && c.code_next + MAX_BLOCK_BYTES + 4096 < c.data_low
+        };
+        if let Some(i) = self.chunks.iter().rposition(fits) {
+            return Ok(i);
+        }
+        let aligned = guest & !(CHUNK_SIZE - 1);
+        // Low programs (non-PIE) keep room above them for their heap.
+        let first_above = if guest < 0x1_0000_0000 { 8 } else { 1 };
+        for k in 1..(CHUNK_REACH / CHUNK_SIZE - 2) {
+            let below = aligned.checked_sub(k * CHUNK_SIZE);
+            let above = aligned + (k + first_above) * CHUNK_SIZE;
+            for cand in below.into_iter().chain([above]) {
+                if cand < 0x100_0000 || cand + CHUNK_SIZE > 0x7fff_0000_0000 {
+                    continue;
+                }
+                const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+                const FLAGS: u64 =
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+                let r = inj(
+                    libc::SYS_mmap as u64,
+                    [cand, CHUNK_SIZE, PROT, FLAGS, u64::MAX, 0],
+                )?;
+                if r as u64 == cand {
+                    return self.add_chunk(cand);
+                }
+                if r >= 0 {
+                    // An old kernel ignored NOREPLACE and mapped elsewhere.
+                    inj(libc::SYS_munmap as u64, [r as u64, CHUNK_SIZE, 0, 0, 0, 0])?;
+                }
+            }
+        }
+        Err(EngineError(format!(
+            "cannot place a code-cache chunk within reach of {guest:#x}"
+        )))
+    }
+
+    fn add_chunk(&mut self, base: u64) -> Result<usize, EngineError> {
+        let mut e = Emitter::new(base);
+        e.miss_stub(layout::MAGIC_MISS);
+        e.align8();
+        self.write(base, &e.bytes)?;
+        self.chunks.push(Chunk {
+            base,
+            code_next: e.here(),
+            data_low: base + CHUNK_SIZE,
+            miss_stub: base,
+        });
+        Ok(self.chunks.len() - 1)
+    }
+
+    /// Emits a stub in chunk `ci` that exits to the tool for `target`.
+    fn stub(&mut self, ci: usize, target: u64) -> Result<u64, EngineError> {
+        if let Some(&s) = self.stub_for.get(&(ci, target)) {
+            return Ok(s);
+        }
+        let c = &mut self.chunks[ci];
+        let mut e = Emitter::new(c.code_next);
+        e.exit_stub(layout::MAGIC_LINK);
+        let stop = e.here();
+        c.code_next = e.here();
+        self.write(e.base, &e.bytes)?;
+        self.stubs.insert(stop, target);
+        self.stub_for.insert((ci, target), e.base);
+        Ok(e.base)
+    }
+
+    /// A far jump to `dest` placed in chunk `ci` (for rel32 overflow).
+    fn trampoline(&mut self, ci: usize, dest: u64) -> Result<u64, EngineError> {
+        let c = &mut self.chunks[ci];
+        let at = c.code_next;
+        let mut b = vec![0xff, 0x25, 0, 0, 0, 0];
+        b.extend_from_slice(&dest.to_le_bytes());
+        c.code_next += b.len() as u64;
+        self.write(at, &b)?;
+        Ok(at)
+    }
+
+    fn chunk_of(&self, host: u64) -> usize {
+        self.chunks
+            .iter()
+            .position(|c| c.base <= host && host < c.base + CHUNK_SIZE)
+            .expect("host address in a chunk")
+    }
+
+    /// Points the rel32 field at `site` to `dest` (via a trampoline if far).
+    fn patch(&mut self, site: u64, dest: u64) -> Result<(), EngineError> {
+        let mut dest = dest;
+        let mut d = dest.wrapping_sub(site + 4) as i64;
+        if d < i32::MIN as i64 || d > i32::MAX as i64 {
+            dest = self.trampoline(self.chunk_of(site), dest)?;
+            d = dest.wrapping_sub(site + 4) as i64;
+        }
+        self.write(site, &(d as i32).to_le_bytes())
+    }
+
+    /// Host body of the translation of `guest`, translating it (and some of
+    /// its direct successors, eagerly) if needed.
+    pub fn ensure(&mut self, guest: u64, inj: &mut Injector) -> Result<u64, EngineError> {
+        if let Some(b) = self.blocks.get(&guest) {
+            return Ok(b.body);
+        }
+        let body = self.translate_one(guest, inj)?;
+        // Eager translation of nearby successors saves one tool exit each;
+        // failures there are ignored (the stub reports them if ever run).
+        let mut queue: VecDeque<u64> = VecDeque::new();
+        self.push_successors(guest, &mut queue);
+        let mut budget = 24;
+        while let Some(g) = queue.pop_front() {
+            if budget == 0 {
+                break;
+            }
+            if self.blocks.contains_key(&g) {
+                continue;
+            }
+            budget -= 1;
+            if self.translate_one(g, inj).is_ok() {
+                self.push_successors(g, &mut queue);
+            }
+        }
+        Ok(body)
+    }
+
+    fn push_successors(&self, guest: u64, queue: &mut VecDeque<u64>) {
+        if let Some(s) = self.successors.get(&guest) {
+            queue.extend(s.iter().copied());
+        }
+    }
+
+    fn translate_one(&mut self, guest: u64, inj: &mut Injector) -> Result<u64, EngineError> {
+        let m = self.mapping_of(guest)?;
+        if self.recorded.insert((m.start, m.end)) {
+            self.modules.push(ModuleRecord {
+                path: PathBuf::from(&m.path),
+                start: m.start,
+                end: m.end,
+                file_offset: m.offset,
+            });
+        }
+        let len = (m.end - guest).min(4096) as usize;
+        let code = self.read(guest, len)?;
+        let ci = self.chunk_near(guest, inj)?;
+        let host = self.chunks[ci].code_next;
+        let mut ctx = Ctx {
+            chunk: &mut self.chunks[ci],
+            core: self.core,
+        };
+        let mut t =
+            translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
+        if t.code.len() as u64 > MAX_BLOCK_BYTES {
+            return Err(EngineError(format!(
+                "translation of {guest:#x} is too large"
+            )));
+        }
+        self.chunks[ci].code_next += t.code.len() as u64;
+        // Link exits: to the translation if it exists, else to a stub.
+        let mut new_pending = Vec::new();
+        for &(site, target) in &t.exits {
+            let dest = match self.blocks.get(&target) {
+                Some(b) => b.body,
+                None if target == guest => t.body,
+                None => {
+                    new_pending.push((target, site));
+                    self.stub(ci, target)?
+                }
+            };
+            let d = dest.wrapping_sub(site + 4) as i64;
+            let off = (site - host) as usize;
+            if d < i32::MIN as i64 || d > i32::MAX as i64 {
+                // Leave it to `patch` once the code is in place.
+                new_pending.push((target, site));
+                continue;
+            }
+            t.code[off..off + 4].copy_from_slice(&(d as i32).to_le_bytes());
+        }
+        self.write(host, &t.code)?;
+        for (target, site) in new_pending {
+            if let Some(b) = self.blocks.get(&target) {
+                let body = b.body;
+                self.patch(site, body)?;
+            } else {
+                self.pending.entry(target).or_default().push(site);
+            }
+        }
+        for s in &t.syscalls {
+            self.syscalls.insert(s.stop_rip, *s);
+        }
+        self.successors.insert(guest, t.successors.clone());
+        self.blocks.insert(
+            guest,
+            Block {
+                body: t.body,
+                entry: t.host,
+                counter: t.counter,
+                counted: std::mem::take(&mut t.counted),
+                reps: std::mem::take(&mut t.reps),
+            },
+        );
+        if let Some(sites) = self.pending.remove(&guest) {
+            for site in sites {
+                self.patch(site, t.body)?;
+            }
+        }
+        Ok(t.body)
+    }
+
+    /// Makes `guest` reachable through the indirect-branch table.
+    pub fn publish(&mut self, guest: u64) -> Result<(), EngineError> {
+        let entry = match self.blocks.get(&guest) {
+            Some(b) => b.entry,
+            None => return Ok(()),
+        };
+        let slot = self.core + layout::HTAB + (guest & (layout::HTAB_ENTRIES - 1)) * 16;
+        // Invalidate, then value, then key: a racing reader never pairs a
+        // key with another block's value.
+        self.write(slot, &0u64.to_le_bytes())?;
+        self.write(slot + 8, &entry.to_le_bytes())?;
+        self.write(slot, &guest.to_le_bytes())
+    }
+
+    /// Reads every counter and attributes it to guest instructions.
+    pub fn collect(&self, pid: i32) -> ProcessProfile {
+        let mut counters: HashMap<u64, u64> = HashMap::new();
+        for c in &self.chunks {
+            let end = c.base + CHUNK_SIZE;
+            if c.data_low >= end {
+                continue;
+            }
+            if let Ok(bytes) = self.read(c.data_low, (end - c.data_low) as usize) {
+                for (i, w) in bytes.chunks_exact(8).enumerate() {
+                    let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                    if v != 0 {
+                        counters.insert(c.data_low + 8 * i as u64, v);
+                    }
+                }
+            }
+        }
+        let mut instr_counts: HashMap<u64, u64> = HashMap::new();
+        for b in self.blocks.values() {
+            if let Some(&n) = counters.get(&b.counter) {
+                for &a in &b.counted {
+                    *instr_counts.entry(a).or_default() += n;
+                }
+            }
+            for &(a, ctr) in &b.reps {
+                if let Some(&n) = counters.get(&ctr) {
+                    *instr_counts.entry(a).or_default() += n;
+                }
+            }
+        }
+        ProcessProfile {
+            pid,
+            instr_counts,
+            modules: self.modules.clone(),
+        }
+    }
+}
+
+struct Ctx<'a> {
+    chunk: &'a mut Chunk,
+    core: u64,
+}
+
+impl TransCtx for Ctx<'_> {
+    fn alloc_counter(&mut self) -> u64 {
+        self.chunk.data_low -= 8;
+        self.chunk.data_low
+    }
+    fn miss_stub(&self) -> u64 {
+        self.chunk.miss_stub
+    }
+    fn core(&self) -> u64 {
+        self.core
+    }
+}
+
+fn open_mem(pid: i32) -> Result<File, EngineError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .map_err(|e| io_err("cannot open the client's memory", e))
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut it = line.split_ascii_whitespace();
+    let range = it.next()?;
+    let perms = it.next()?;
+    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+    let _dev = it.next()?;
+    let _inode = it.next()?;
+    let path = it.collect::<Vec<_>>().join(" ");
+    let (s, e) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        exec: perms.as_bytes().get(2) == Some(&b'x'),
+        offset,
+        path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse() {
+        let m = parse_maps_line(
+            "7ffff7dd3000-7ffff7f3b000 r-xp 00028000 fe:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(m.start, 0x7ffff7dd3000);
+        assert!(m.exec);
+        assert_eq!(m.offset, 0x28000);
+        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let v = parse_maps_line("7ffff7fc1000-7ffff7fc3000 r-xp 00000000 00:00 0  [vdso]").unwrap();
+        assert_eq!(v.path, "[vdso]");
+    }
+}

@@ -1,0 +1,304 @@
+//! Thin wrappers over the Linux system calls the tracer needs (fork/exec of
+//! the client, ptrace, waitpid, seccomp). This is the only module of the
+//! engine with `unsafe` code; everything above it is safe Rust.
+
+use std::ffi::CString;
+use std::io;
+
+/// The general-purpose registers of a stopped tracee.
+pub type Regs = libc::user_regs_struct;
+
+/// What `waitpid` reported for one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStatus {
+    /// The task exited with this status.
+    Exited(i32, i32),
+    /// The task was killed by this signal.
+    Signaled(i32, i32),
+    /// A ptrace event stop (`PTRACE_EVENT_*`), with the signal number.
+    Event(i32, i32),
+    /// A signal-delivery stop (or group stop) with this signal.
+    Stopped(i32, i32),
+    /// A syscall stop (PTRACE_O_TRACESYSGOOD: SIGTRAP|0x80).
+    Syscall(i32),
+}
+
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Waits for any traced task (`__WALL`), retrying on EINTR.
+pub fn wait_any() -> io::Result<WaitStatus> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: plain syscall; `status` is a valid out pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+        if pid == -1 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(decode_status(pid, status));
+    }
+}
+
+/// Waits for one particular task.
+pub fn wait_pid(pid: i32) -> io::Result<WaitStatus> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: plain syscall; `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+        if r == -1 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(decode_status(r, status));
+    }
+}
+
+fn decode_status(pid: i32, status: i32) -> WaitStatus {
+    if libc::WIFEXITED(status) {
+        WaitStatus::Exited(pid, libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        WaitStatus::Signaled(pid, libc::WTERMSIG(status))
+    } else {
+        let sig = libc::WSTOPSIG(status);
+        let event = (status >> 16) & 0xff;
+        if event != 0 {
+            WaitStatus::Event(pid, event)
+        } else if sig == libc::SIGTRAP | 0x80 {
+            WaitStatus::Syscall(pid)
+        } else {
+            WaitStatus::Stopped(pid, sig)
+        }
+    }
+}
+
+fn ptrace(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> io::Result<libc::c_long> {
+    // SAFETY: the requests used here take integer/pointer arguments that the
+    // callers below make valid (out pointers point to live locals).
+    check(unsafe {
+        libc::ptrace(
+            req,
+            pid,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    })
+}
+
+/// Sets the ptrace options of a freshly attached task.
+pub fn set_options(pid: i32, options: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_SETOPTIONS, pid, 0, options as usize).map(drop)
+}
+
+/// Resumes a stopped task, delivering `sig` (0 for none).
+pub fn cont(pid: i32, sig: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_CONT, pid, 0, sig as usize).map(drop)
+}
+
+/// Resumes a stopped task until the next syscall entry/exit.
+pub fn cont_syscall(pid: i32, sig: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_SYSCALL, pid, 0, sig as usize).map(drop)
+}
+
+/// Lets a task go: it runs natively from now on.
+pub fn detach(pid: i32, sig: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_DETACH, pid, 0, sig as usize).map(drop)
+}
+
+/// Reads the registers of a stopped task.
+pub fn get_regs(pid: i32) -> io::Result<Regs> {
+    // SAFETY: user_regs_struct is plain old data; all-zero is a valid value.
+    let mut regs: Regs = unsafe { std::mem::zeroed() };
+    ptrace(
+        libc::PTRACE_GETREGS,
+        pid,
+        0,
+        &mut regs as *mut Regs as usize,
+    )?;
+    Ok(regs)
+}
+
+/// Writes the registers of a stopped task.
+pub fn set_regs(pid: i32, regs: &Regs) -> io::Result<()> {
+    ptrace(libc::PTRACE_SETREGS, pid, 0, regs as *const Regs as usize).map(drop)
+}
+
+/// The message of the last ptrace event (new pid for fork/clone events).
+pub fn event_msg(pid: i32) -> io::Result<u64> {
+    let mut msg: libc::c_ulong = 0;
+    ptrace(
+        libc::PTRACE_GETEVENTMSG,
+        pid,
+        0,
+        &mut msg as *mut libc::c_ulong as usize,
+    )?;
+    Ok(msg)
+}
+
+/// Sends a signal to one thread.
+pub fn tgkill(tgid: i32, tid: i32, sig: i32) {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, tgid, tid, sig);
+    }
+}
+
+/// Sends SIGKILL to a process.
+pub fn kill(pid: i32) {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// First syscall number reserved for the engine's exits (trapped by seccomp).
+pub const MAGIC_LO: u32 = 0x00c0_5c00;
+/// Last reserved syscall number.
+pub const MAGIC_HI: u32 = MAGIC_LO + 15;
+
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+
+fn bpf_stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn bpf_jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// The seccomp program: trace the engine's magic syscall numbers, allow
+/// everything else (so a program that runs detached is not affected).
+fn seccomp_program() -> Vec<libc::sock_filter> {
+    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const JGE: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+    const JGT: u16 = (libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K) as u16;
+    const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    vec![
+        bpf_stmt(LD_W_ABS, 4),                  // arch
+        bpf_jump(JEQ, AUDIT_ARCH_X86_64, 0, 4), // other arch -> allow
+        bpf_stmt(LD_W_ABS, 0),                  // nr
+        bpf_jump(JGE, MAGIC_LO, 0, 2),          // below -> allow
+        bpf_jump(JGT, MAGIC_HI, 1, 0),          // above -> allow
+        bpf_stmt(RET, libc::SECCOMP_RET_TRACE), // magic -> tracer
+        bpf_stmt(RET, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
+/// Forks a child that asks to be traced, disables address randomisation,
+/// installs the seccomp filter, stops itself with SIGSTOP and then execs
+/// `path`. Returns the child's pid, or the exec error reported through a
+/// close-on-exec pipe.
+pub fn spawn_traced(path: &CString, argv: &[CString]) -> io::Result<i32> {
+    // Everything the child touches is prepared before fork: after fork only
+    // async-signal-safe calls are allowed (the caller may be multithreaded).
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let filter = seccomp_program();
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid array of two ints.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: fork in a possibly multithreaded process; the child only calls
+    // async-signal-safe functions on data prepared above.
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: child side of fork; raw syscalls only, then exec or _exit.
+        unsafe {
+            libc::close(fds[0]);
+            let mut step: i32 = 1;
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
+                fail_child(fds[1], step);
+            }
+            step = 2;
+            libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
+                fail_child(fds[1], step);
+            }
+            step = 3;
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            ) == -1
+            {
+                fail_child(fds[1], step);
+            }
+            libc::raise(libc::SIGSTOP);
+            step = 4;
+            extern "C" {
+                static environ: *const *const libc::c_char;
+            }
+            libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), environ);
+            fail_child(fds[1], step);
+        }
+    }
+    // SAFETY: closing our copy of the write end.
+    unsafe { libc::close(fds[1]) };
+    drop(filter);
+    Ok(pid_with_pipe(pid, fds[0]))
+}
+
+/// Child-side failure: report `(step, errno)` through the pipe and exit.
+///
+/// # Safety
+/// Only called in the forked child.
+unsafe fn fail_child(fd: i32, step: i32) -> ! {
+    let errno = *libc::__errno_location();
+    let buf = [step, errno];
+    libc::write(fd, buf.as_ptr() as *const libc::c_void, 8);
+    libc::_exit(127);
+}
+
+/// Pairs the child pid with the read end of its error pipe (packed so the
+/// caller can fetch the error later with [`read_spawn_error`]).
+fn pid_with_pipe(pid: i32, fd: i32) -> i32 {
+    SPAWN_PIPE.with(|p| p.set(fd));
+    pid
+}
+
+thread_local! {
+    static SPAWN_PIPE: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+/// After the child ran exec (successfully or not), reads what it reported:
+/// `None` when exec succeeded (the pipe closed empty), else `(step, errno)`
+/// where step 1 = ptrace, 2 = no_new_privs, 3 = seccomp, 4 = execve.
+pub fn read_spawn_error() -> Option<(i32, i32)> {
+    let fd = SPAWN_PIPE.with(|p| p.replace(-1));
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0i32; 2];
+    // SAFETY: reading into a local buffer of 8 bytes from our pipe fd.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
+    // SAFETY: closing our own fd.
+    unsafe { libc::close(fd) };
+    if n == 8 {
+        Some((buf[0], buf[1]))
+    } else {
+        None
+    }
+}

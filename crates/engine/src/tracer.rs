@@ -1,0 +1,705 @@
+//! The ptrace event loop: launches the client, sets up each address space,
+//! answers the exits of translated code (unlinked branches, lookup misses,
+//! intercepted syscalls), follows threads, forks and execs, and reports
+//! each process's counts when its last thread exits.
+
+use crate::layout::{self, CORE_CANDIDATES, CORE_SIZE};
+use crate::space::Space;
+use crate::sys::{self, Regs, WaitStatus};
+use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+const SYS_EXECVE: usize = 59;
+const SYS_EXECVEAT: usize = 322;
+const SYS_ARCH_PRCTL: usize = 158;
+const SYS_RSEQ: usize = 334;
+const ARCH_SET_GS: u64 = 0x1001;
+
+/// How a task came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Birth {
+    Thread,
+    Fork,
+    Vfork,
+}
+
+/// A traced thread.
+struct Task {
+    tgid: i32,
+    /// The GS base (slot) this thread owns.
+    slot: u64,
+}
+
+/// A traced process.
+struct Proc {
+    space: Rc<RefCell<Space>>,
+    threads: HashSet<i32>,
+    /// A vfork child shares its parent's memory: it reports nothing.
+    shares_parent: bool,
+}
+
+struct Tracer<'a> {
+    cfg: &'a LaunchConfig,
+    sink: &'a mut dyn ProfileSink,
+    main_pid: i32,
+    tasks: HashMap<i32, Task>,
+    procs: HashMap<i32, Proc>,
+    /// New tasks announced by their creator but not yet stopped.
+    announced: HashMap<i32, (i32, Birth)>,
+    /// New tasks that stopped before their creator's event arrived.
+    early: HashSet<i32>,
+    /// Signals that arrived during an injection, re-sent afterwards.
+    requeue: Vec<(i32, i32, i32)>,
+    outcome: Option<Outcome>,
+}
+
+/// Finds the program like `execvp` does.
+fn resolve_program(program: &OsStr) -> Result<PathBuf, EngineError> {
+    let name = Path::new(program);
+    if program.as_bytes().contains(&b'/') {
+        return Ok(name.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
+    for dir in std::env::split_paths(&path) {
+        let cand = dir.join(name);
+        if let Ok(md) = std::fs::metadata(&cand) {
+            use std::os::unix::fs::PermissionsExt;
+            if md.is_file() && md.permissions().mode() & 0o111 != 0 {
+                return Ok(cand);
+            }
+        }
+    }
+    Err(EngineError(format!(
+        "cannot run '{}': program not found in PATH",
+        name.display()
+    )))
+}
+
+/// Checks the file is something we can run: an x86-64 ELF (or a script
+/// whose interpreter the kernel will load).
+fn check_program(path: &Path) -> Result<(), EngineError> {
+    use std::io::Read;
+    let shown = path.display();
+    let md = std::fs::metadata(path).map_err(|e| {
+        EngineError(match e.kind() {
+            std::io::ErrorKind::NotFound => format!("cannot run '{shown}': no such file"),
+            _ => format!("cannot run '{shown}': {e}"),
+        })
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+        return Err(EngineError(format!(
+            "cannot run '{shown}': not an executable file"
+        )));
+    }
+    let mut head = [0u8; 20];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| EngineError(format!("cannot run '{shown}': {e}")))?;
+    if n >= 2 && &head[..2] == b"#!" {
+        return Ok(());
+    }
+    if n < 20 || &head[..4] != b"\x7fELF" {
+        return Err(EngineError(format!(
+            "cannot run '{shown}': not an ELF executable"
+        )));
+    }
+    let machine = u16::from_le_bytes([head[18], head[19]]);
+    if head[4] != 2 || machine != 62 {
+        return Err(EngineError(format!(
+            "cannot run '{shown}': not an x86-64 program (only x86-64 ELF is supported)"
+        )));
+    }
+    Ok(())
+}
+
+fn os_err(what: &str, e: std::io::Error) -> EngineError {
+    EngineError(format!("{what}: {e}"))
+}
+
+/// Runs `nr(args)` in the stopped thread `tid` via the gadget at `gadget`.
+/// The thread must be at a stop from which new registers take effect
+/// (a seccomp stop, a syscall-exit stop or a signal stop). It is left at
+/// the magic stop after the gadget.
+fn inject(
+    tid: i32,
+    gadget: u64,
+    base: &Regs,
+    nr: u64,
+    args: [u64; 6],
+    requeue: &mut Vec<(i32, i32)>,
+) -> Result<i64, EngineError> {
+    let mut r = *base;
+    r.rip = gadget;
+    r.rax = nr;
+    r.orig_rax = u64::MAX;
+    r.rdi = args[0];
+    r.rsi = args[1];
+    r.rdx = args[2];
+    r.r10 = args[3];
+    r.r8 = args[4];
+    r.r9 = args[5];
+    sys::set_regs(tid, &r).map_err(|e| os_err("cannot set client registers", e))?;
+    sys::cont(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+    loop {
+        match sys::wait_pid(tid).map_err(|e| os_err("waitpid", e))? {
+            WaitStatus::Event(_, libc::PTRACE_EVENT_SECCOMP) => break,
+            WaitStatus::Stopped(_, sig) => {
+                requeue.push((tid, sig));
+                sys::cont(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+            }
+            WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                return Err(EngineError("the client died while being set up".into()))
+            }
+            _ => {
+                sys::cont(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+            }
+        }
+    }
+    let out = sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))?;
+    Ok(out.rdi as i64)
+}
+
+/// Whether thread `tid` has a handler for `sig` (from /proc).
+fn has_handler(tid: i32, sig: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|mask| sig >= 1 && mask & (1u64 << (sig - 1)) != 0)
+}
+
+fn signal_name(sig: i32) -> String {
+    // SAFETY-free: strsignal is not needed; a short table covers the usual ones.
+    let names = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    names
+        .get(sig as usize)
+        .filter(|n| !n.is_empty())
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| format!("signal {sig}"))
+}
+
+impl<'a> Tracer<'a> {
+    fn space_of(&self, tid: i32) -> Option<Rc<RefCell<Space>>> {
+        let t = self.tasks.get(&tid)?;
+        Some(self.procs.get(&t.tgid)?.space.clone())
+    }
+
+    /// Maps the core region into a freshly exec'd process stopped at its
+    /// execve syscall-exit, and starts it on translated code.
+    fn setup_exec(&mut self, pid: i32) -> Result<(), EngineError> {
+        let regs = sys::get_regs(pid).map_err(|e| os_err("cannot read client registers", e))?;
+        let mem = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| os_err("cannot open the client's memory", e))?;
+        use std::os::unix::fs::FileExt;
+        let gadget = layout::gadget_bytes();
+        let mut saved = vec![0u8; gadget.len()];
+        mem.read_exact_at(&mut saved, regs.rip)
+            .map_err(|e| os_err("cannot read the client's entry point", e))?;
+        mem.write_all_at(&gadget, regs.rip)
+            .map_err(|e| os_err("cannot write the client's entry point", e))?;
+        let mut requeue = Vec::new();
+        let mut core = None;
+        let mut base = regs;
+        for &cand in &CORE_CANDIDATES {
+            const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+            const FLAGS: u64 =
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+            let r = inject(
+                pid,
+                regs.rip,
+                &base,
+                libc::SYS_mmap as u64,
+                [cand, CORE_SIZE, PROT, FLAGS, u64::MAX, 0],
+                &mut requeue,
+            )?;
+            base = sys::get_regs(pid).map_err(|e| os_err("cannot read client registers", e))?;
+            if r as u64 == cand {
+                core = Some(cand);
+                break;
+            }
+        }
+        mem.write_all_at(&saved, regs.rip)
+            .map_err(|e| os_err("cannot restore the client's entry point", e))?;
+        let core = core.ok_or_else(|| {
+            EngineError("cannot map the engine's core region below 2 GiB in the client".into())
+        })?;
+        let mut space = Space::new(pid, core)?;
+        space.write(core + layout::GADGET, &gadget)?;
+        let mut systab = vec![0u8; 0x1_0000];
+        for nr in [SYS_EXECVE, SYS_EXECVEAT, SYS_ARCH_PRCTL, SYS_RSEQ] {
+            systab[nr] = 1;
+        }
+        space.write(core + layout::SYSTAB, &systab)?;
+        let slot = space.alloc_slot()?;
+        let body = {
+            let gadget_at = core + layout::GADGET;
+            let mut inj =
+                |nr: u64, args: [u64; 6]| inject(pid, gadget_at, &base, nr, args, &mut requeue);
+            space.ensure(regs.rip, &mut inj)?
+        };
+        for (tid, sig) in requeue {
+            self.requeue.push((pid, tid, sig));
+        }
+        let mut fin = regs;
+        fin.rip = body;
+        fin.gs_base = slot;
+        fin.orig_rax = u64::MAX;
+        sys::set_regs(pid, &fin).map_err(|e| os_err("cannot set client registers", e))?;
+        self.procs.insert(
+            pid,
+            Proc {
+                space: Rc::new(RefCell::new(space)),
+                threads: [pid].into_iter().collect(),
+                shares_parent: false,
+            },
+        );
+        self.tasks.insert(pid, Task { tgid: pid, slot });
+        Ok(())
+    }
+
+    fn resume(&mut self, tid: i32, sig: i32) {
+        // A task that vanished (killed by a sibling's exit_group) is fine.
+        let _ = sys::cont(tid, sig);
+        let requeue = std::mem::take(&mut self.requeue);
+        for (tgid, t, s) in requeue {
+            sys::tgkill(tgid, t, s);
+        }
+    }
+
+    /// A magic-syscall stop of translated code.
+    fn on_magic(&mut self, tid: i32) -> Result<(), EngineError> {
+        let space = self
+            .space_of(tid)
+            .ok_or_else(|| EngineError(format!("magic stop from unknown thread {tid}")))?;
+        let mut regs = sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))?;
+        let mut sp = space.borrow_mut();
+        let slot = regs.gs_base;
+        let gadget_at = sp.core + layout::GADGET;
+        let base = regs;
+        let mut requeue = Vec::new();
+        let nr = regs.orig_rax as u32;
+        let result = (|| -> Result<(), EngineError> {
+            let mut inj =
+                |nr: u64, args: [u64; 6]| inject(tid, gadget_at, &base, nr, args, &mut requeue);
+            match nr {
+                layout::MAGIC_LINK => {
+                    let target = sp.stub_exit(regs.rip).map(|s| s.target).ok_or_else(|| {
+                        EngineError(format!("unknown exit stub at {:#x}", regs.rip))
+                    })?;
+                    let body = sp.ensure(target, &mut inj)?;
+                    regs.rip = body;
+                    regs.rax = sp.read_u64(slot + layout::S_RAX as u64)?;
+                    regs.rcx = sp.read_u64(slot + layout::S_RCX as u64)?;
+                    regs.r11 = sp.read_u64(slot + layout::S_R11 as u64)?;
+                    regs.orig_rax = u64::MAX;
+                }
+                layout::MAGIC_MISS => {
+                    let target = sp.read_u64(slot + layout::S_TARGET as u64)?;
+                    let body = sp.ensure(target, &mut inj)?;
+                    sp.publish(target)?;
+                    regs.rip = body;
+                    regs.rax = sp.read_u64(slot + layout::S_RAX as u64)?;
+                    regs.rcx = sp.read_u64(slot + layout::S_RCX as u64)?;
+                    regs.r11 = sp.read_u64(slot + layout::S_R11 as u64)?;
+                    regs.orig_rax = u64::MAX;
+                }
+                layout::MAGIC_SYSCALL => {
+                    let site = sp.syscall_site(regs.rip).ok_or_else(|| {
+                        EngineError(format!("unknown syscall site at {:#x}", regs.rip))
+                    })?;
+                    let sysno = sp.read_u64(slot + layout::S_RAX as u64)?;
+                    regs.rcx = site.guest_next;
+                    match sysno as usize {
+                        SYS_RSEQ => {
+                            // As under Valgrind: no rseq, glibc falls back.
+                            regs.rax = (-libc::ENOSYS) as i64 as u64;
+                            regs.orig_rax = u64::MAX;
+                        }
+                        SYS_ARCH_PRCTL if regs.rdi == ARCH_SET_GS => {
+                            return Err(EngineError(
+                                "the client sets its GS base (arch_prctl ARCH_SET_GS), which the engine uses; not supported"
+                                    .into(),
+                            ));
+                        }
+                        _ => {
+                            // Run it for real, right here.
+                            regs.orig_rax = sysno;
+                            regs.rax = sysno;
+                        }
+                    }
+                }
+                _ => {
+                    return Err(EngineError(format!(
+                        "unexpected engine syscall {nr:#x} at {:#x}",
+                        regs.rip
+                    )))
+                }
+            }
+            Ok(())
+        })();
+        drop(sp);
+        for (t, s) in requeue {
+            let tgid = self.tasks.get(&t).map_or(t, |x| x.tgid);
+            self.requeue.push((tgid, t, s));
+        }
+        result?;
+        sys::set_regs(tid, &regs).map_err(|e| os_err("cannot set client registers", e))?;
+        self.resume(tid, 0);
+        Ok(())
+    }
+
+    /// A new task is stopped and its creator's event has been seen.
+    fn start_task(&mut self, tid: i32, parent: i32, birth: Birth) -> Result<(), EngineError> {
+        let Some(ptask) = self.tasks.get(&parent) else {
+            self.resume(tid, 0);
+            return Ok(());
+        };
+        let ptgid = ptask.tgid;
+        let pslot = ptask.slot;
+        let pspace = self.procs[&ptgid].space.clone();
+        let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Tgid:"))
+                    .and_then(|v| v.trim().parse::<i32>().ok())
+            })
+            .unwrap_or(tid);
+        let birth = if tgid == ptgid { Birth::Thread } else { birth };
+        match birth {
+            Birth::Thread => {
+                let slot = pspace.borrow_mut().alloc_slot()?;
+                let mut regs =
+                    sys::get_regs(tid).map_err(|e| os_err("cannot read thread registers", e))?;
+                regs.gs_base = slot;
+                sys::set_regs(tid, &regs).map_err(|e| os_err("cannot set thread registers", e))?;
+                self.procs
+                    .get_mut(&ptgid)
+                    .expect("parent proc")
+                    .threads
+                    .insert(tid);
+                self.tasks.insert(tid, Task { tgid: ptgid, slot });
+            }
+            Birth::Fork | Birth::Vfork => {
+                let (space, shares) = if birth == Birth::Fork {
+                    (
+                        Rc::new(RefCell::new(pspace.borrow().fork_copy(tid)?)),
+                        false,
+                    )
+                } else {
+                    (pspace, true)
+                };
+                self.procs.insert(
+                    tid,
+                    Proc {
+                        space,
+                        threads: [tid].into_iter().collect(),
+                        shares_parent: shares,
+                    },
+                );
+                self.tasks.insert(
+                    tid,
+                    Task {
+                        tgid: tid,
+                        slot: pslot,
+                    },
+                );
+            }
+        }
+        self.resume(tid, 0);
+        Ok(())
+    }
+
+    fn on_thread_exit(&mut self, tid: i32) {
+        let Some(task) = self.tasks.remove(&tid) else {
+            return;
+        };
+        let Some(proc) = self.procs.get_mut(&task.tgid) else {
+            return;
+        };
+        proc.threads.remove(&tid);
+        if !proc.threads.is_empty() {
+            if !proc.shares_parent {
+                proc.space.borrow_mut().free_slot(task.slot);
+            }
+            return;
+        }
+        let proc = self.procs.remove(&task.tgid).expect("present");
+        if !proc.shares_parent {
+            let profile = proc.space.borrow().collect(task.tgid);
+            self.sink.process_finished(profile);
+        }
+    }
+
+    fn on_exec(&mut self, pid: i32) -> Result<(), EngineError> {
+        // The old image is gone (and, as under Valgrind, its counts with it).
+        if let Some(old) = self.tasks.get(&pid).map(|t| t.tgid) {
+            if let Some(p) = self.procs.remove(&old) {
+                for t in p.threads {
+                    self.tasks.remove(&t);
+                }
+            }
+        }
+        if !self.cfg.trace_children {
+            let _ = sys::detach(pid, 0);
+            return Ok(());
+        }
+        sys::cont_syscall(pid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+        match sys::wait_pid(pid).map_err(|e| os_err("waitpid", e))? {
+            WaitStatus::Syscall(_) => {}
+            other => {
+                return Err(EngineError(format!(
+                    "unexpected stop after exec: {other:?}"
+                )))
+            }
+        }
+        self.setup_exec(pid)?;
+        self.resume(pid, 0);
+        Ok(())
+    }
+
+    fn on_signal(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
+        if !self.tasks.contains_key(&tid) {
+            if sig == libc::SIGSTOP {
+                if let Some((parent, birth)) = self.announced.remove(&tid) {
+                    return self.start_task(tid, parent, birth);
+                }
+                self.early.insert(tid);
+                return Ok(());
+            }
+            self.resume(tid, sig);
+            return Ok(());
+        }
+        let synchronous = matches!(
+            sig,
+            libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
+        );
+        if has_handler(tid, sig) {
+            let rip = sys::get_regs(tid).map(|r| r.rip).unwrap_or(0);
+            return Err(EngineError(format!(
+                "the client received {} with a handler installed (at code-cache address {rip:#x}); signal handlers are not supported yet",
+                signal_name(sig)
+            )));
+        }
+        if synchronous && sig != libc::SIGTRAP {
+            // Default action: the process dies of it, as natively.
+        }
+        self.resume(tid, sig);
+        Ok(())
+    }
+
+    fn on_clone_event(&mut self, tid: i32, birth: Birth) -> Result<(), EngineError> {
+        let child = sys::event_msg(tid).map_err(|e| os_err("ptrace geteventmsg", e))? as i32;
+        if self.early.remove(&child) {
+            self.start_task(child, tid, birth)?;
+        } else {
+            self.announced.insert(child, (tid, birth));
+        }
+        self.resume(tid, 0);
+        Ok(())
+    }
+
+    fn event_loop(&mut self) -> Result<(), EngineError> {
+        loop {
+            let st = match sys::wait_any() {
+                Ok(st) => st,
+                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok(()),
+                Err(e) => return Err(os_err("waitpid", e)),
+            };
+            match st {
+                WaitStatus::Exited(pid, code) => {
+                    self.on_thread_exit(pid);
+                    if pid == self.main_pid {
+                        self.outcome = Some(Outcome::Exited(code));
+                    }
+                }
+                WaitStatus::Signaled(pid, sig) => {
+                    self.on_thread_exit(pid);
+                    if pid == self.main_pid {
+                        self.outcome = Some(Outcome::Signaled(sig));
+                    }
+                }
+                WaitStatus::Event(pid, ev) => match ev {
+                    libc::PTRACE_EVENT_SECCOMP => self.on_magic(pid)?,
+                    libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
+                    libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
+                    libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Vfork)?,
+                    libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
+                    libc::PTRACE_EVENT_EXIT => {
+                        self.on_thread_exit(pid);
+                        self.resume(pid, 0);
+                    }
+                    _ => self.resume(pid, 0),
+                },
+                WaitStatus::Stopped(pid, sig) => self.on_signal(pid, sig)?,
+                WaitStatus::Syscall(pid) => self.resume(pid, 0),
+            }
+        }
+    }
+
+    fn kill_all(&mut self) {
+        for &tgid in self.procs.keys() {
+            sys::kill(tgid);
+        }
+        sys::kill(self.main_pid);
+        while let Ok(st) = sys::wait_any() {
+            if let WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _) = st {
+                self.tasks.remove(&p);
+            }
+        }
+    }
+}
+
+/// Entry point behind [`crate::run`].
+pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, EngineError> {
+    let path = resolve_program(&cfg.program)?;
+    check_program(&path)?;
+    let cpath = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| EngineError("program name contains a NUL byte".into()))?;
+    let mut argv = vec![CString::new(cfg.program.clone().into_vec())
+        .map_err(|_| EngineError("program name contains a NUL byte".into()))?];
+    for a in &cfg.args {
+        argv.push(
+            CString::new(a.as_bytes())
+                .map_err(|_| EngineError("an argument contains a NUL byte".into()))?,
+        );
+    }
+    let pid = sys::spawn_traced(&cpath, &argv).map_err(|e| os_err("cannot start the client", e))?;
+    let fail = |msg: String| -> EngineError {
+        sys::kill(pid);
+        let _ = sys::wait_pid(pid);
+        EngineError(msg)
+    };
+    match sys::wait_pid(pid).map_err(|e| os_err("waitpid", e))? {
+        WaitStatus::Stopped(_, libc::SIGSTOP) => {}
+        WaitStatus::Exited(..) => {
+            return Err(match sys::read_spawn_error() {
+                Some((1, _)) => EngineError(
+                    "cannot trace the client: ptrace is not permitted here (check /proc/sys/kernel/yama/ptrace_scope, containers' seccomp, or CAP_SYS_PTRACE)"
+                        .into(),
+                ),
+                Some((step, errno)) => EngineError(format!(
+                    "cannot set up the client (step {step}): {}",
+                    std::io::Error::from_raw_os_error(errno)
+                )),
+                None => EngineError("the client exited before it started".into()),
+            })
+        }
+        other => return Err(fail(format!("unexpected first stop of the client: {other:?}"))),
+    }
+    let opts = libc::PTRACE_O_EXITKILL
+        | libc::PTRACE_O_TRACECLONE
+        | libc::PTRACE_O_TRACEFORK
+        | libc::PTRACE_O_TRACEVFORK
+        | libc::PTRACE_O_TRACEEXEC
+        | libc::PTRACE_O_TRACESECCOMP
+        | libc::PTRACE_O_TRACEEXIT
+        | libc::PTRACE_O_TRACESYSGOOD;
+    sys::set_options(pid, opts).map_err(|e| fail(format!("cannot set ptrace options: {e}")))?;
+    sys::cont(pid, 0).map_err(|e| fail(format!("cannot resume the client: {e}")))?;
+    match sys::wait_pid(pid).map_err(|e| os_err("waitpid", e))? {
+        WaitStatus::Event(_, libc::PTRACE_EVENT_EXEC) => {
+            let _ = sys::read_spawn_error();
+        }
+        WaitStatus::Event(_, libc::PTRACE_EVENT_EXIT) => {
+            let _ = sys::cont(pid, 0);
+            let _ = sys::wait_pid(pid);
+            let msg = match sys::read_spawn_error() {
+                Some((4, errno)) => format!(
+                    "cannot run '{}': {}",
+                    path.display(),
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+                Some((step, errno)) => format!(
+                    "cannot set up the client (step {step}): {}",
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+                None => "the client exited before it started".into(),
+            };
+            return Err(EngineError(msg));
+        }
+        other => {
+            return Err(fail(format!(
+                "unexpected stop at the client's exec: {other:?}"
+            )))
+        }
+    }
+    let mut tracer = Tracer {
+        cfg,
+        sink,
+        main_pid: pid,
+        tasks: HashMap::new(),
+        procs: HashMap::new(),
+        announced: HashMap::new(),
+        early: HashSet::new(),
+        requeue: Vec::new(),
+        outcome: None,
+    };
+    let started = (|| {
+        sys::cont_syscall(pid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+        match sys::wait_pid(pid).map_err(|e| os_err("waitpid", e))? {
+            WaitStatus::Syscall(_) => {}
+            other => {
+                return Err(EngineError(format!(
+                    "unexpected stop after exec: {other:?}"
+                )))
+            }
+        }
+        tracer.setup_exec(pid)?;
+        tracer.resume(pid, 0);
+        Ok(())
+    })();
+    let result = started.and_then(|()| tracer.event_loop());
+    if let Err(e) = result {
+        tracer.kill_all();
+        return Err(e);
+    }
+    tracer
+        .outcome
+        .ok_or_else(|| EngineError("lost track of the client's exit status".into()))
+}

@@ -1,0 +1,635 @@
+//! Translation of one guest basic block into code-cache code.
+//!
+//! A block is a straight run of guest instructions ending at the first
+//! control transfer, `syscall`, trap, or after [`MAX_BLOCK_INSNS`]. Ordinary
+//! instructions are copied byte for byte (re-encoded by iced-x86 when they
+//! have a RIP-relative operand). Control transfers become code-cache
+//! branches whose rel32 fields the caller links (`Translation::exits`).
+//! One counter per block counts its executions; rep-prefixed string
+//! instructions get their own counter with Cachegrind's n+1 rule.
+
+use crate::emit::{reg, Emitter};
+use crate::layout::{self, MAX_BLOCK_INSNS};
+use iced_x86::{
+    Code, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Instruction, Mnemonic,
+    OpKind, Register, RflagsBits,
+};
+
+/// The 16-byte preamble of Valgrind's client-request magic sequence.
+const MAGIC_PREAMBLE: [u8; 16] = [
+    0x48, 0xc1, 0xc7, 0x03, 0x48, 0xc1, 0xc7, 0x0d, 0x48, 0xc1, 0xc7, 0x3d, 0x48, 0xc1, 0xc7, 0x33,
+];
+/// `xchg rbx, rbx`: the "do client request" suffix.
+const MAGIC_REQUEST: [u8; 3] = [0x48, 0x87, 0xdb];
+
+/// Everything the translator needs from its caller.
+pub trait TransCtx {
+    /// A fresh zeroed 8-byte counter reachable with a 32-bit displacement
+    /// from the block being emitted.
+    fn alloc_counter(&mut self) -> u64;
+    /// Host address of the shared lookup-miss stub near the block.
+    fn miss_stub(&self) -> u64;
+    /// Absolute (below 2 GiB) address of the core region.
+    fn core(&self) -> u64;
+}
+
+/// A syscall the translated code may hand to the tool (an intercepted
+/// number): the stop is identified by the host address after its magic
+/// syscall.
+#[derive(Debug, Clone, Copy)]
+pub struct SyscallSite {
+    /// Host RIP at the tool's stop (after the magic syscall instruction).
+    pub stop_rip: u64,
+    /// Guest address just after the guest `syscall`.
+    pub guest_next: u64,
+}
+
+/// The code and metadata of one translated block.
+#[derive(Debug, Clone, Default)]
+pub struct Translation {
+    /// Guest address just past the last instruction.
+    pub guest_end: u64,
+    /// Host address the code is emitted for.
+    pub host: u64,
+    /// Host address of the body (after the lookup entry prologue).
+    pub body: u64,
+    /// The emitted bytes.
+    pub code: Vec<u8>,
+    /// rel32 fields to link: (host address of the field, guest target).
+    pub exits: Vec<(u64, u64)>,
+    /// The block's execution counter.
+    pub counter: u64,
+    /// Guest addresses counted once per block execution.
+    pub counted: Vec<u64>,
+    /// Rep-prefixed string instructions: (guest address, their own counter).
+    pub reps: Vec<(u64, u64)>,
+    /// Syscall sites that may stop in the tool.
+    pub syscalls: Vec<SyscallSite>,
+    /// Guest return addresses pushed by calls of this block.
+    pub call_returns: Vec<u64>,
+    /// Direct successors (for eager translation).
+    pub successors: Vec<u64>,
+}
+
+/// Why a block could not be translated: the message names the instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransError(pub String);
+
+/// Status flags whose liveness matters for the counter update.
+const STATUS: u32 = RflagsBits::OF
+    | RflagsBits::SF
+    | RflagsBits::ZF
+    | RflagsBits::AF
+    | RflagsBits::CF
+    | RflagsBits::PF;
+
+enum Item {
+    Insn(Instruction),
+    ClientRequest(u64),
+}
+
+fn is_magic(code: &[u8]) -> bool {
+    code.len() >= 19 && code[..16] == MAGIC_PREAMBLE && code[16..19] == MAGIC_REQUEST
+}
+
+/// Why decoding stopped before a control transfer.
+enum Stop {
+    /// The block ends with this control-flow instruction (last item).
+    Terminator,
+    /// Decoding must resume at this address in a new block.
+    Continue(u64),
+}
+
+fn unsupported(i: &Instruction) -> Option<&'static str> {
+    let gs = i.segment_prefix() == Register::GS
+        || (0..i.op_count()).any(|n| i.op_register(n) == Register::GS);
+    if gs {
+        return Some("GS segment use");
+    }
+    match i.mnemonic() {
+        Mnemonic::Wrgsbase | Mnemonic::Rdgsbase | Mnemonic::Swapgs => Some("GS base access"),
+        Mnemonic::Sysenter | Mnemonic::Sysexit | Mnemonic::Sysret => Some("instruction"),
+        Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => Some("instruction"),
+        Mnemonic::Xbegin | Mnemonic::Xabort | Mnemonic::Xend => Some("transactional memory"),
+        Mnemonic::Retf => Some("far return"),
+        _ => match i.flow_control() {
+            FlowControl::UnconditionalBranch | FlowControl::Call
+                if i.op0_kind() == OpKind::FarBranch16 || i.op0_kind() == OpKind::FarBranch32 =>
+            {
+                Some("far branch")
+            }
+            FlowControl::IndirectBranch | FlowControl::IndirectCall
+                if i.op0_kind() == OpKind::Memory && i.memory_size().size() != 8 =>
+            {
+                Some("far or 16-bit indirect branch")
+            }
+            _ => None,
+        },
+    }
+}
+
+/// Formats an instruction for an error message.
+pub fn describe(i: &Instruction) -> String {
+    use iced_x86::{Formatter, IntelFormatter};
+    let mut s = String::new();
+    IntelFormatter::new().format(i, &mut s);
+    s
+}
+
+/// Decodes the guest block at `guest` from `code` (bytes starting at
+/// `guest`). Fails only when the very first instruction cannot be
+/// translated; later problems end the block early so that the error is
+/// raised only if execution really gets there.
+fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError> {
+    let mut items = Vec::new();
+    let mut dec = Decoder::with_ip(64, code, guest, DecoderOptions::NONE);
+    loop {
+        let pos = dec.position();
+        let ip = guest + pos as u64;
+        if items.len() >= MAX_BLOCK_INSNS {
+            return Ok((items, Stop::Continue(ip)));
+        }
+        if is_magic(&code[pos..]) {
+            items.push(Item::ClientRequest(ip));
+            dec.set_position(pos + 19).expect("in bounds");
+            dec.set_ip(ip + 19);
+            continue;
+        }
+        if !dec.can_decode() {
+            if items.is_empty() {
+                return Err(TransError(format!("cannot read code at {ip:#x}")));
+            }
+            return Ok((items, Stop::Continue(ip)));
+        }
+        let i = dec.decode();
+        if i.is_invalid() {
+            if dec.last_error() == DecoderError::NoMoreBytes && !items.is_empty() {
+                return Ok((items, Stop::Continue(ip)));
+            }
+            if items.is_empty() {
+                let n = (code.len() - pos).min(8);
+                let bytes: Vec<String> = code[pos..pos + n]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                return Err(TransError(format!(
+                    "cannot decode the instruction at {ip:#x} (bytes {})",
+                    bytes.join(" ")
+                )));
+            }
+            return Ok((items, Stop::Continue(ip)));
+        }
+        if let Some(what) = unsupported(&i) {
+            if items.is_empty() {
+                return Err(TransError(format!(
+                    "cannot translate {what} `{}` at {ip:#x}",
+                    describe(&i)
+                )));
+            }
+            return Ok((items, Stop::Continue(ip)));
+        }
+        if is_rep(&i)
+            && (0..i.op_count()).any(|n| {
+                matches!(
+                    i.op_kind(n),
+                    OpKind::MemorySegESI | OpKind::MemorySegEDI | OpKind::MemoryESEDI
+                )
+            })
+        {
+            if items.is_empty() {
+                return Err(TransError(format!(
+                    "cannot translate 32-bit addressed `{}` at {ip:#x}",
+                    describe(&i)
+                )));
+            }
+            return Ok((items, Stop::Continue(ip)));
+        }
+        let ends = i.flow_control() != FlowControl::Next;
+        items.push(Item::Insn(i));
+        if ends {
+            return Ok((items, Stop::Terminator));
+        }
+    }
+}
+
+fn is_cond_rep(i: &Instruction) -> bool {
+    matches!(
+        i.mnemonic(),
+        Mnemonic::Cmpsb
+            | Mnemonic::Cmpsw
+            | Mnemonic::Cmpsd
+            | Mnemonic::Cmpsq
+            | Mnemonic::Scasb
+            | Mnemonic::Scasw
+            | Mnemonic::Scasd
+            | Mnemonic::Scasq
+    )
+}
+
+fn is_rep(i: &Instruction) -> bool {
+    i.is_string_instruction() && (i.has_rep_prefix() || i.has_repne_prefix())
+}
+
+/// Where the block counter goes: before the first instruction that writes
+/// every status flag without reading any (flags are dead there), else at
+/// the start with a flag-preserving update.
+fn counter_position(items: &[Item]) -> Option<usize> {
+    items.iter().position(|it| match it {
+        Item::Insn(i) => {
+            i.flow_control() == FlowControl::Next
+                && !is_rep(i)
+                && i.rflags_read() & STATUS == 0
+                && i.rflags_modified() & STATUS == STATUS
+        }
+        Item::ClientRequest(_) => false,
+    })
+}
+
+struct Builder<'a> {
+    e: Emitter,
+    enc: Encoder,
+    t: Translation,
+    ctx: &'a mut dyn TransCtx,
+    literals: Vec<(u64, u64)>, // (host address of the disp32 field's literal slot index, value)
+    lit_fixups: Vec<(usize, usize)>, // (byte offset of disp32 field, literal index)
+}
+
+impl Builder<'_> {
+    fn exit_jmp(&mut self, guest_target: u64) {
+        let site = self.e.jmp(self.e.here());
+        self.t.exits.push((site, guest_target));
+        self.t.successors.push(guest_target);
+    }
+
+    fn exit_jcc(&mut self, cc: u8, guest_target: u64) {
+        let site = self.e.jcc(cc, self.e.here());
+        self.t.exits.push((site, guest_target));
+        self.t.successors.push(guest_target);
+    }
+
+    /// Copies (or re-encodes) an ordinary instruction.
+    fn copy(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
+        if i.is_ip_rel_memory_operand() {
+            let here = self.e.here();
+            self.enc.encode(i, here).map_err(|err| {
+                TransError(format!(
+                    "cannot re-encode `{}` at {:#x}: {err}",
+                    describe(i),
+                    i.ip()
+                ))
+            })?;
+            let bytes = self.enc.take_buffer();
+            self.e.raw(&bytes);
+        } else {
+            let off = (i.ip() - guest) as usize;
+            self.e.raw(&code[off..off + i.len()]);
+        }
+        Ok(())
+    }
+
+    /// `mov rcx, <operand 0 of i>` for an indirect jump or call.
+    fn load_target(&mut self, i: &Instruction) -> Result<(), TransError> {
+        let mut m = if i.op0_kind() == OpKind::Register {
+            Instruction::with2(Code::Mov_r64_rm64, Register::RCX, i.op0_register())
+        } else {
+            Instruction::with2(
+                Code::Mov_r64_rm64,
+                Register::RCX,
+                iced_x86::MemoryOperand::with_base(Register::RAX),
+            )
+            .map(|mut m| {
+                m.set_memory_base(i.memory_base());
+                m.set_memory_index(i.memory_index());
+                m.set_memory_index_scale(i.memory_index_scale());
+                m.set_memory_displacement64(i.memory_displacement64());
+                m.set_memory_displ_size(i.memory_displ_size());
+                m.set_segment_prefix(i.segment_prefix());
+                m
+            })
+        }
+        .map_err(|err| TransError(format!("cannot translate `{}`: {err}", describe(i))))?;
+        let here = self.e.here();
+        m.set_ip(here);
+        self.enc.encode(&m, here).map_err(|err| {
+            TransError(format!(
+                "cannot re-encode `{}` at {:#x}: {err}",
+                describe(i),
+                i.ip()
+            ))
+        })?;
+        let bytes = self.enc.take_buffer();
+        self.e.raw(&bytes);
+        Ok(())
+    }
+
+    fn push_literal(&mut self, value: u64) {
+        self.e.raw(&[0xff, 0x35]);
+        let off = self.e.bytes.len();
+        self.e.raw(&[0, 0, 0, 0]);
+        self.lit_fixups.push((off, self.literals.len()));
+        self.literals.push((0, value));
+    }
+
+    fn lookup(&mut self) {
+        let htab = (self.ctx.core() + layout::HTAB) as u32;
+        let miss = self.ctx.miss_stub();
+        self.e.lookup(htab, miss);
+    }
+
+    fn terminator(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
+        let next = i.next_ip();
+        match i.flow_control() {
+            FlowControl::UnconditionalBranch => self.exit_jmp(i.near_branch_target()),
+            FlowControl::ConditionalBranch => match i.mnemonic() {
+                Mnemonic::Jrcxz
+                | Mnemonic::Jecxz
+                | Mnemonic::Loop
+                | Mnemonic::Loope
+                | Mnemonic::Loopne => {
+                    // Short-only forms: `op +5` over a jmp to the fall-through,
+                    // landing on a jmp to the target.
+                    let off = (i.ip() - guest) as usize;
+                    let mut b = code[off..off + i.len()].to_vec();
+                    *b.last_mut().expect("non-empty") = 5;
+                    self.e.raw(&b);
+                    self.exit_jmp(next);
+                    self.exit_jmp(i.near_branch_target());
+                }
+                _ => {
+                    let cc = condition_code(i).ok_or_else(|| {
+                        TransError(format!(
+                            "cannot translate `{}` at {:#x}",
+                            describe(i),
+                            i.ip()
+                        ))
+                    })?;
+                    self.exit_jcc(cc, i.near_branch_target());
+                    self.exit_jmp(next);
+                }
+            },
+            FlowControl::Call if i.mnemonic() == Mnemonic::Syscall => {
+                self.syscall(next);
+                self.exit_jmp(next);
+            }
+            FlowControl::Call => {
+                self.push_literal(next);
+                self.t.call_returns.push(next);
+                self.exit_jmp(i.near_branch_target());
+            }
+            FlowControl::IndirectCall => {
+                self.e.spill_rax_rcx();
+                self.load_target(i)?;
+                self.push_literal(next);
+                self.t.call_returns.push(next);
+                self.lookup();
+            }
+            FlowControl::IndirectBranch => {
+                self.e.spill_rax_rcx();
+                self.load_target(i)?;
+                self.lookup();
+            }
+            FlowControl::Return => {
+                let pop = if i.op_count() == 1 {
+                    i.immediate16() as u32
+                } else {
+                    0
+                };
+                self.e.spill_rax_rcx();
+                self.e.pop_return(pop);
+                self.lookup();
+            }
+            FlowControl::Interrupt | FlowControl::Exception => {
+                self.copy(i, code, guest)?;
+                self.exit_jmp(next);
+            }
+            _ => {
+                return Err(TransError(format!(
+                    "cannot translate `{}` at {:#x}",
+                    describe(i),
+                    i.ip()
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// A guest `syscall`: numbers marked in the core's table go to the tool,
+    /// the rest run natively right here. RCX and R11 are free (the syscall
+    /// clobbers them), flags are preserved.
+    fn syscall(&mut self, guest_next: u64) {
+        let systab = (self.ctx.core() + layout::SYSTAB) as u32;
+        self.e.raw(&[0x44, 0x0f, 0xb7, 0xd8]); // movzx r11d, ax
+        self.e.raw(&[0x45, 0x0f, 0xb6, 0x9b]); // movzx r11d, byte [r11+systab]
+        self.e.raw(&systab.to_le_bytes());
+        self.e.raw(&[0x4c, 0x89, 0xd9]); // mov rcx, r11
+        self.e.raw(&[0xe3, 9 + 7 + 2]); // jrcxz native
+        self.e.store_gs(reg::RAX, layout::S_RAX); // 9
+        self.e.magic_syscall(layout::MAGIC_SYSCALL); // 7
+                                                     // The tool either turns the magic syscall into the real one (which
+                                                     // then returns here) or sets RIP itself.
+        let stop_rip = self.e.here();
+        self.e.raw(&[0xeb, 0x02]); // jmp over the native syscall
+        self.e.raw(&[0x0f, 0x05]);
+        self.t.syscalls.push(SyscallSite {
+            stop_rip,
+            guest_next,
+        });
+    }
+
+    fn rep(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
+        let ctr = self.ctx.alloc_counter();
+        self.t.reps.push((i.ip(), ctr));
+        if !is_cond_rep(i) {
+            // Ir = RCX + 1, known before the instruction runs.
+            self.e.store_gs(reg::RAX, layout::S_RAX);
+            self.e.load_rip(reg::RAX, ctr);
+            self.e.raw(&[0x48, 0x8d, 0x44, 0x08, 0x01]); // lea rax,[rax+rcx+1]
+            self.e.store_rip(reg::RAX, ctr);
+            self.e.load_gs(reg::RAX, layout::S_RAX);
+            return self.copy(i, code, guest);
+        }
+        // repe/repne: k iterations, plus one if it ended on RCX == 0 with
+        // the condition still holding (or never ran).
+        self.e.store_gs(reg::RCX, layout::S_RCX0);
+        self.copy(i, code, guest)?;
+        self.e.store_gs(reg::RAX, layout::S_RAX);
+        self.e.store_gs(reg::RDX, layout::S_RDX);
+        self.e.load_gs(reg::RAX, layout::S_RCX0);
+        self.e.raw(&[0x48, 0x89, 0xca]); // mov rdx, rcx
+        self.e.raw(&[0x48, 0xf7, 0xd2]); // not rdx
+        self.e.raw(&[0x48, 0x8d, 0x44, 0x10, 0x01]); // lea rax,[rax+rdx+1]  (k)
+        let held: u8 = if i.has_repe_prefix() { 0x74 } else { 0x75 }; // jz / jnz
+                                                                      // jrcxz L1 ; jmp ADD ; L1: mov rcx,rax ; jrcxz EXTRA ; mov ecx,0 ;
+                                                                      // j<held> EXTRA ; jmp ADD ; EXTRA: lea rax,[rax+1] ; ADD:
+        self.e.raw(&[0xe3, 0x02]); // jrcxz L1
+        self.e.raw(&[0xeb, 3 + 2 + 5 + 2 + 2 + 4]); // jmp ADD
+        self.e.raw(&[0x48, 0x89, 0xc1]); // L1: mov rcx, rax
+        self.e.raw(&[0xe3, 5 + 2 + 2]); // jrcxz EXTRA
+        self.e.raw(&[0xb9, 0, 0, 0, 0]); // mov ecx, 0
+        self.e.raw(&[held, 0x02]); // j<held> EXTRA
+        self.e.raw(&[0xeb, 0x04]); // jmp ADD
+        self.e.raw(&[0x48, 0x8d, 0x40, 0x01]); // EXTRA: lea rax,[rax+1]
+        self.e.load_rip(reg::RDX, ctr); // ADD:
+        self.e.raw(&[0x48, 0x8d, 0x14, 0x02]); // lea rdx,[rdx+rax]
+        self.e.store_rip(reg::RDX, ctr);
+        self.e.load_gs(reg::RDX, layout::S_RDX);
+        self.e.load_gs(reg::RAX, layout::S_RAX);
+        Ok(())
+    }
+}
+
+fn condition_code(i: &Instruction) -> Option<u8> {
+    use iced_x86::ConditionCode as C;
+    Some(match i.condition_code() {
+        C::o => 0,
+        C::no => 1,
+        C::b => 2,
+        C::ae => 3,
+        C::e => 4,
+        C::ne => 5,
+        C::be => 6,
+        C::a => 7,
+        C::s => 8,
+        C::ns => 9,
+        C::p => 10,
+        C::np => 11,
+        C::l => 12,
+        C::ge => 13,
+        C::le => 14,
+        C::g => 15,
+        C::None => return None,
+    })
+}
+
+/// Translates the guest block at `guest` (whose bytes start `code`) into
+/// code for host address `host`.
+pub fn translate(
+    code: &[u8],
+    guest: u64,
+    host: u64,
+    ctx: &mut dyn TransCtx,
+) -> Result<Translation, TransError> {
+    let (items, stop) = decode_block(code, guest)?;
+    let counter = ctx.alloc_counter();
+    let mut b = Builder {
+        e: Emitter::new(host),
+        enc: Encoder::new(64),
+        t: Translation {
+            host,
+            counter,
+            ..Default::default()
+        },
+        ctx,
+        literals: Vec::new(),
+        lit_fixups: Vec::new(),
+    };
+    b.e.lookup_entry();
+    b.t.body = b.e.here();
+    let ctr_at = counter_position(&items);
+    if ctr_at.is_none() {
+        b.e.add_counter_keep_flags(counter);
+    }
+    let mut end = guest;
+    for (n, item) in items.iter().enumerate() {
+        if ctr_at == Some(n) {
+            b.e.add_counter(counter);
+        }
+        match item {
+            Item::ClientRequest(ip) => {
+                // Natively a no-op that leaves RDX (the default result) alone;
+                // that is also the answer for every request (we are not
+                // Valgrind). One Ir, no code.
+                b.t.counted.push(*ip);
+                end = ip + 19;
+            }
+            Item::Insn(i) => {
+                end = i.next_ip();
+                if is_rep(i) {
+                    b.rep(i, code, guest)?;
+                    continue;
+                }
+                b.t.counted.push(i.ip());
+                if i.flow_control() == FlowControl::Next {
+                    b.copy(i, code, guest)?;
+                } else {
+                    b.terminator(i, code, guest)?;
+                }
+            }
+        }
+    }
+    if let Stop::Continue(next) = stop {
+        b.exit_jmp(next);
+    }
+    // Literals (return addresses pushed by call emulation), 8-aligned.
+    b.e.align8();
+    let mut lit_addrs = Vec::with_capacity(b.literals.len());
+    for &(_, v) in &b.literals {
+        lit_addrs.push(b.e.here());
+        b.e.raw(&v.to_le_bytes());
+    }
+    for &(off, idx) in &b.lit_fixups {
+        let field_end = host + off as u64 + 4;
+        let d = lit_addrs[idx].wrapping_sub(field_end) as i32;
+        b.e.bytes[off..off + 4].copy_from_slice(&d.to_le_bytes());
+    }
+    b.t.guest_end = end;
+    b.t.code = std::mem::take(&mut b.e.bytes);
+    Ok(b.t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Ctx {
+        next: u64,
+    }
+    impl TransCtx for Ctx {
+        fn alloc_counter(&mut self) -> u64 {
+            self.next -= 8;
+            self.next
+        }
+        fn miss_stub(&self) -> u64 {
+            0x50_0000
+        }
+        fn core(&self) -> u64 {
+            0x7000_0000
+        }
+    }
+
+    #[test]
+    fn loop_block_counts_and_exits() {
+        // 1000: add rax,1 ; dec rcx ; jnz 1000
+        let code = [0x48, 0x83, 0xc0, 0x01, 0x48, 0xff, 0xc9, 0x75, 0xf7];
+        let mut ctx = Ctx { next: 0x60_0000 };
+        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+        assert_eq!(t.counted, vec![0x1000, 0x1004, 0x1007]);
+        assert_eq!(
+            t.exits.iter().map(|e| e.1).collect::<Vec<_>>(),
+            vec![0x1000, 0x1009]
+        );
+        assert_eq!(t.guest_end, 0x1009);
+    }
+
+    #[test]
+    fn client_request_is_one_instruction() {
+        let mut code = MAGIC_PREAMBLE.to_vec();
+        code.extend_from_slice(&MAGIC_REQUEST);
+        code.push(0xc3);
+        let mut ctx = Ctx { next: 0x60_0000 };
+        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+        assert_eq!(t.counted, vec![0x1000, 0x1013]);
+    }
+
+    #[test]
+    fn bad_first_instruction_is_named() {
+        let code = [0x0f, 0x01, 0xd5, 0x90]; // xend
+        let mut ctx = Ctx { next: 0x60_0000 };
+        let err = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap_err();
+        assert!(
+            err.0.contains("xend") && err.0.contains("0x1000"),
+            "{}",
+            err.0
+        );
+    }
+}
