@@ -10,6 +10,7 @@
 mod cgtools;
 mod replay;
 mod run;
+mod simopts;
 mod summary;
 
 use std::ffi::OsString;

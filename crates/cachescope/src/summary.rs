@@ -1,9 +1,6 @@
 //! Cachegrind's end-of-run stderr summary (spec §6): the `I refs:` /
 //! miss / rate lines, with Valgrind's own comma grouping and its own
 //! float formatter (which rounds ties down, unlike C's `printf`).
-// Until the replay front end and the run mode call into it, parts of this
-// module are unused in the binary.
-#![allow(dead_code)]
 
 /// Event totals of a run, as Cachegrind accumulates them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
