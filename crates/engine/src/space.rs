@@ -230,7 +230,7 @@ impl Space {
             let below = aligned.checked_sub(k * CHUNK_SIZE);
             let above = aligned + (k + first_above) * CHUNK_SIZE;
             for cand in below.into_iter().chain([above]) {
-                if cand < 0x100_0000 || cand + CHUNK_SIZE > 0x7fff_0000_0000 {
+                if cand < 0x100_0000 || cand + CHUNK_SIZE > 0x7fff_ffff_f000 {
                     continue;
                 }
                 const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;

@@ -144,6 +144,9 @@ fn inject(
     r.r10 = args[3];
     r.r8 = args[4];
     r.r9 = args[5];
+    if debug_enabled() {
+        eprintln!("[engine] inject {nr} {args:x?} via {gadget:#x}");
+    }
     sys::set_regs(tid, &r).map_err(|e| os_err("cannot set client registers", e))?;
     sys::cont(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
     loop {
@@ -163,6 +166,12 @@ fn inject(
     }
     let out = sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))?;
     Ok(out.rdi as i64)
+}
+
+/// `CACHESCOPE_ENGINE_DEBUG` set: log every exit to the tool on stderr.
+fn debug_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("CACHESCOPE_ENGINE_DEBUG").is_some())
 }
 
 /// Whether thread `tid` has a handler for `sig` (from /proc).
@@ -323,6 +332,14 @@ impl<'a> Tracer<'a> {
         let base = regs;
         let mut requeue = Vec::new();
         let nr = regs.orig_rax as u32;
+        if debug_enabled() {
+            eprintln!(
+                "[engine] tid {tid} exit {:#x} rip {:#x} target/rax {:#x}",
+                nr.wrapping_sub(layout::MAGIC_LINK),
+                regs.rip,
+                sp.read_u64(slot + layout::S_TARGET as u64).unwrap_or(0)
+            );
+        }
         let result = (|| -> Result<(), EngineError> {
             let mut inj =
                 |nr: u64, args: [u64; 6]| inject(tid, gadget_at, &base, nr, args, &mut requeue);
@@ -551,6 +568,9 @@ impl<'a> Tracer<'a> {
                 Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok(()),
                 Err(e) => return Err(os_err("waitpid", e)),
             };
+            if debug_enabled() {
+                eprintln!("[engine] {st:?}");
+            }
             match st {
                 WaitStatus::Exited(pid, code) => {
                     self.on_thread_exit(pid);
@@ -587,9 +607,15 @@ impl<'a> Tracer<'a> {
             sys::kill(tgid);
         }
         sys::kill(self.main_pid);
+        // Killed tasks still stop once at PTRACE_EVENT_EXIT: let them go.
         while let Ok(st) = sys::wait_any() {
-            if let WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _) = st {
-                self.tasks.remove(&p);
+            match st {
+                WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _) => {
+                    self.tasks.remove(&p);
+                }
+                WaitStatus::Event(p, _) | WaitStatus::Stopped(p, _) | WaitStatus::Syscall(p) => {
+                    let _ = sys::cont(p, 0);
+                }
             }
         }
     }
