@@ -1,0 +1,221 @@
+//! The run mode, Valgrind's `[options] prog [args]`: launches the program
+//! under the instrumentation engine and, for each process that exits,
+//! writes its `cachegrind.out` file and prints Cachegrind's summary.
+//!
+//! The preamble has the shape of Valgrind's (tool line, copyright line,
+//! core line, `Command:`, `Parent PID:` when logging to a file, a blank
+//! line) so that wrappers which skip or parse it keep working, but it names
+//! cachescope. Its `==PID==` is cachescope's own pid: the engine starts the
+//! client, and the client's pid is only known when a process reports its
+//! profile; each process's summary carries that process's pid, and `%p` in
+//! output names is always the client's.
+
+mod attribute;
+mod log;
+mod options;
+mod outfile;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use engine::{LaunchConfig, Outcome, ProcessProfile, ProfileSink};
+use symbols::Symbolizer;
+
+use crate::summary::{summary_lines, Totals};
+use log::{preamble_arg, Log};
+use options::{Command, RunOptions, UsageError};
+use outfile::{process_env, BadPattern, Expander};
+
+/// This program's version, as the banner and `--version` show it.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Entry point of the run mode (arguments after the command name).
+pub fn main(args: &[OsString]) -> ExitCode {
+    match options::parse(args) {
+        Ok(Command::Help) => {
+            print!("{}", options::usage());
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Version) => {
+            println!("cachescope-{VERSION}");
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Run(opts)) => run(&opts),
+        Err(UsageError(lines)) => {
+            for l in lines {
+                eprintln!("cachescope: {l}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(opts: &RunOptions) -> ExitCode {
+    let me = std::process::id() as i32;
+    let mut expander = Expander::new(std::env::current_dir().ok());
+    let log = match &opts.log_file {
+        None => Log::stderr(),
+        Some(pattern) => {
+            let opened = expander
+                .expand("--log-file", pattern, me, &process_env)
+                .map_err(|BadPattern(lines)| lines)
+                .and_then(|path| {
+                    Log::to_file(&path).map_err(|e| {
+                        vec![format!("can't create log file '{}': {e}", path.display())]
+                    })
+                });
+            match opened {
+                Ok(log) => log,
+                Err(lines) => {
+                    for l in lines {
+                        eprintln!("cachescope: {l}");
+                    }
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    };
+    let mut sink = CgSink {
+        opts,
+        cmd: attribute::command_line(&opts.program, &opts.args),
+        expander,
+        symbols: Symbolizer::new(),
+        log,
+        bad_out_file: false,
+    };
+    sink.preamble(me);
+    let config = LaunchConfig {
+        program: opts.program.clone(),
+        args: opts.args.clone(),
+        trace_children: opts.trace_children,
+    };
+    match engine::run(&config, &mut sink) {
+        Err(e) => {
+            eprintln!("cachescope: {e}");
+            ExitCode::from(1)
+        }
+        // Valgrind exits 1 after reporting a bad output-file pattern.
+        Ok(_) if sink.bad_out_file => ExitCode::from(1),
+        Ok(Outcome::Exited(code)) => ExitCode::from(code as u8),
+        Ok(Outcome::Signaled(sig)) => die_like(sig),
+    }
+}
+
+/// Ends cachescope the way the client ended: killed by `sig`, as Valgrind
+/// does by re-raising the client's fatal signal on itself. The first raise
+/// may only reset a handler the Rust runtime installed (SIGSEGV, SIGBUS),
+/// hence the second; an ignored signal (SIGPIPE) falls back to the shell's
+/// `128 + n` convention.
+fn die_like(sig: i32) -> ExitCode {
+    use nix::sys::signal::{raise, Signal};
+    if let Ok(s) = Signal::try_from(sig) {
+        let _ = raise(s);
+        let _ = raise(s);
+    }
+    ExitCode::from((128 + sig) as u8)
+}
+
+/// Receives each exiting process's counts and writes its profile.
+struct CgSink<'a> {
+    opts: &'a RunOptions,
+    cmd: String,
+    expander: Expander,
+    symbols: Symbolizer,
+    log: Log,
+    bad_out_file: bool,
+}
+
+impl CgSink<'_> {
+    /// Valgrind's preamble, in the same shape, naming cachescope.
+    fn preamble(&mut self, pid: i32) {
+        if self.opts.verbosity < 1 {
+            return;
+        }
+        let lines = [
+            format!("Cachescope-{VERSION}, a Cachegrind-compatible high-precision tracing profiler"),
+            "Copyright (C) 2026, and GNU GPL'd, by the cachescope developers.".to_string(),
+            format!("Using cachescope-{VERSION} and its own instrumentation engine; rerun with -h for usage"),
+        ];
+        for l in &lines {
+            self.log.umsg(pid, l);
+        }
+        let mut command = format!(
+            "Command: {}",
+            preamble_arg(&self.opts.program.to_string_lossy())
+        );
+        for a in &self.opts.args {
+            command.push(' ');
+            command.push_str(&preamble_arg(&a.to_string_lossy()));
+        }
+        self.log.umsg(pid, &command);
+        if self.log.is_file() {
+            let ppid = std::os::unix::process::parent_id();
+            self.log.umsg(pid, &format!("Parent PID: {ppid}"));
+        }
+        self.log.umsg(pid, "");
+        if self.opts.verbosity > 1 {
+            self.log.dmsg(pid, "");
+            self.log.dmsg(pid, "cachescope options:");
+            for a in std::env::args().skip(1) {
+                if a == self.opts.program.to_string_lossy() {
+                    break;
+                }
+                self.log.dmsg(pid, &format!("   {a}"));
+            }
+        }
+    }
+}
+
+impl ProfileSink for CgSink<'_> {
+    fn process_finished(&mut self, proc_profile: ProcessProfile) {
+        let pid = proc_profile.pid;
+        // Like Cachegrind, the name is expanded at exit, with the pid of
+        // the process that exits.
+        let path = match self.expander.expand(
+            "--cachegrind-out-file",
+            &self.opts.out_file,
+            pid,
+            &process_env,
+        ) {
+            Ok(p) => p,
+            Err(BadPattern(lines)) => {
+                for l in lines {
+                    self.log.umsg(pid, &l);
+                }
+                self.bad_out_file = true;
+                return;
+            }
+        };
+        let profile = attribute::build_profile(&self.cmd, &proc_profile, &mut self.symbols);
+        let mut totals = Totals::default();
+        match profile::write_file_atomic(&path, |mut w| profile.write_to(&mut w)) {
+            Ok(()) => totals.ir = profile.totals().first().copied().unwrap_or(0) as u64,
+            Err(_) => {
+                // Cachegrind then reports all-zero totals.
+                self.log.umsg(
+                    pid,
+                    &format!("error: can't open output data file '{}'", path.display()),
+                );
+                self.log
+                    .umsg(pid, "       ... so detailed results will be missing.");
+            }
+        }
+        if self.opts.verbosity > 1 {
+            self.log.dmsg(
+                pid,
+                &format!(
+                    "cachescope: {} instruction addresses in {} mappings, written to {}",
+                    proc_profile.instr_counts.len(),
+                    proc_profile.modules.len(),
+                    path.display()
+                ),
+            );
+        }
+        if self.opts.verbosity > 0 {
+            self.log.umsg(pid, "");
+            for l in summary_lines(&totals, false, false) {
+                self.log.umsg(pid, &l);
+            }
+        }
+    }
+}

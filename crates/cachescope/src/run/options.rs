@@ -1,0 +1,291 @@
+//! Valgrind's command line for the run mode: `[options] prog [args]`.
+//!
+//! Options are the arguments before the first one that does not start with
+//! `-`; that one is the program and the rest are its arguments. The
+//! spellings are Valgrind's, so wrappers that drive `valgrind
+//! --tool=cachegrind` can drive us unchanged.
+
+use std::ffi::OsString;
+
+use crate::simopts::{BadOption, SimOptions, USE_HELP};
+
+/// The default `--cachegrind-out-file` pattern.
+pub const DEFAULT_OUT_FILE: &str = "cachegrind.out.%p";
+
+/// Everything the run mode needs from the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Valgrind's verbosity: 1 by default, 0 with `-q`, +1 per `-v`.
+    pub verbosity: i32,
+    /// `--log-file=` pattern (unexpanded), if any.
+    pub log_file: Option<String>,
+    /// `--trace-children=yes|no`.
+    pub trace_children: bool,
+    /// `--cachegrind-out-file=` pattern (unexpanded).
+    pub out_file: String,
+    /// `--cache-sim`, `--branch-sim` and the cache geometries.
+    pub sim: SimOptions,
+    /// The program, as given.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Run and profile a program.
+    Run(RunOptions),
+    /// `--help` / `-h`.
+    Help,
+    /// `--version`.
+    Version,
+}
+
+/// A command-line error: the lines to print, each prefixed with
+/// `cachescope: ` (Valgrind's `valgrind: `); the exit code is 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub Vec<String>);
+
+impl From<BadOption> for UsageError {
+    fn from(b: BadOption) -> Self {
+        UsageError(b.lines)
+    }
+}
+
+fn bad_option(arg: &str, detail: &str) -> UsageError {
+    UsageError(vec![
+        format!("Bad option: {arg}"),
+        detail.to_string(),
+        USE_HELP.to_string(),
+    ])
+}
+
+fn yes_no(arg: &str, value: &str) -> Result<bool, UsageError> {
+    match value {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(bad_option(
+            arg,
+            &format!("Invalid boolean value '{value}' (should be 'yes' or 'no')"),
+        )),
+    }
+}
+
+/// Parses the arguments after the command name.
+pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
+    let mut opts = RunOptions {
+        verbosity: 1,
+        log_file: None,
+        trace_children: false,
+        out_file: DEFAULT_OUT_FILE.to_string(),
+        sim: SimOptions::new(false),
+        program: OsString::new(),
+        args: Vec::new(),
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let Some(arg) = args[i].to_str() else {
+            // A non-UTF-8 argument cannot be one of our options.
+            if args[i].as_encoded_bytes().starts_with(b"-") {
+                let shown = args[i].to_string_lossy().into_owned();
+                return Err(unknown(&shown));
+            }
+            break;
+        };
+        if !arg.starts_with('-') {
+            break;
+        }
+        i += 1;
+        if opts.sim.parse_arg(arg)? {
+            continue;
+        }
+        let (name, value) = match arg.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (arg, None),
+        };
+        match (name, value) {
+            ("-h" | "--help" | "--help-debug", None) => return Ok(Command::Help),
+            ("--version", None) => return Ok(Command::Version),
+            ("-q" | "--quiet", None) => opts.verbosity = 0,
+            ("-v" | "--verbose", None) => opts.verbosity += 1,
+            ("--tool", Some(t)) => {
+                if t != "cachegrind" {
+                    return Err(UsageError(vec![format!(
+                        "tool '{t}' is not supported: only --tool=cachegrind is"
+                    )]));
+                }
+            }
+            ("--log-file", Some(f)) => opts.log_file = Some(f.to_string()),
+            ("--trace-children", Some(v)) => opts.trace_children = yes_no(arg, v)?,
+            ("--cachegrind-out-file", Some(f)) => opts.out_file = f.to_string(),
+            ("--instr-at-start", Some(v)) => {
+                if !yes_no(arg, v)? {
+                    return Err(UsageError(vec![format!(
+                        "{arg} is not supported yet (instrumentation is always on)"
+                    )]));
+                }
+            }
+            // Accepted for wrappers' sake; they change nothing here:
+            // Cachegrind reports no errors, scheduling is the kernel's, and
+            // skipped children only matter with --trace-children=yes.
+            ("--error-exitcode", Some(v)) if v.parse::<i32>().is_ok() => {}
+            ("--fair-sched", Some("yes" | "no" | "try")) => {}
+            ("--trace-children-skip" | "--trace-children-skip-by-arg", Some(_)) => {}
+            _ => return Err(unknown(arg)),
+        }
+    }
+    let Some(program) = args.get(i) else {
+        return Err(UsageError(vec![
+            "no program specified".to_string(),
+            "Use --help for more information.".to_string(),
+        ]));
+    };
+    opts.program = program.clone();
+    opts.args = args[i + 1..].to_vec();
+    if opts.sim.cache_sim || opts.sim.branch_sim {
+        let which = if opts.sim.cache_sim {
+            "--cache-sim=yes"
+        } else {
+            "--branch-sim=yes"
+        };
+        return Err(UsageError(vec![format!(
+            "{which} is not supported in run mode yet (only instruction counts); \
+             use --cache-sim=no --branch-sim=no"
+        )]));
+    }
+    if opts.trace_children {
+        return Err(UsageError(vec![
+            "--trace-children=yes is not supported yet: exec'd programs run natively (use --trace-children=no)"
+                .to_string(),
+        ]));
+    }
+    Ok(Command::Run(opts))
+}
+
+fn unknown(arg: &str) -> UsageError {
+    UsageError(vec![format!("Unknown option: {arg}"), USE_HELP.to_string()])
+}
+
+/// The `--help` text.
+pub fn usage() -> String {
+    format!(
+        "usage: cachescope [options] prog-and-args\n\
+         \n\
+         \x20 Runs prog under cachescope's instrumentation engine and writes a\n\
+         \x20 Cachegrind profile (cachegrind.out format).\n\
+         \n\
+         \x20 core options (Valgrind's spelling):\n\
+         \x20   --tool=cachegrind          the only tool [cachegrind]\n\
+         \x20   -h --help                  show this message\n\
+         \x20   --version                  show version\n\
+         \x20   -q --quiet                 run silently; only print error msgs\n\
+         \x20   -v --verbose               be more verbose\n\
+         \x20   --trace-children=no        exec'd programs run natively [no]\n\
+         \x20   --log-file=<file>          log messages to <file> (%p, %q{{VAR}}, %n, %%)\n\
+         \x20   --error-exitcode=<n>, --fair-sched=..., --trace-children-skip=...\n\
+         \x20                              accepted and ignored\n\
+         \n\
+         \x20 cachegrind options:\n\
+         \x20   --cache-sim=no             cache simulation (yes: not yet) [no]\n\
+         \x20   --branch-sim=no            branch simulation (yes: not yet) [no]\n\
+         \x20   --cachegrind-out-file=<file>  output file name [{DEFAULT_OUT_FILE}]\n\
+         \n\
+         \x20 Other modes: cachescope replay|annotate|merge|diff ...\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    fn run(v: &[&str]) -> RunOptions {
+        match parse(&os(v)) {
+            Ok(Command::Run(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn err(v: &[&str]) -> Vec<String> {
+        match parse(&os(v)) {
+            Err(UsageError(lines)) => lines,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn options_stop_at_the_program() {
+        let r = run(&["-q", "--tool=cachegrind", "ls", "-la", "--foo"]);
+        assert_eq!(r.verbosity, 0);
+        assert_eq!(r.program, OsString::from("ls"));
+        assert_eq!(r.args, os(&["-la", "--foo"]));
+        assert_eq!(r.out_file, DEFAULT_OUT_FILE);
+        assert!(!r.trace_children);
+    }
+
+    #[test]
+    fn wrapper_options_are_accepted() {
+        let r = run(&[
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--branch-sim=no",
+            "--cachegrind-out-file=cgout",
+            "--trace-children=no",
+            "--log-file=log.%p",
+            "--error-exitcode=0",
+            "--fair-sched=try",
+            "-v",
+            "-v",
+            "./prog",
+        ]);
+        assert_eq!(r.out_file, "cgout");
+        assert_eq!(r.log_file.as_deref(), Some("log.%p"));
+        assert_eq!(r.verbosity, 3);
+    }
+
+    #[test]
+    fn errors_read_like_valgrind() {
+        assert_eq!(
+            err(&["--foo", "ls"]),
+            vec!["Unknown option: --foo", USE_HELP]
+        );
+        assert_eq!(
+            err(&[]),
+            vec!["no program specified", "Use --help for more information."]
+        );
+        assert_eq!(
+            err(&["--cache-sim=maybe", "ls"]),
+            vec![
+                "Bad option: --cache-sim=maybe",
+                "Invalid boolean value 'maybe' (should be 'yes' or 'no')",
+                USE_HELP
+            ]
+        );
+        assert_eq!(err(&["--tool=memcheck", "ls"]).len(), 1);
+    }
+
+    #[test]
+    fn unsupported_modes_are_refused_clearly() {
+        assert!(err(&["--cache-sim=yes", "ls"])[0].contains("--cache-sim=yes is not supported"));
+        assert!(err(&["--branch-sim=yes", "ls"])[0].contains("--branch-sim=yes"));
+        assert!(err(&["--trace-children=yes", "ls"])[0].contains("--trace-children=yes"));
+        assert!(err(&["--instr-at-start=no", "ls"])[0].contains("not supported"));
+    }
+
+    #[test]
+    fn cache_geometry_errors_come_from_simopts() {
+        let e = err(&["--D1=1000,2,64", "ls"]);
+        assert_eq!(e[0], "Cache set count is not a power of two.");
+        assert_eq!(e[1], "Bad option: --D1=1000,2,64");
+    }
+
+    #[test]
+    fn help_and_version() {
+        assert_eq!(parse(&os(&["--help"])), Ok(Command::Help));
+        assert_eq!(parse(&os(&["-q", "--version", "ls"])), Ok(Command::Version));
+    }
+}
