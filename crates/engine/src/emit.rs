@@ -90,34 +90,19 @@ impl Emitter {
         at
     }
 
-    /// `add qword [rip+disp], 1` (clobbers flags).
-    pub fn add_counter(&mut self, counter: u64) {
-        self.raw(&[0x48, 0x83, 0x05]);
-        let r = self.rel32_to(counter, 1);
-        self.u32(r);
+    /// `add qword gs:[off], 1`: a per-thread counter (clobbers flags).
+    pub fn add_counter(&mut self, off: u32) {
+        self.raw(&[0x65, 0x48, 0x83, 0x04, 0x25]);
+        self.u32(off);
         self.raw(&[0x01]);
     }
 
-    /// `mov r64, [rip+disp]` for r in rax..rdi.
-    pub fn load_rip(&mut self, r: u8, addr: u64) {
-        self.raw(&[0x48, 0x8b, (r << 3) | 5]);
-        let d = self.rel32_to(addr, 0);
-        self.u32(d);
-    }
-
-    /// `mov [rip+disp], r64` for r in rax..rdi.
-    pub fn store_rip(&mut self, r: u8, addr: u64) {
-        self.raw(&[0x48, 0x89, (r << 3) | 5]);
-        let d = self.rel32_to(addr, 0);
-        self.u32(d);
-    }
-
     /// Flag-preserving counter increment: through RAX, spilled to the slot.
-    pub fn add_counter_keep_flags(&mut self, counter: u64) {
+    pub fn add_counter_keep_flags(&mut self, off: u32) {
         self.store_gs(reg::RAX, crate::layout::S_RAX);
-        self.load_rip(reg::RAX, counter);
+        self.load_gs(reg::RAX, off);
         self.raw(&[0x48, 0x8d, 0x40, 0x01]); // lea rax,[rax+1]
-        self.store_rip(reg::RAX, counter);
+        self.store_gs(reg::RAX, off);
         self.load_gs(reg::RAX, crate::layout::S_RAX);
     }
 
@@ -229,6 +214,6 @@ mod tests {
         let d = disasm(&e);
         assert_eq!(d[0], "mov gs:[10h],r11");
         assert_eq!(d[1], "mov rcx,gs:[8]");
-        assert_eq!(d[2], "add qword ptr [3000h],1");
+        assert_eq!(d[2], "add qword ptr gs:[3000h],1");
     }
 }

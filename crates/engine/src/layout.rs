@@ -10,18 +10,23 @@
 //! | `SYSTAB`    | 64 KiB  | one byte per syscall number (low 16 bits): 1 = the tool wants to see it |
 //! | `GADGET`    | 4 KiB   | `syscall; mov rdi, rax; mov eax, MAGIC_INJECT; syscall` for syscall injection |
 //! | `HTAB`      | 1 MiB   | indirect-branch table: 65536 × {guest key, host entry} |
-//! | `SLOTS`     | 1 MiB   | per-thread state blocks, reached through the GS base |
+//!
+//! Each client thread has its own *thread area* (a separate private mapping
+//! of [`AREA_SIZE`] bytes, reserved lazily) whose address is the thread's GS
+//! base: its first page holds the spill slots (`S_*`), then come the
+//! thread's 8-byte execution counters from [`AREA_COUNTERS`] on. Per-thread
+//! counters need no atomic operations and are exact however threads
+//! interleave; the tool adds them up when a thread or process exits.
 //!
 //! Code-cache *chunks* are separate mappings placed within ±1 GiB of the code
 //! they translate (so RIP-relative operands keep 32-bit displacements).
-//! Code grows up from a chunk's start; 8-byte counters grow down from its end.
 
 use crate::sys::MAGIC_LO;
 
 /// Preferred base addresses of the core region (first that maps wins).
 pub const CORE_CANDIDATES: [u64; 4] = [0x7000_0000, 0x6000_0000, 0x5000_0000, 0x3800_0000];
 /// Size of the core region.
-pub const CORE_SIZE: u64 = 0x0030_0000;
+pub const CORE_SIZE: u64 = 0x0020_0000;
 /// Offset of the syscall-interest table.
 pub const SYSTAB: u64 = 0;
 /// Offset of the injection gadget.
@@ -30,12 +35,10 @@ pub const GADGET: u64 = 0x1_0000;
 pub const HTAB: u64 = 0x2_0000;
 /// Number of hash-table entries (indexed by the low 16 bits of the target).
 pub const HTAB_ENTRIES: u64 = 0x1_0000;
-/// Offset of the per-thread slots.
-pub const SLOTS: u64 = 0x20_0000;
-/// Size of one per-thread slot.
-pub const SLOT_SIZE: u64 = 256;
-/// Number of per-thread slots.
-pub const MAX_SLOTS: u64 = 0x10_0000 / SLOT_SIZE;
+/// Size of one thread area (address space only; pages are touched as used).
+pub const AREA_SIZE: u64 = 64 << 20;
+/// Offset of the first counter in a thread area.
+pub const AREA_COUNTERS: u32 = 4096;
 
 /// Slot offset: the client's RAX, saved by emitted code.
 pub const S_RAX: u32 = 0;

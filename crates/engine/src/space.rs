@@ -24,8 +24,6 @@ struct Chunk {
     base: u64,
     /// Next free code byte.
     code_next: u64,
-    /// Lowest counter allocated (counters grow down from the end).
-    data_low: u64,
     /// The shared lookup-miss stub.
     miss_stub: u64,
 }
@@ -35,9 +33,9 @@ struct Chunk {
 struct Block {
     body: u64,
     entry: u64,
-    counter: u64,
+    counter: u32,
     counted: Vec<u64>,
-    reps: Vec<(u64, u64)>,
+    reps: Vec<(u64, u32)>,
 }
 
 /// One line of `/proc/PID/maps`.
@@ -78,8 +76,15 @@ pub struct Space {
     maps: Vec<Mapping>,
     modules: Vec<ModuleRecord>,
     recorded: HashSet<(u64, u64)>,
-    /// Per-thread slots in use.
-    slots: Vec<bool>,
+    /// Thread areas whose counters are still in client memory (those of
+    /// live threads, and after a fork those the parent's other threads had).
+    areas: HashSet<u64>,
+    /// Areas of exited threads, zeroed, ready for reuse.
+    free_areas: Vec<u64>,
+    /// Next counter offset to hand out.
+    next_counter: u32,
+    /// Counts of exited threads, by counter index.
+    totals: Vec<u64>,
     /// Direct successors of each block (for eager translation).
     successors: HashMap<u64, Vec<u64>>,
 }
@@ -105,7 +110,10 @@ impl Space {
             maps: Vec::new(),
             modules: Vec::new(),
             recorded: HashSet::new(),
-            slots: vec![false; layout::MAX_SLOTS as usize],
+            areas: HashSet::new(),
+            free_areas: Vec::new(),
+            next_counter: layout::AREA_COUNTERS,
+            totals: Vec::new(),
             successors: HashMap::new(),
         })
     }
@@ -125,7 +133,10 @@ impl Space {
             maps: self.maps.clone(),
             modules: self.modules.clone(),
             recorded: self.recorded.clone(),
-            slots: self.slots.clone(),
+            areas: self.areas.clone(),
+            free_areas: self.free_areas.clone(),
+            next_counter: self.next_counter,
+            totals: self.totals.clone(),
             successors: self.successors.clone(),
         })
     }
@@ -152,26 +163,62 @@ impl Space {
         Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
 
-    /// Takes a free per-thread slot; returns its address (the GS base).
-    pub fn alloc_slot(&mut self) -> Result<u64, EngineError> {
-        let i = self
-            .slots
-            .iter()
-            .position(|used| !used)
-            .ok_or_else(|| EngineError("too many client threads".into()))?;
-        self.slots[i] = true;
-        Ok(self.core + layout::SLOTS + i as u64 * layout::SLOT_SIZE)
+    /// A thread area for a new thread (its GS base): a recycled one or a
+    /// fresh mapping made by `inj` in the client.
+    pub fn alloc_area(&mut self, inj: &mut Injector) -> Result<u64, EngineError> {
+        let area = match self.free_areas.pop() {
+            Some(a) => a,
+            None => {
+                const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+                const FLAGS: u64 =
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
+                let r = inj(
+                    libc::SYS_mmap as u64,
+                    [0, layout::AREA_SIZE, PROT, FLAGS, u64::MAX, 0],
+                )?;
+                if r < 0 {
+                    return Err(EngineError(format!(
+                        "cannot map a thread area in the client: {}",
+                        std::io::Error::from_raw_os_error(-r as i32)
+                    )));
+                }
+                r as u64
+            }
+        };
+        self.areas.insert(area);
+        Ok(area)
     }
 
-    /// Returns a slot (by address) when its thread exits.
-    pub fn free_slot(&mut self, addr: u64) {
-        if let Some(i) = addr
-            .checked_sub(self.core + layout::SLOTS)
-            .map(|o| (o / layout::SLOT_SIZE) as usize)
+    fn counters_len(&self) -> usize {
+        (self.next_counter - layout::AREA_COUNTERS) as usize
+    }
+
+    /// Reads the counters of the area at `area` (by counter index).
+    fn read_area(&self, area: u64) -> Vec<u64> {
+        let len = self.counters_len();
+        match self.read(area + layout::AREA_COUNTERS as u64, len) {
+            Ok(bytes) => bytes
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// A thread exited: fold its counters into the totals and recycle its
+    /// area. (Called while the client's memory is still there.)
+    pub fn thread_exited(&mut self, area: u64) {
+        if !self.areas.remove(&area) {
+            return;
+        }
+        let counts = self.read_area(area);
+        add_into(&mut self.totals, &counts);
+        let zeros = vec![0u8; self.counters_len()];
+        if self
+            .write(area + layout::AREA_COUNTERS as u64, &zeros)
+            .is_ok()
         {
-            if i < self.slots.len() {
-                self.slots[i] = false;
-            }
+            self.free_areas.push(area);
         }
     }
 
@@ -218,7 +265,7 @@ impl Space {
     fn chunk_near(&mut self, guest: u64, inj: &mut Injector) -> Result<usize, EngineError> {
         let fits = |c: &Chunk| {
             c.base.abs_diff(guest) < CHUNK_REACH - CHUNK_SIZE
-                && c.code_next + MAX_BLOCK_BYTES + 4096 < c.data_low
+                && c.code_next + MAX_BLOCK_BYTES + 4096 < c.base + CHUNK_SIZE
         };
         if let Some(i) = self.chunks.iter().rposition(fits) {
             return Ok(i);
@@ -262,7 +309,6 @@ impl Space {
         self.chunks.push(Chunk {
             base,
             code_next: e.here(),
-            data_low: base + CHUNK_SIZE,
             miss_stub: base,
         });
         Ok(self.chunks.len() - 1)
@@ -361,8 +407,9 @@ impl Space {
         let ci = self.chunk_near(guest, inj)?;
         let host = self.chunks[ci].code_next;
         let mut ctx = Ctx {
-            chunk: &mut self.chunks[ci],
+            chunk: &self.chunks[ci],
             core: self.core,
+            next_counter: &mut self.next_counter,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -439,30 +486,27 @@ impl Space {
 
     /// Reads every counter and attributes it to guest instructions.
     pub fn collect(&self, pid: i32) -> ProcessProfile {
-        let mut counters: HashMap<u64, u64> = HashMap::new();
-        for c in &self.chunks {
-            let end = c.base + CHUNK_SIZE;
-            if c.data_low >= end {
-                continue;
-            }
-            if let Ok(bytes) = self.read(c.data_low, (end - c.data_low) as usize) {
-                for (i, w) in bytes.chunks_exact(8).enumerate() {
-                    let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-                    if v != 0 {
-                        counters.insert(c.data_low + 8 * i as u64, v);
-                    }
-                }
-            }
+        let mut counts = self.totals.clone();
+        for &area in &self.areas {
+            add_into(&mut counts, &self.read_area(area));
         }
+        let get = |off: u32| {
+            counts
+                .get(((off - layout::AREA_COUNTERS) / 8) as usize)
+                .copied()
+                .unwrap_or(0)
+        };
         let mut instr_counts: HashMap<u64, u64> = HashMap::new();
         for b in self.blocks.values() {
-            if let Some(&n) = counters.get(&b.counter) {
+            let n = get(b.counter);
+            if n != 0 {
                 for &a in &b.counted {
                     *instr_counts.entry(a).or_default() += n;
                 }
             }
             for &(a, ctr) in &b.reps {
-                if let Some(&n) = counters.get(&ctr) {
+                let n = get(ctr);
+                if n != 0 {
                     *instr_counts.entry(a).or_default() += n;
                 }
             }
@@ -475,15 +519,26 @@ impl Space {
     }
 }
 
+fn add_into(total: &mut Vec<u64>, add: &[u64]) {
+    if total.len() < add.len() {
+        total.resize(add.len(), 0);
+    }
+    for (t, a) in total.iter_mut().zip(add) {
+        *t += a;
+    }
+}
+
 struct Ctx<'a> {
-    chunk: &'a mut Chunk,
+    chunk: &'a Chunk,
     core: u64,
+    next_counter: &'a mut u32,
 }
 
 impl TransCtx for Ctx<'_> {
-    fn alloc_counter(&mut self) -> u64 {
-        self.chunk.data_low -= 8;
-        self.chunk.data_low
+    fn alloc_counter(&mut self) -> u32 {
+        let c = *self.next_counter;
+        *self.next_counter += 8;
+        c
     }
     fn miss_stub(&self) -> u64 {
         self.chunk.miss_stub

@@ -31,8 +31,8 @@ enum Birth {
 /// A traced thread.
 struct Task {
     tgid: i32,
-    /// The GS base (slot) this thread owns.
-    slot: u64,
+    /// The thread area (GS base) this thread owns.
+    area: u64,
 }
 
 /// A traced process.
@@ -284,19 +284,19 @@ impl<'a> Tracer<'a> {
             systab[nr] = 1;
         }
         space.write(core + layout::SYSTAB, &systab)?;
-        let slot = space.alloc_slot()?;
-        let body = {
+        let (area, body) = {
             let gadget_at = core + layout::GADGET;
             let mut inj =
                 |nr: u64, args: [u64; 6]| inject(pid, gadget_at, &base, nr, args, &mut requeue);
-            space.ensure(regs.rip, &mut inj)?
+            let area = space.alloc_area(&mut inj)?;
+            (area, space.ensure(regs.rip, &mut inj)?)
         };
         for (tid, sig) in requeue {
             self.requeue.push((pid, tid, sig));
         }
         let mut fin = regs;
         fin.rip = body;
-        fin.gs_base = slot;
+        fin.gs_base = area;
         fin.orig_rax = u64::MAX;
         sys::set_regs(pid, &fin).map_err(|e| os_err("cannot set client registers", e))?;
         self.procs.insert(
@@ -307,7 +307,7 @@ impl<'a> Tracer<'a> {
                 shares_parent: false,
             },
         );
-        self.tasks.insert(pid, Task { tgid: pid, slot });
+        self.tasks.insert(pid, Task { tgid: pid, area });
         Ok(())
     }
 
@@ -417,7 +417,7 @@ impl<'a> Tracer<'a> {
             return Ok(());
         };
         let ptgid = ptask.tgid;
-        let pslot = ptask.slot;
+        let parea = ptask.area;
         let pspace = self.procs[&ptgid].space.clone();
         let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
             .ok()
@@ -430,17 +430,32 @@ impl<'a> Tracer<'a> {
         let birth = if tgid == ptgid { Birth::Thread } else { birth };
         match birth {
             Birth::Thread => {
-                let slot = pspace.borrow_mut().alloc_slot()?;
-                let mut regs =
+                // The new thread still has its creator's GS base: give it
+                // its own area, mapped by a syscall injected into it.
+                let base =
                     sys::get_regs(tid).map_err(|e| os_err("cannot read thread registers", e))?;
-                regs.gs_base = slot;
-                sys::set_regs(tid, &regs).map_err(|e| os_err("cannot set thread registers", e))?;
+                let mut requeue = Vec::new();
+                let area = {
+                    let mut sp = pspace.borrow_mut();
+                    let gadget_at = sp.core + layout::GADGET;
+                    let mut inj = |nr: u64, args: [u64; 6]| {
+                        inject(tid, gadget_at, &base, nr, args, &mut requeue)
+                    };
+                    sp.alloc_area(&mut inj)?
+                };
+                for (t, sig) in requeue {
+                    self.requeue.push((ptgid, t, sig));
+                }
+                let mut fin = base;
+                fin.gs_base = area;
+                fin.orig_rax = u64::MAX;
+                sys::set_regs(tid, &fin).map_err(|e| os_err("cannot set thread registers", e))?;
                 self.procs
                     .get_mut(&ptgid)
                     .expect("parent proc")
                     .threads
                     .insert(tid);
-                self.tasks.insert(tid, Task { tgid: ptgid, slot });
+                self.tasks.insert(tid, Task { tgid: ptgid, area });
             }
             Birth::Fork | Birth::Vfork => {
                 let (space, shares) = if birth == Birth::Fork {
@@ -463,7 +478,7 @@ impl<'a> Tracer<'a> {
                     tid,
                     Task {
                         tgid: tid,
-                        slot: pslot,
+                        area: parea,
                     },
                 );
             }
@@ -480,10 +495,11 @@ impl<'a> Tracer<'a> {
             return;
         };
         proc.threads.remove(&tid);
+        if !proc.shares_parent {
+            // Its memory is still there at the exit stop.
+            proc.space.borrow_mut().thread_exited(task.area);
+        }
         if !proc.threads.is_empty() {
-            if !proc.shares_parent {
-                proc.space.borrow_mut().free_slot(task.slot);
-            }
             return;
         }
         let proc = self.procs.remove(&task.tgid).expect("present");

@@ -24,9 +24,8 @@ const MAGIC_REQUEST: [u8; 3] = [0x48, 0x87, 0xdb];
 
 /// Everything the translator needs from its caller.
 pub trait TransCtx {
-    /// A fresh zeroed 8-byte counter reachable with a 32-bit displacement
-    /// from the block being emitted.
-    fn alloc_counter(&mut self) -> u64;
+    /// A fresh 8-byte counter: its offset in every thread's area (GS).
+    fn alloc_counter(&mut self) -> u32;
     /// Host address of the shared lookup-miss stub near the block.
     fn miss_stub(&self) -> u64;
     /// Absolute (below 2 GiB) address of the core region.
@@ -57,12 +56,12 @@ pub struct Translation {
     pub code: Vec<u8>,
     /// rel32 fields to link: (host address of the field, guest target).
     pub exits: Vec<(u64, u64)>,
-    /// The block's execution counter.
-    pub counter: u64,
+    /// The block's execution counter (offset in the thread areas).
+    pub counter: u32,
     /// Guest addresses counted once per block execution.
     pub counted: Vec<u64>,
     /// Rep-prefixed string instructions: (guest address, their own counter).
-    pub reps: Vec<(u64, u64)>,
+    pub reps: Vec<(u64, u32)>,
     /// Syscall sites that may stop in the tool.
     pub syscalls: Vec<SyscallSite>,
     /// Guest return addresses pushed by calls of this block.
@@ -442,9 +441,9 @@ impl Builder<'_> {
         if !is_cond_rep(i) {
             // Ir = RCX + 1, known before the instruction runs.
             self.e.store_gs(reg::RAX, layout::S_RAX);
-            self.e.load_rip(reg::RAX, ctr);
+            self.e.load_gs(reg::RAX, ctr);
             self.e.raw(&[0x48, 0x8d, 0x44, 0x08, 0x01]); // lea rax,[rax+rcx+1]
-            self.e.store_rip(reg::RAX, ctr);
+            self.e.store_gs(reg::RAX, ctr);
             self.e.load_gs(reg::RAX, layout::S_RAX);
             return self.copy(i, code, guest);
         }
@@ -469,9 +468,9 @@ impl Builder<'_> {
         self.e.raw(&[held, 0x02]); // j<held> EXTRA
         self.e.raw(&[0xeb, 0x04]); // jmp ADD
         self.e.raw(&[0x48, 0x8d, 0x40, 0x01]); // EXTRA: lea rax,[rax+1]
-        self.e.load_rip(reg::RDX, ctr); // ADD:
+        self.e.load_gs(reg::RDX, ctr); // ADD:
         self.e.raw(&[0x48, 0x8d, 0x14, 0x02]); // lea rdx,[rdx+rax]
-        self.e.store_rip(reg::RDX, ctr);
+        self.e.store_gs(reg::RDX, ctr);
         self.e.load_gs(reg::RDX, layout::S_RDX);
         self.e.load_gs(reg::RAX, layout::S_RAX);
         Ok(())
@@ -582,11 +581,11 @@ mod tests {
     use super::*;
 
     struct Ctx {
-        next: u64,
+        next: u32,
     }
     impl TransCtx for Ctx {
-        fn alloc_counter(&mut self) -> u64 {
-            self.next -= 8;
+        fn alloc_counter(&mut self) -> u32 {
+            self.next += 8;
             self.next
         }
         fn miss_stub(&self) -> u64 {
@@ -601,7 +600,7 @@ mod tests {
     fn loop_block_counts_and_exits() {
         // 1000: add rax,1 ; dec rcx ; jnz 1000
         let code = [0x48, 0x83, 0xc0, 0x01, 0x48, 0xff, 0xc9, 0x75, 0xf7];
-        let mut ctx = Ctx { next: 0x60_0000 };
+        let mut ctx = Ctx { next: 0x1000 };
         let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
         assert_eq!(t.counted, vec![0x1000, 0x1004, 0x1007]);
         assert_eq!(
@@ -616,7 +615,7 @@ mod tests {
         let mut code = MAGIC_PREAMBLE.to_vec();
         code.extend_from_slice(&MAGIC_REQUEST);
         code.push(0xc3);
-        let mut ctx = Ctx { next: 0x60_0000 };
+        let mut ctx = Ctx { next: 0x1000 };
         let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
         assert_eq!(t.counted, vec![0x1000, 0x1013]);
     }
@@ -624,7 +623,7 @@ mod tests {
     #[test]
     fn bad_first_instruction_is_named() {
         let code = [0x0f, 0x01, 0xd5, 0x90]; // xend
-        let mut ctx = Ctx { next: 0x60_0000 };
+        let mut ctx = Ctx { next: 0x1000 };
         let err = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap_err();
         assert!(
             err.0.contains("xend") && err.0.contains("0x1000"),
