@@ -68,7 +68,12 @@ impl Profile {
     /// Column sums over every cost centre.
     pub fn totals(&self) -> Vec<i64> {
         let mut sum = vec![0i64; self.events.len()];
-        for cc in self.costs.values().flat_map(|f| f.values()).flat_map(|l| l.values()) {
+        for cc in self
+            .costs
+            .values()
+            .flat_map(|f| f.values())
+            .flat_map(|l| l.values())
+        {
             for (s, c) in sum.iter_mut().zip(cc) {
                 *s += c;
             }
@@ -112,7 +117,24 @@ pub fn write_file_atomic(
     path: &Path,
     contents: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    write_file_replacing(path, 0o600, contents)
+}
+
+/// Like [`write_file_atomic`], with the permission bits `mode` (reduced by
+/// the umask) for a new file. A path that names something other than a
+/// regular file (`/dev/stdout`, a pipe) is written in place, since it
+/// cannot be replaced.
+pub fn write_file_replacing(
+    path: &Path,
+    mode: u32,
+    contents: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        let mut out = io::BufWriter::new(std::fs::OpenOptions::new().write(true).open(path)?);
+        contents(&mut out)?;
+        return out.flush();
+    }
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let name = path
         .file_name()
@@ -129,7 +151,7 @@ pub fn write_file_atomic(
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o600)
+            .mode(mode)
             .open(&tmp)?;
         let mut out = io::BufWriter::with_capacity(1 << 16, file);
         contents(&mut out)?;
@@ -171,7 +193,10 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"x\n");
         let failed = write_file_atomic(&dir.join("bad"), |_| Err(io::Error::other("boom")));
         assert!(failed.is_err());
-        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out")]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
