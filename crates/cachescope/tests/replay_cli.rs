@@ -94,7 +94,7 @@ fn synthetic_traces(events: usize) -> (String, String) {
         let len = 1 + r % 15;
         lackey.push_str(&format!("I  {pc:08x},{len}\n"));
         din.push_str(&format!("2 {pc:x} {len}\n"));
-        pc = if r % 7 == 0 {
+        pc = if r.is_multiple_of(7) {
             0x40_1000 + (r % 4096)
         } else {
             pc + len
