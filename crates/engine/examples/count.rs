@@ -1,12 +1,48 @@
 //! Runs a program under the engine and prints its total instruction count
 //! per process: `cargo run -p engine --example count -- prog args`.
+//!
+//! With `COUNT_OUT=FILE`, also appends every process's counts to FILE
+//! (`process PID`, `module START END OFFSET PATH` and `ADDR COUNT` lines, in
+//! hex): the engine's integration tests read it.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 struct Print;
 
+fn dump(p: &engine::ProcessProfile, path: &std::ffi::OsStr) -> std::io::Result<()> {
+    let mut f = std::io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?,
+    );
+    writeln!(f, "process {}", p.pid)?;
+    for m in &p.modules {
+        writeln!(
+            f,
+            "module {:x} {:x} {:x} {}",
+            m.start,
+            m.end,
+            m.file_offset,
+            m.path.display()
+        )?;
+    }
+    let mut v: Vec<_> = p.instr_counts.iter().collect();
+    v.sort();
+    for (a, n) in v {
+        writeln!(f, "{a:x} {n:x}")?;
+    }
+    f.flush()
+}
+
 impl engine::ProfileSink for Print {
     fn process_finished(&mut self, p: engine::ProcessProfile) {
+        if let Some(path) = std::env::var_os("COUNT_OUT") {
+            if let Err(e) = dump(&p, &path) {
+                eprintln!("count: cannot write {}: {e}", path.to_string_lossy());
+            }
+        }
         let total: u64 = p.instr_counts.values().sum();
         eprintln!(
             "count: pid {} Ir {} ({} addresses, {} modules)",
@@ -15,13 +51,6 @@ impl engine::ProfileSink for Print {
             p.instr_counts.len(),
             p.modules.len()
         );
-        if std::env::var_os("COUNT_DUMP").is_some() {
-            let mut v: Vec<_> = p.instr_counts.iter().collect();
-            v.sort();
-            for (a, n) in v {
-                eprintln!("{a:#x} {n}");
-            }
-        }
     }
 }
 

@@ -1,0 +1,87 @@
+//! The fixture corpus under the engine: same output and exit status as
+//! native, and Valgrind's instruction counts (exactly, in total for the
+//! -nostdlib program; per function of the fixture's own source otherwise,
+//! since libc picks CPU-specific routines that Valgrind's CPUID hides).
+
+mod common;
+use common::*;
+
+#[test]
+fn nostdlib_total_equals_valgrind() {
+    let dir = TempDir::new("nostdlib");
+    let exe = build(
+        &dir,
+        "gcc",
+        "nostdlib.c",
+        "nostdlib",
+        &["-static", "-nostdlib", "-no-pie", "-fno-pie"],
+    );
+    let nat = native(&exe, &[]);
+    let (run, procs) = engine(&dir, &exe, &[]);
+    assert_same_behaviour(&nat, &run);
+    assert_eq!(procs.len(), 1);
+    let (_, vg_total) = valgrind(&dir, &exe, &[]);
+    assert_eq!(procs[0].total(), vg_total);
+    // The client request sequence counts as one instruction of 19 bytes.
+    assert_eq!(
+        procs[0].by_function("nostdlib.c").values().sum::<u64>(),
+        vg_total - 6
+    );
+}
+
+#[test]
+fn loops_recursion_pointers_switch_dynamic_pie() {
+    check_fixture("loops-pie", "gcc", "loops.c", &["-pie", "-fpie"]);
+}
+
+#[test]
+fn loops_dynamic_non_pie() {
+    check_fixture("loops-nopie", "gcc", "loops.c", &["-no-pie", "-fno-pie"]);
+}
+
+#[test]
+fn loops_static_glibc() {
+    check_fixture("loops-static", "gcc", "loops.c", &["-static"]);
+}
+
+#[test]
+fn setjmp_longjmp() {
+    check_fixture("setjmp", "gcc", "setjmp.c", &[]);
+}
+
+#[test]
+fn rep_string_instructions() {
+    check_fixture("repstr", "gcc", "repstr.c", &[]);
+}
+
+#[test]
+fn cpp_exceptions() {
+    check_fixture("exceptions", "g++", "exceptions.cpp", &[]);
+}
+
+#[test]
+fn rust_program() {
+    check_fixture("rustprog", "rustc", "rustprog.rs", &[]);
+}
+
+#[test]
+fn threads_count_exactly() {
+    check_fixture("threads", "gcc", "threads.c", &["-pthread"]);
+}
+
+#[test]
+fn fork_child_has_its_own_profile_and_spawned_program_runs_natively() {
+    let dir = TempDir::new("fork");
+    let exe = build(&dir, "gcc", "fork.c", "fork", &[]);
+    let nat = native(&exe, &[]);
+    let (run, procs) = engine(&dir, &exe, &[]);
+    assert_same_behaviour(&nat, &run);
+    // The forked child and the parent; the posix_spawn'd program runs
+    // natively and, as under Valgrind, reports nothing.
+    assert_eq!(procs.len(), 2, "{}", run.stderr);
+    assert_ne!(procs[0].pid, procs[1].pid);
+    let child: u64 = procs[0].by_function("fork.c").values().sum();
+    let parent: u64 = procs[1].by_function("fork.c").values().sum();
+    // The child ran work(30000) after the fork, the parent work(10000).
+    assert!(child > parent + 100_000, "child {child}, parent {parent}");
+}
