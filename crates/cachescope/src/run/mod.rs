@@ -169,6 +169,11 @@ impl CgSink<'_> {
 impl ProfileSink for CgSink<'_> {
     fn process_finished(&mut self, proc_profile: ProcessProfile) {
         let pid = proc_profile.pid;
+        // Valgrind's core prints this blank line at exit, before the tool
+        // writes its file (so before any error about it).
+        if self.opts.verbosity > 0 {
+            self.log.umsg(pid, "");
+        }
         // Like Cachegrind, the name is expanded at exit, with the pid of
         // the process that exits.
         let path = match self.expander.expand(
@@ -212,7 +217,6 @@ impl ProfileSink for CgSink<'_> {
             );
         }
         if self.opts.verbosity > 0 {
-            self.log.umsg(pid, "");
             for l in summary_lines(&totals, false, false) {
                 self.log.umsg(pid, &l);
             }

@@ -1,0 +1,251 @@
+//! End-to-end: the run mode's command line, messages, output file naming
+//! and exit status, as Valgrind behaves (spec §5.1, §6).
+
+mod run_support;
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+
+use run_support::*;
+
+fn cs(dir: &TempDir, args: &[&str]) -> Run {
+    let mut c = Command::new(cachescope());
+    c.args(args).current_dir(&dir.0).stdin(Stdio::null());
+    c.output().unwrap().into()
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines().collect()
+}
+
+#[test]
+fn usage_errors_read_like_valgrind() {
+    let dir = TempDir::new("usage");
+    let r = cs(&dir, &["--foo", "true"]);
+    assert_eq!(r.end, End::Code(1));
+    assert_eq!(
+        lines(&r.stderr_text()),
+        [
+            "cachescope: Unknown option: --foo",
+            "cachescope: Use --help for more information or consult the user manual."
+        ]
+    );
+    let r = cs(&dir, &[]);
+    assert_eq!(r.end, End::Code(1));
+    assert_eq!(
+        lines(&r.stderr_text()),
+        [
+            "cachescope: no program specified",
+            "cachescope: Use --help for more information."
+        ]
+    );
+    let r = cs(&dir, &["--cache-sim=yes", "true"]);
+    assert_eq!(r.end, End::Code(1));
+    assert!(r
+        .stderr_text()
+        .starts_with("cachescope: --cache-sim=yes is not supported"));
+    let r = cs(&dir, &["--version"]);
+    assert_eq!(r.end, End::Code(0));
+    assert!(String::from_utf8_lossy(&r.stdout).starts_with("cachescope-"));
+    let r = cs(&dir, &["--help"]);
+    assert_eq!(r.end, End::Code(0));
+    assert!(String::from_utf8_lossy(&r.stdout).contains("--cachegrind-out-file"));
+}
+
+#[test]
+fn unrunnable_programs_give_one_clear_line() {
+    let dir = TempDir::new("unrunnable");
+    let text = dir.join("notelf");
+    std::fs::write(&text, "just text\n").unwrap();
+    std::fs::set_permissions(&text, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plain = dir.join("plain");
+    std::fs::write(&plain, "x").unwrap();
+    for prog in [
+        "no-such-program-anywhere",
+        "./missing",
+        "./notelf",
+        "./plain",
+    ] {
+        let r = cs(&dir, &["-q", prog]);
+        assert_ne!(r.end, End::Code(0), "{prog}");
+        let err = r.stderr_text();
+        assert_eq!(err.lines().count(), 1, "{prog}: {err}");
+        assert!(
+            err.starts_with("cachescope: ") && err.contains(prog),
+            "{prog}: {err}"
+        );
+    }
+    assert!(std::fs::read_dir(&dir.0).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("cachegrind.out")));
+}
+
+#[test]
+fn default_output_preamble_and_summary() {
+    let dir = TempDir::new("default");
+    let child = Command::new(cachescope())
+        .args(["/bin/sh", "-c", "echo hi; exit 3"])
+        .current_dir(&dir.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let me = child.id();
+    let r: Run = child.wait_with_output().unwrap().into();
+    assert_eq!(r.end, End::Code(3));
+    assert_eq!(r.stdout, b"hi\n");
+    let err = r.stderr_text();
+    let l = lines(&err);
+    let pre = format!("=={me}== ");
+    assert_eq!(l.len(), 7, "{err}");
+    assert!(l[0].starts_with(&format!("{pre}Cachescope-")), "{err}");
+    assert!(l[1].starts_with(&format!("{pre}Copyright")), "{err}");
+    assert!(
+        l[2].starts_with(&format!("{pre}Using cachescope-")),
+        "{err}"
+    );
+    assert_eq!(
+        l[3],
+        format!("{pre}Command: /bin/sh -c echo\\ hi;\\ exit\\ 3")
+    );
+    assert_eq!(l[4], format!("=={me}== "));
+    // The summary carries the client's pid, which names the output file.
+    let client: String = l[5]
+        .trim_start_matches("==")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    assert_eq!(l[5], format!("=={client}== "));
+    assert!(
+        l[6].starts_with(&format!("=={client}== I refs:        ")),
+        "{err}"
+    );
+    let file = dir.join(&format!("cachegrind.out.{client}"));
+    let o = CgOut::read(&file);
+    assert_eq!(o.cmd, "/bin/sh -c echo hi; exit 3");
+    let shown: u64 = l[6]
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert_eq!(shown, o.summary);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn quiet_leaves_stderr_to_the_client() {
+    let dir = TempDir::new("quiet");
+    let r = cs(
+        &dir,
+        &["-q", "/bin/sh", "-c", "echo out; echo err >&2; exit 0"],
+    );
+    assert_eq!(r.end, End::Code(0));
+    assert_eq!(r.stdout, b"out\n");
+    assert_eq!(r.stderr_text(), "err\n");
+}
+
+#[test]
+fn log_file_takes_the_messages() {
+    let dir = TempDir::new("log");
+    let r = cs(
+        &dir,
+        &["--log-file=log.%p", "/bin/sh", "-c", "echo err >&2"],
+    );
+    assert_eq!(r.end, End::Code(0));
+    assert_eq!(r.stderr_text(), "err\n");
+    let logs = files_with_prefix(&dir.0, "log.");
+    assert_eq!(logs.len(), 1);
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(
+        log.contains("== Command: /bin/sh -c echo\\ err\\ \\>&2\n"),
+        "{log}"
+    );
+    assert!(log.contains("== Parent PID: "), "{log}");
+    assert!(log.contains("== I refs: "), "{log}");
+}
+
+#[test]
+fn output_name_patterns_and_startup_directory() {
+    let dir = TempDir::new("patterns");
+    let mut c = Command::new(cachescope());
+    c.args([
+        "-q",
+        "--cachegrind-out-file=cg.%q{CS_TEST_TAG}.%n.%%",
+        "/bin/sh",
+        "-c",
+        "cd / && echo moved",
+    ])
+    .env("CS_TEST_TAG", "tag")
+    .current_dir(&dir.0);
+    let r: Run = c.output().unwrap().into();
+    assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
+    assert_eq!(r.stdout, b"moved\n");
+    // Relative to where cachescope started, not where the client went.
+    let o = CgOut::read(&dir.join("cg.tag.1.%"));
+    assert!(o.summary > 0);
+}
+
+#[test]
+fn bad_output_pattern_is_reported_at_exit() {
+    let dir = TempDir::new("badpattern");
+    let r = cs(
+        &dir,
+        &["--cachegrind-out-file=x.%z", "/bin/sh", "-c", "echo ran"],
+    );
+    assert_eq!(r.end, End::Code(1));
+    assert_eq!(r.stdout, b"ran\n");
+    let err = r.stderr_text();
+    let tail: Vec<String> = err
+        .lines()
+        .rev()
+        .take(4)
+        .map(|l| {
+            l.split_once("== ")
+                .map_or(l.to_string(), |(_, t)| t.to_string())
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "Use --help for more information or consult the user manual.",
+            "Expected 'p' or 'q' or '%' after '%'",
+            "Bad option: --cachegrind-out-file=x.%z",
+            ""
+        ]
+    );
+    assert!(!err.contains("I refs"), "{err}");
+}
+
+#[test]
+fn unwritable_output_gives_zero_totals() {
+    let dir = TempDir::new("unwritable");
+    let r = cs(&dir, &["--cachegrind-out-file=/nonexistent-dir/x", "true"]);
+    assert_eq!(r.end, End::Code(0));
+    let err = r.stderr_text();
+    assert!(
+        err.contains("== error: can't open output data file '/nonexistent-dir/x'\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("==        ... so detailed results will be missing.\n"),
+        "{err}"
+    );
+    assert!(err.contains("== I refs:        0\n"), "{err}");
+}
+
+#[test]
+fn death_by_signal_is_passed_on() {
+    let dir = TempDir::new("signal");
+    let prog = OsStr::new("/bin/sh");
+    let args = ["-c", "kill -TERM $$"];
+    let nat = native(&dir.0, prog, &args, None);
+    assert_eq!(nat.end, End::Signal(15));
+    let r = under_cachescope(&dir.0, &["-q"], prog, &args, None);
+    assert_eq!(r.end, End::Signal(15), "{}", r.stderr_text());
+}
