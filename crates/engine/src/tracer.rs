@@ -540,7 +540,9 @@ impl<'a> Tracer<'a> {
         if !self.tasks.contains_key(&tid) {
             if sig == libc::SIGSTOP {
                 if let Some((parent, birth)) = self.announced.remove(&tid) {
-                    return self.start_task(tid, parent, birth);
+                    self.start_task(tid, parent, birth)?;
+                    self.resume(parent, 0);
+                    return Ok(());
                 }
                 self.early.insert(tid);
                 return Ok(());
@@ -548,10 +550,6 @@ impl<'a> Tracer<'a> {
             self.resume(tid, sig);
             return Ok(());
         }
-        let synchronous = matches!(
-            sig,
-            libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
-        );
         if has_handler(tid, sig) {
             let rip = sys::get_regs(tid).map(|r| r.rip).unwrap_or(0);
             return Err(EngineError(format!(
@@ -559,9 +557,7 @@ impl<'a> Tracer<'a> {
                 signal_name(sig)
             )));
         }
-        if synchronous && sig != libc::SIGTRAP {
-            // Default action: the process dies of it, as natively.
-        }
+        // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig);
         Ok(())
     }
@@ -570,10 +566,13 @@ impl<'a> Tracer<'a> {
         let child = sys::event_msg(tid).map_err(|e| os_err("ptrace geteventmsg", e))? as i32;
         if self.early.remove(&child) {
             self.start_task(child, tid, birth)?;
+            self.resume(tid, 0);
         } else {
+            // The creator waits until the child has stopped and been set up:
+            // a forked child's bookkeeping must be copied before the parent
+            // translates more code.
             self.announced.insert(child, (tid, birth));
         }
-        self.resume(tid, 0);
         Ok(())
     }
 
