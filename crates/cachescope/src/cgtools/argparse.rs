@@ -432,9 +432,13 @@ impl Parser {
         Ok(())
     }
 
-    /// `format_usage()`: `usage: ...` wrapped to the width, and a blank
-    /// line.
+    /// `format_usage()`: `usage: ...` wrapped to the width.
     pub fn format_usage(&self) -> String {
+        format!("{}\n", self.usage_text())
+    }
+
+    /// The usage text wrapped to the width, without a final newline.
+    fn usage_text(&self) -> String {
         let prefix = "usage: ";
         let prog = self.prog;
         let parts = |positional: bool| -> Vec<String> {
@@ -512,7 +516,7 @@ impl Parser {
                 };
             usage = lines.join("\n");
         }
-        format!("{prefix}{usage}\n\n")
+        format!("{prefix}{usage}")
     }
 
     /// `format_help()`.
@@ -565,7 +569,7 @@ impl Parser {
                 format!("\n{title}:\n{items}\n")
             }
         };
-        let mut text = self.format_usage();
+        let mut text = format!("{}\n\n", self.usage_text());
         if !self.description.is_empty() {
             text.push_str(&textwrap::wrap(self.description, width.max(11)).join("\n"));
             text.push_str("\n\n");
