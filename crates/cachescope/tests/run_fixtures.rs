@@ -224,6 +224,13 @@ fn threads() {
 }
 
 #[test]
+fn fork_and_spawn() {
+    // The forked child writes its own profile; the spawned program runs
+    // natively (--trace-children=no), as under Valgrind.
+    case("fork", "gcc", C_DBG, "fork.c", &[], Compare::OwnFunctions);
+}
+
+#[test]
 fn mixed_control_flow_pie_with_args() {
     let flags = ["-g", "-O2"];
     case(
