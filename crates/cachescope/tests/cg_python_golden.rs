@@ -89,7 +89,7 @@ fn every_case_matches_the_python_tools() {
             let at = text
                 .find("  -I DIR, --include DIR")
                 .expect("-I in the help");
-            stdout = text[..at].as_bytes().to_vec();
+            stdout = text.as_bytes()[..at].to_vec();
         }
         assert_same_text(&format!("{} (stdout)", case.name), &stdout, &want_out);
         assert_same_text(&format!("{} (stderr)", case.name), &out.stderr, &want_err);
