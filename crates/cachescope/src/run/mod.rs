@@ -191,7 +191,9 @@ impl ProfileSink for CgSink<'_> {
                 return;
             }
         };
+        let started = std::time::Instant::now();
         let profile = attribute::build_profile(&self.cmd, &proc_profile, &mut self.symbols);
+        let symbolized_in = started.elapsed();
         let mut totals = Totals::default();
         match profile::write_file_atomic(&path, |mut w| profile.write_to(&mut w)) {
             Ok(()) => totals.ir = profile.totals().first().copied().unwrap_or(0) as u64,
@@ -209,9 +211,11 @@ impl ProfileSink for CgSink<'_> {
             self.log.dmsg(
                 pid,
                 &format!(
-                    "cachescope: {} instruction addresses in {} mappings, written to {}",
+                    "cachescope: {} instruction addresses in {} mappings symbolized in {} ms, \
+                     written to {}",
                     proc_profile.instr_counts.len(),
                     proc_profile.modules.len(),
+                    symbolized_in.as_millis(),
                     path.display()
                 ),
             );
