@@ -3,6 +3,32 @@
 use crate::num::{dec_prefix_u32, hex_prefix};
 use crate::{Access, Event};
 
+/// The fast path: a well-formed record at the start of `s`, followed by
+/// `\n`. Returns the event and the bytes used (newline included), or
+/// `None` for anything else (which [`parse_line`] then classifies).
+#[inline(always)]
+pub fn parse_record(s: &[u8]) -> Option<(Event, usize)> {
+    let access = match s.get(..3)? {
+        b"I  " => Access::Instr,
+        b" L " => Access::Read,
+        b" S " => Access::Write,
+        b" M " => Access::Modify,
+        _ => return None,
+    };
+    let (addr, n) = hex_prefix(&s[3..])?;
+    let mut i = 3 + n;
+    if *s.get(i)? != b',' {
+        return None;
+    }
+    i += 1;
+    let (size, n) = dec_prefix_u32(&s[i..])?;
+    i += n;
+    if *s.get(i)? != b'\n' {
+        return None;
+    }
+    Some((Event { access, addr, size }, i + 1))
+}
+
 /// Parses one line (without its newline). Lines that are not trace records
 /// give `Ok(None)`; a record that does not parse is an error.
 #[inline]
@@ -53,5 +79,41 @@ mod tests {
             Err("unexpected text after the size")
         );
         assert_eq!(parse_line(b"I  ,8"), Err("malformed address"));
+    }
+
+    /// The fast path accepts exactly the well-formed records, with the
+    /// same result as the line parser.
+    #[test]
+    fn fast_path_agrees_with_line_parser() {
+        let lines: [&[u8]; 10] = [
+            b"I  04000000,3\n",
+            b" M 1ffefffd38,4\nrest",
+            b" S 04022e08,8\r\n",
+            b" L 1000,8x\n",
+            b" L 10000000000000000,8\n",
+            b"==1== x\n",
+            b"I  0400,3",
+            b" L 1000,99999999999\n",
+            b" X 1000,8\n",
+            b"I  ab,\n",
+        ];
+        for l in lines {
+            let nl = l.iter().position(|&b| b == b'\n');
+            match parse_record(l) {
+                Some((ev, used)) => {
+                    assert_eq!(Some(used - 1), nl);
+                    assert_eq!(parse_line(&l[..used - 1]), Ok(Some(ev)));
+                }
+                None => {
+                    let line = &l[..nl.unwrap_or(l.len())];
+                    assert!(
+                        !matches!(parse_line(line), Ok(Some(_)))
+                            || line.ends_with(b"\r")
+                            || nl.is_none()
+                    );
+                }
+            }
+        }
+        assert_eq!(parse_record(b"I  04000000,3\n").unwrap().1, 14);
     }
 }

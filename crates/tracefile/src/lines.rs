@@ -1,4 +1,5 @@
-//! Splitting a byte stream into lines through one large reused buffer.
+//! Reading a byte stream in large chunks of whole lines, through one
+//! reused buffer.
 
 use crate::TraceError;
 use std::io::{ErrorKind, Read};
@@ -6,9 +7,10 @@ use std::io::{ErrorKind, Read};
 /// Initial buffer size: large reads keep a text trace I/O-bound.
 const CHUNK: usize = 1 << 20;
 
-/// Calls `f` with every line of `input` (without the `\n`), including a
-/// last line with no newline. Stops at the first error `f` returns.
-pub fn for_each_line<R: Read>(
+/// Calls `f` with successive chunks of `input`, each made of whole lines
+/// (every one ending in `\n`), except that the last chunk may end with a
+/// line that has no newline. Stops at the first error `f` returns.
+pub fn for_each_chunk<R: Read>(
     mut input: R,
     mut f: impl FnMut(&[u8]) -> Result<(), TraceError>,
 ) -> Result<(), TraceError> {
@@ -27,13 +29,17 @@ pub fn for_each_line<R: Read>(
             return Ok(());
         }
         let filled = end + n;
-        let mut start = 0;
-        while let Some(nl) = buf[start..filled].iter().position(|&b| b == b'\n') {
-            f(&buf[start..start + nl])?;
-            start += nl + 1;
+        // Only the tail after the last newline is carried over; searching
+        // for it from the new data's end is cheap.
+        let whole = match buf[end..filled].iter().rposition(|&b| b == b'\n') {
+            Some(i) => end + i + 1,
+            None => 0,
+        };
+        if whole > 0 {
+            f(&buf[..whole])?;
         }
-        buf.copy_within(start..filled, 0);
-        end = filled - start;
+        buf.copy_within(whole..filled, 0);
+        end = filled - whole;
         if end == buf.len() {
             // One line longer than the buffer: grow rather than split it.
             buf.resize(buf.len() * 2, 0);
@@ -57,10 +63,10 @@ mod tests {
         }
     }
 
-    fn collect(input: impl Read) -> Vec<String> {
+    fn chunks(input: impl Read) -> Vec<String> {
         let mut v = Vec::new();
-        for_each_line(input, |l| {
-            v.push(String::from_utf8_lossy(l).into_owned());
+        for_each_chunk(input, |c| {
+            v.push(String::from_utf8_lossy(c).into_owned());
             Ok(())
         })
         .unwrap();
@@ -68,22 +74,28 @@ mod tests {
     }
 
     #[test]
-    fn splits_across_reads() {
+    fn chunks_hold_whole_lines() {
         let text = b"ab\n\ncd\nlast";
-        for step in 1..6 {
-            assert_eq!(collect(Trickle(text, step)), ["ab", "", "cd", "last"]);
+        for step in 1..12 {
+            let got = chunks(Trickle(text, step));
+            assert_eq!(got.concat(), "ab\n\ncd\nlast", "step {step}");
+            let (last, whole) = got.split_last().unwrap();
+            assert!(
+                whole.iter().all(|c| c.ends_with('\n')),
+                "step {step}: {got:?}"
+            );
+            assert!(last.ends_with('\n') || last.ends_with("last"));
         }
-        assert_eq!(collect(&b"x\n"[..]), ["x"]);
-        assert!(collect(&b""[..]).is_empty());
+        assert_eq!(chunks(&b"x\n"[..]), ["x\n"]);
+        assert!(chunks(&b""[..]).is_empty());
     }
 
     #[test]
     fn long_line_grows_the_buffer() {
         let mut text = vec![b'z'; CHUNK * 2 + 5];
         text.extend_from_slice(b"\nend\n");
-        let lines = collect(&text[..]);
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0].len(), CHUNK * 2 + 5);
-        assert_eq!(lines[1], "end");
+        let got = chunks(&text[..]);
+        assert_eq!(got.concat().len(), CHUNK * 2 + 10);
+        assert!(got[0].len() > CHUNK * 2);
     }
 }
