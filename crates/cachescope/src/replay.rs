@@ -179,24 +179,22 @@ fn simulate(
     input: impl Read,
     format: Format,
     sim: Option<&mut CacheSim>,
-) -> Result<Counts, tracefile::TraceError> {
+) -> Result<(Counts, tracefile::TraceStats), tracefile::TraceError> {
     let mut c = Counts::default();
-    match sim {
+    let stats = match sim {
         Some(sim) => {
             tracefile::read_trace(input, format, |ev| match ev.access {
                 Access::Instr => c.ir.record(sim.instr(ev.addr, ev.size)),
                 // A modify is one access, counted as a read (spec §1.4).
                 Access::Read | Access::Modify => c.dr.record(sim.read(ev.addr, ev.size)),
                 Access::Write => c.dw.record(sim.write(ev.addr, ev.size)),
-            })?;
+            })?
         }
-        None => {
-            tracefile::read_trace(input, format, |ev| {
-                c.ir.refs += u64::from(ev.access == Access::Instr);
-            })?;
-        }
-    }
-    Ok(c)
+        None => tracefile::read_trace(input, format, |ev| {
+            c.ir.refs += u64::from(ev.access == Access::Instr);
+        })?,
+    };
+    Ok((c, stats))
 }
 
 /// The `cachegrind.out` contents for a replay.
@@ -279,7 +277,18 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Err(e) => return fail(&[format!("cannot open trace '{trace_name}': {e}")]),
     };
     let counts = match simulate(input, args.format, sim.as_mut()) {
-        Ok(c) => c,
+        Ok((c, stats)) => {
+            if stats.lines > 0 && stats.events == 0 {
+                // Most likely the wrong file or format: say so, but a
+                // trace without records is still a valid (empty) replay.
+                let _ = writeln!(
+                    stderr,
+                    "{}: warning: no trace records in '{trace_name}' (wrong --format?)",
+                    program_name()
+                );
+            }
+            c
+        }
         Err(tracefile::TraceError::Malformed { line, reason }) => {
             return fail(&[format!("{trace_name}:{line}: {reason}")])
         }
@@ -370,7 +379,8 @@ mod tests {
             CacheConfig::new(32768, 8, 64),
             CacheConfig::new(262_144, 8, 64),
         );
-        let c = simulate(trace.as_bytes(), Format::Lackey, Some(&mut sim)).unwrap();
+        let (c, stats) = simulate(trace.as_bytes(), Format::Lackey, Some(&mut sim)).unwrap();
+        assert_eq!((stats.lines, stats.events), (6, 6));
         let t = c.totals();
         assert_eq!((t.ir, t.i1mr, t.ilmr), (2, 1, 1));
         assert_eq!((t.dr, t.d1mr, t.dlmr), (3, 1, 1));
@@ -389,7 +399,7 @@ mod tests {
              fl=???\nfn=???\n0 2 1 1 3 1 1 1 1 1\n\
              summary: 2 1 1 3 1 1 1 1 1\n"
         );
-        let c = simulate(trace.as_bytes(), Format::Lackey, None).unwrap();
+        let (c, _) = simulate(trace.as_bytes(), Format::Lackey, None).unwrap();
         let mut out = Vec::new();
         build_profile("t.trace", None, &c)
             .write_to(&mut out)
@@ -402,7 +412,8 @@ mod tests {
 
     #[test]
     fn empty_trace_has_no_records() {
-        let c = simulate(&b"==1== nothing\n"[..], Format::Lackey, None).unwrap();
+        let (c, stats) = simulate(&b"==1== nothing\n"[..], Format::Lackey, None).unwrap();
+        assert_eq!((stats.lines, stats.events), (1, 0));
         let mut out = Vec::new();
         build_profile("-", None, &c).write_to(&mut out).unwrap();
         assert_eq!(

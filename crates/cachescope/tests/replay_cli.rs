@@ -307,6 +307,18 @@ fn bad_traces_name_file_and_line() {
         ["cachescope: bad.din:2: unknown label (expected 0 to 4)"]
     );
 
+    // A file with no records at all (here: din read as Lackey) is an
+    // empty replay, with a warning.
+    let o = replay(
+        &["--cache-sim=no", "--cachegrind-out-file=e.out", "bad.din"],
+        &dir.0,
+    );
+    assert!(o.status.success());
+    assert_eq!(
+        stderr_lines(&o)[0],
+        "cachescope: warning: no trace records in 'bad.din' (wrong --format?)"
+    );
+
     let o = replay(&["--cache-sim=no", "missing.trace"], &dir.0);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr_lines(&o)[0].starts_with("cachescope: cannot open trace 'missing.trace': "));
