@@ -98,6 +98,23 @@ impl<'a> Iterator for SplitWhitespace<'a> {
     }
 }
 
+/// Python's whitespace among ASCII bytes.
+static ASCII_SPACE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = matches!(b as u8, b'\t'..=b'\r' | 0x1c..=0x1f | b' ');
+        b += 1;
+    }
+    t
+};
+
+/// True for the ASCII bytes Python calls whitespace.
+#[inline]
+pub fn is_ascii_space(b: u8) -> bool {
+    ASCII_SPACE[b as usize]
+}
+
 /// `s` without its last character, like Python's `s[:-1]`: the tools use
 /// this to drop a line's `\n`, which drops a real character from a last
 /// line that has none. Invalid UTF-8 loses one byte.

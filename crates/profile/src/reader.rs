@@ -195,18 +195,19 @@ impl<R: Read> CgoutReader<R> {
             msg: msg.into(),
         };
         if text[0].is_ascii_digit() {
-            let mut tokens = pytext::split_whitespace(text);
-            let line_no = tokens
-                .next()
-                .and_then(pytext::parse_int)
-                .ok_or_else(|| bad(MALFORMED_COUNTS))?;
-            if !parse_counts(tokens, &mut self.counts) {
-                return Err(bad(MALFORMED_COUNTS));
-            }
-            return Ok(Some(Record::Counts {
-                line: line_no,
-                counts: &self.counts,
-            }));
+            // Nearly every line is a count line, nearly always ASCII.
+            let line_no = if text.is_ascii() {
+                parse_ascii_count_line(text, &mut self.counts)
+            } else {
+                parse_count_line(pytext::split_whitespace(text), &mut self.counts)
+            };
+            return match line_no {
+                Some(line) => Ok(Some(Record::Counts {
+                    line,
+                    counts: &self.counts,
+                })),
+                None => Err(bad(MALFORMED_COUNTS)),
+            };
         }
         if text.starts_with(b"fn=") {
             return Ok(Some(Record::Fn(name_after_prefix(&line))));
@@ -233,6 +234,66 @@ impl<R: Read> CgoutReader<R> {
             String::from_utf8_lossy(shown)
         )))
     }
+}
+
+/// Parses a count line's tokens: the line number, returned, then the
+/// counts into `out`.
+#[inline]
+fn parse_count_line<'a>(
+    mut tokens: impl Iterator<Item = &'a [u8]>,
+    out: &mut [i64],
+) -> Option<i64> {
+    let line = pytext::parse_int(tokens.next()?)?;
+    parse_counts(tokens, out).then_some(line)
+}
+
+/// [`parse_count_line`] for an ASCII line, scanning each byte once: plain
+/// decimal tokens are converted as they are found; anything else (signs,
+/// underscores, `.`, long numbers) goes through the general parser.
+#[inline]
+fn parse_ascii_count_line(text: &[u8], out: &mut [i64]) -> Option<i64> {
+    let mut i = 0;
+    let mut line = None;
+    let mut n = 0;
+    loop {
+        while i < text.len() && pytext::is_ascii_space(text[i]) {
+            i += 1;
+        }
+        if i == text.len() {
+            break;
+        }
+        let start = i;
+        let mut v: i64 = 0;
+        while i < text.len() {
+            let d = text[i].wrapping_sub(b'0');
+            if d >= 10 {
+                break;
+            }
+            v = v.wrapping_mul(10).wrapping_add(i64::from(d));
+            i += 1;
+        }
+        // Up to 18 digits cannot overflow.
+        let plain =
+            i > start && i - start <= 18 && (i == text.len() || pytext::is_ascii_space(text[i]));
+        if !plain {
+            while i < text.len() && !pytext::is_ascii_space(text[i]) {
+                i += 1;
+            }
+            let tok = &text[start..i];
+            v = match (line, tok) {
+                (Some(_), b".") => 0,
+                _ => pytext::parse_int(tok)?,
+            };
+        }
+        if line.is_none() {
+            line = Some(v);
+        } else {
+            *out.get_mut(n)? = v;
+            n += 1;
+        }
+    }
+    out[n..].fill(0);
+    line
 }
 
 /// Parses count tokens into `out`, zero-filling missing trailing counts.
@@ -370,6 +431,37 @@ mod tests {
             format_error(b"cmd: a\nevents: A\nsummary:"),
             (3, "malformed line: summary".into())
         );
+    }
+
+    #[test]
+    fn fast_count_parser_agrees_with_the_general_one() {
+        let lines: &[&[u8]] = &[
+            b"1",
+            b"1 2 3",
+            b"12  3\t4 ",
+            b"7 . 5",
+            b"7 +5 -6",
+            b"1_0 2_0",
+            b"007 08",
+            b"5 999999999999999999",
+            b"5 9999999999999999999",
+            b"5 9223372036854775807 -9223372036854775808",
+            b"5 1 2 3 4",
+            b"5x 1",
+            b"5 1x",
+            b"5 1__0",
+            b"5 --1",
+            b"5\x0b6\x1c7",
+        ];
+        for line in lines {
+            let (mut fast, mut slow) = (vec![9; 3], vec![9; 3]);
+            let f = parse_ascii_count_line(line, &mut fast);
+            let s = parse_count_line(pytext::split_whitespace(line), &mut slow);
+            assert_eq!(f, s, "{}", String::from_utf8_lossy(line));
+            if f.is_some() {
+                assert_eq!(fast, slow, "{}", String::from_utf8_lossy(line));
+            }
+        }
     }
 
     #[test]
