@@ -3,7 +3,7 @@
 //!
 //! With `COUNT_OUT=FILE`, also appends every process's counts to FILE
 //! (`process PID`, `module START END OFFSET PATH` and `ADDR COUNT` lines, in
-//! hex): the engine's integration tests read it.
+//! hex; counts of unmapped code follow an `unmapped START END OFFSET PATH` line): the engine's integration tests read it.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -33,6 +33,24 @@ fn dump(p: &engine::ProcessProfile, path: &std::ffi::OsStr) -> std::io::Result<(
     for (a, n) in v {
         writeln!(f, "{a:x} {n:x}")?;
     }
+    for u in &p.unmapped {
+        match &u.module {
+            Some(m) => writeln!(
+                f,
+                "unmapped {:x} {:x} {:x} {}",
+                m.start,
+                m.end,
+                m.file_offset,
+                m.path.display()
+            )?,
+            None => writeln!(f, "unmapped 0 0 0 ")?,
+        }
+        let mut v: Vec<_> = u.instr_counts.iter().collect();
+        v.sort();
+        for (a, n) in v {
+            writeln!(f, "{a:x} {n:x}")?;
+        }
+    }
     f.flush()
 }
 
@@ -43,7 +61,11 @@ impl engine::ProfileSink for Print {
                 eprintln!("count: cannot write {}: {e}", path.to_string_lossy());
             }
         }
-        let total: u64 = p.instr_counts.values().sum();
+        let total: u64 = p.instr_counts.values().sum::<u64>()
+            + p.unmapped
+                .iter()
+                .flat_map(|u| u.instr_counts.values())
+                .sum::<u64>();
         eprintln!(
             "count: pid {} Ir {} ({} addresses, {} modules)",
             p.pid,

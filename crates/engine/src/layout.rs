@@ -69,6 +69,9 @@ pub const CHUNK_SIZE: u64 = 64 << 20;
 pub const CHUNK_REACH: u64 = 1 << 30;
 /// Upper bound on the bytes one translated block needs (checked).
 pub const MAX_BLOCK_BYTES: u64 = 16 << 10;
+/// Upper bound on the guest bytes of one block (64 instructions of at most
+/// 15 bytes, or client requests of 19).
+pub const MAX_BLOCK_GUEST_BYTES: u64 = 64 * 19;
 /// Most guest instructions per translated block.
 pub const MAX_BLOCK_INSNS: usize = 64;
 

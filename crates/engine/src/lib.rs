@@ -53,6 +53,19 @@ pub struct ProcessProfile {
     pub instr_counts: HashMap<u64, u64>,
     /// Every executable mapping that code was translated from.
     pub modules: Vec<ModuleRecord>,
+    /// Counts of code that was unmapped before the process ended (dlclose),
+    /// each with the mapping it ran from; `instr_counts` holds the rest.
+    /// (Another module may have been mapped at the same addresses since.)
+    pub unmapped: Vec<UnmappedCode>,
+}
+
+/// Counts of instructions from one mapping that went away before exit.
+#[derive(Debug, Clone, Default)]
+pub struct UnmappedCode {
+    /// The mapping the instructions ran from.
+    pub module: Option<ModuleRecord>,
+    /// Executed-instruction count per guest instruction address.
+    pub instr_counts: HashMap<u64, u64>,
 }
 
 /// Receives each process's profile when that process exits.

@@ -8,7 +8,7 @@
 use crate::emit::Emitter;
 use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
 use crate::translate::{self, SyscallSite, TransCtx};
-use crate::{EngineError, ModuleRecord, ProcessProfile};
+use crate::{EngineError, ModuleRecord, ProcessProfile, UnmappedCode};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -33,6 +33,10 @@ struct Chunk {
 struct Block {
     body: u64,
     entry: u64,
+    /// Guest address past the block's last instruction.
+    guest_end: u64,
+    /// Index in `modules` of the mapping the code came from.
+    module: usize,
     counter: u32,
     counted: Vec<u64>,
     reps: Vec<(u64, u32)>,
@@ -75,7 +79,14 @@ pub struct Space {
     syscalls: HashMap<u64, SyscallSite>,
     maps: Vec<Mapping>,
     modules: Vec<ModuleRecord>,
-    recorded: HashSet<(u64, u64)>,
+    recorded: HashMap<(u64, u64, u64, String), usize>,
+    /// Blocks whose code was unmapped: no longer reachable, still counted.
+    retired: Vec<Block>,
+    /// Bodies of retired blocks by guest address: re-pointed to the new
+    /// translation when the address is translated again.
+    retired_bodies: HashMap<u64, Vec<u64>>,
+    /// Block start addresses in order (for range invalidation).
+    starts: std::collections::BTreeSet<u64>,
     /// Thread areas whose counters are still in client memory (those of
     /// live threads, and after a fork those the parent's other threads had).
     areas: HashSet<u64>,
@@ -109,7 +120,10 @@ impl Space {
             syscalls: HashMap::new(),
             maps: Vec::new(),
             modules: Vec::new(),
-            recorded: HashSet::new(),
+            recorded: HashMap::new(),
+            retired: Vec::new(),
+            retired_bodies: HashMap::new(),
+            starts: Default::default(),
             areas: HashSet::new(),
             free_areas: Vec::new(),
             next_counter: layout::AREA_COUNTERS,
@@ -133,6 +147,9 @@ impl Space {
             maps: self.maps.clone(),
             modules: self.modules.clone(),
             recorded: self.recorded.clone(),
+            retired: self.retired.clone(),
+            retired_bodies: self.retired_bodies.clone(),
+            starts: self.starts.clone(),
             areas: self.areas.clone(),
             free_areas: self.free_areas.clone(),
             next_counter: self.next_counter,
@@ -394,14 +411,20 @@ impl Space {
 
     fn translate_one(&mut self, guest: u64, inj: &mut Injector) -> Result<u64, EngineError> {
         let m = self.mapping_of(guest)?;
-        if self.recorded.insert((m.start, m.end)) {
-            self.modules.push(ModuleRecord {
-                path: PathBuf::from(&m.path),
-                start: m.start,
-                end: m.end,
-                file_offset: m.offset,
-            });
-        }
+        let key = (m.start, m.end, m.offset, m.path.clone());
+        let module = match self.recorded.get(&key) {
+            Some(&i) => i,
+            None => {
+                self.modules.push(ModuleRecord {
+                    path: PathBuf::from(&m.path),
+                    start: m.start,
+                    end: m.end,
+                    file_offset: m.offset,
+                });
+                self.recorded.insert(key, self.modules.len() - 1);
+                self.modules.len() - 1
+            }
+        };
         let len = (m.end - guest).min(4096) as usize;
         let code = self.read(guest, len)?;
         let ci = self.chunk_near(guest, inj)?;
@@ -457,17 +480,64 @@ impl Space {
             Block {
                 body: t.body,
                 entry: t.host,
+                guest_end: t.guest_end,
+                module,
                 counter: t.counter,
                 counted: std::mem::take(&mut t.counted),
                 reps: std::mem::take(&mut t.reps),
             },
         );
+        self.starts.insert(guest);
+        for old in self.retired_bodies.remove(&guest).unwrap_or_default() {
+            // The old body starts with `jmp rel32`: retarget it.
+            self.patch(old + 1, t.body)?;
+        }
         if let Some(sites) = self.pending.remove(&guest) {
             for site in sites {
                 self.patch(site, t.body)?;
             }
         }
         Ok(t.body)
+    }
+
+    /// The guest range `[start, end)` is being unmapped or remapped: drop
+    /// the translations of code in it. Their entry now jumps to an exit stub
+    /// (so direct links from other blocks retranslate on the next run) and
+    /// their counts stay (attributed to the addresses they ran at).
+    pub fn invalidate(&mut self, start: u64, end: u64) -> Result<(), EngineError> {
+        self.maps.clear();
+        // A later mapping of the same range is a new module.
+        self.recorded.retain(|k, _| k.1 <= start || k.0 >= end);
+        let lo = start.saturating_sub(layout::MAX_BLOCK_GUEST_BYTES);
+        let hit: Vec<u64> = self
+            .starts
+            .range(lo..end)
+            .copied()
+            .filter(|g| self.blocks.get(g).is_some_and(|b| b.guest_end > start))
+            .collect();
+        if !hit.is_empty() && std::env::var_os("CACHESCOPE_ENGINE_DEBUG").is_some() {
+            eprintln!(
+                "[engine] dropping {} blocks in {start:#x}..{end:#x}",
+                hit.len()
+            );
+        }
+        for g in hit {
+            let b = self.blocks.remove(&g).expect("listed block");
+            self.starts.remove(&g);
+            self.successors.remove(&g);
+            let ci = self.chunk_of(b.body);
+            let stub = self.stub(ci, g)?;
+            let mut jmp = vec![0xe9];
+            jmp.extend_from_slice(&(stub.wrapping_sub(b.body + 5) as i32).to_le_bytes());
+            self.write(b.body, &jmp)?;
+            let slot = self.core + layout::HTAB + (g & (layout::HTAB_ENTRIES - 1)) * 16;
+            if self.read_u64(slot)? == g {
+                self.write(slot, &0u64.to_le_bytes())?;
+            }
+            self.retired_bodies.entry(g).or_default().push(b.body);
+            self.retired.push(b);
+        }
+        Ok(())
     }
 
     /// Makes `guest` reachable through the indirect-branch table.
@@ -496,25 +566,42 @@ impl Space {
                 .copied()
                 .unwrap_or(0)
         };
-        let mut instr_counts: HashMap<u64, u64> = HashMap::new();
-        for b in self.blocks.values() {
+        let add = |map: &mut HashMap<u64, u64>, b: &Block| {
             let n = get(b.counter);
             if n != 0 {
                 for &a in &b.counted {
-                    *instr_counts.entry(a).or_default() += n;
+                    *map.entry(a).or_default() += n;
                 }
             }
             for &(a, ctr) in &b.reps {
                 let n = get(ctr);
                 if n != 0 {
-                    *instr_counts.entry(a).or_default() += n;
+                    *map.entry(a).or_default() += n;
                 }
             }
+        };
+        let mut instr_counts: HashMap<u64, u64> = HashMap::new();
+        for b in self.blocks.values() {
+            add(&mut instr_counts, b);
         }
+        let mut unmapped: HashMap<usize, HashMap<u64, u64>> = HashMap::new();
+        for b in &self.retired {
+            add(unmapped.entry(b.module).or_default(), b);
+        }
+        let mut unmapped: Vec<UnmappedCode> = unmapped
+            .into_iter()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(m, instr_counts)| UnmappedCode {
+                module: self.modules.get(m).cloned(),
+                instr_counts,
+            })
+            .collect();
+        unmapped.sort_by_key(|u| u.module.as_ref().map(|m| (m.start, m.path.clone())));
         ProcessProfile {
             pid,
             instr_counts,
             modules: self.modules.clone(),
+            unmapped,
         }
     }
 }

@@ -14,6 +14,10 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+const SYS_MMAP: usize = 9;
+const SYS_MPROTECT: usize = 10;
+const SYS_MUNMAP: usize = 11;
+const SYS_MREMAP: usize = 25;
 const SYS_EXECVE: usize = 59;
 const SYS_EXECVEAT: usize = 322;
 const SYS_ARCH_PRCTL: usize = 158;
@@ -280,7 +284,16 @@ impl<'a> Tracer<'a> {
         let mut space = Space::new(pid, core)?;
         space.write(core + layout::GADGET, &gadget)?;
         let mut systab = vec![0u8; 0x1_0000];
-        for nr in [SYS_EXECVE, SYS_EXECVEAT, SYS_ARCH_PRCTL, SYS_RSEQ] {
+        for nr in [
+            SYS_MMAP,
+            SYS_MPROTECT,
+            SYS_MUNMAP,
+            SYS_MREMAP,
+            SYS_EXECVE,
+            SYS_EXECVEAT,
+            SYS_ARCH_PRCTL,
+            SYS_RSEQ,
+        ] {
             systab[nr] = 1;
         }
         space.write(core + layout::SYSTAB, &systab)?;
@@ -382,6 +395,24 @@ impl<'a> Tracer<'a> {
                                 "the client sets its GS base (arch_prctl ARCH_SET_GS), which the engine uses; not supported"
                                     .into(),
                             ));
+                        }
+                        SYS_MMAP | SYS_MPROTECT | SYS_MUNMAP | SYS_MREMAP => {
+                            // Code that goes away (dlclose) or may change
+                            // loses its translations first.
+                            let page = 4095;
+                            let start = regs.rdi & !page;
+                            let end =
+                                regs.rdi.saturating_add(regs.rsi).saturating_add(page) & !page;
+                            let drops = match sysno as usize {
+                                SYS_MMAP => regs.r10 & libc::MAP_FIXED as u64 != 0,
+                                SYS_MPROTECT => regs.rdx & libc::PROT_EXEC as u64 == 0,
+                                _ => true,
+                            };
+                            if drops {
+                                sp.invalidate(start, end)?;
+                            }
+                            regs.orig_rax = sysno;
+                            regs.rax = sysno;
                         }
                         _ => {
                             // Run it for real, right here.

@@ -85,3 +85,19 @@ fn fork_child_has_its_own_profile_and_spawned_program_runs_natively() {
     // The child ran work(30000) after the fork, the parent work(10000).
     assert!(child > parent + 100_000, "child {child}, parent {parent}");
 }
+
+#[test]
+fn dlclosed_code_is_retranslated_and_keeps_its_counts() {
+    let dir = TempDir::new("dlopen");
+    let one = dir.0.join("libone.so");
+    let two = dir.0.join("libtwo.so");
+    build(&dir, "gcc", "dl_one.c", "libone.so", &["-shared", "-fpic"]);
+    build(&dir, "gcc", "dl_two.c", "libtwo.so", &["-shared", "-fpic"]);
+    let exe = build(&dir, "gcc", "dlopen.c", "dlopen", &["-ldl"]);
+    let args = [one.to_str().unwrap(), two.to_str().unwrap()];
+    let procs = check_built(&dir, &exe, &args, &["dlopen.c", "dl_one.c", "dl_two.c"]);
+    assert!(
+        !procs[0].unmapped.is_empty(),
+        "dlclose unmapped translated code"
+    );
+}

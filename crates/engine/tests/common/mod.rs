@@ -78,22 +78,29 @@ pub struct Counts {
     pub pid: i32,
     pub modules: Vec<symbols::Mapping>,
     pub counts: HashMap<u64, u64>,
+    /// Counts of code unmapped before exit, with the mapping it ran from.
+    pub unmapped: Vec<(symbols::Mapping, HashMap<u64, u64>)>,
 }
 
 impl Counts {
     /// Total Ir.
     pub fn total(&self) -> u64 {
-        self.counts.values().sum()
+        self.counts.values().sum::<u64>()
+            + self.unmapped.iter().flat_map(|u| u.1.values()).sum::<u64>()
     }
 
     /// Ir per function of the source file named `file` (by base name).
     pub fn by_function(&self, file: &str) -> HashMap<String, u64> {
         let mut sym = symbols::Symbolizer::new();
         let mut out: HashMap<String, u64> = HashMap::new();
-        for (&a, &n) in &self.counts {
-            let loc = sym.locate(&self.modules, a);
-            if Path::new(&*loc.file).file_name().and_then(|f| f.to_str()) == Some(file) {
-                *out.entry(loc.func.to_string()).or_default() += n;
+        let sets = std::iter::once((self.modules.clone(), &self.counts))
+            .chain(self.unmapped.iter().map(|(m, c)| (vec![m.clone()], c)));
+        for (modules, counts) in sets {
+            for (&a, &n) in counts {
+                let loc = sym.locate(&modules, a);
+                if Path::new(&*loc.file).file_name().and_then(|f| f.to_str()) == Some(file) {
+                    *out.entry(loc.func.to_string()).or_default() += n;
+                }
             }
         }
         out
@@ -151,6 +158,21 @@ pub fn engine(dir: &TempDir, exe: &Path, args: &[&str]) -> (Run, Vec<Counts>) {
                 pid: pid.parse().unwrap(),
                 ..Default::default()
             });
+        } else if let Some(m) = line.strip_prefix("unmapped ") {
+            let mut it = m.splitn(4, ' ');
+            let h = |s: Option<&str>| u64::from_str_radix(s.unwrap(), 16).unwrap();
+            let (start, end, off) = (h(it.next()), h(it.next()), h(it.next()));
+            let map = symbols::Mapping {
+                path: PathBuf::from(it.next().unwrap_or("")),
+                start,
+                end,
+                file_offset: off,
+            };
+            procs
+                .last_mut()
+                .unwrap()
+                .unmapped
+                .push((map, HashMap::new()));
         } else if let Some(m) = line.strip_prefix("module ") {
             let mut it = m.splitn(4, ' ');
             let h = |s: Option<&str>| u64::from_str_radix(s.unwrap(), 16).unwrap();
@@ -164,7 +186,11 @@ pub fn engine(dir: &TempDir, exe: &Path, args: &[&str]) -> (Run, Vec<Counts>) {
         } else if let Some((a, n)) = line.split_once(' ') {
             let a = u64::from_str_radix(a, 16).unwrap();
             let n = u64::from_str_radix(n, 16).unwrap();
-            procs.last_mut().unwrap().counts.insert(a, n);
+            let p = procs.last_mut().unwrap();
+            match p.unmapped.last_mut() {
+                Some(u) => u.1.insert(a, n),
+                None => p.counts.insert(a, n),
+            };
         }
     }
     (run, procs)
@@ -239,17 +265,25 @@ pub fn assert_same_behaviour(native: &Run, under: &Run) {
 pub fn check_fixture(tag: &str, compiler: &str, src: &str, flags: &[&str]) -> Vec<Counts> {
     let dir = TempDir::new(tag);
     let exe = build(&dir, compiler, src, tag, flags);
-    let nat = native(&exe, &[]);
-    let (run, procs) = engine(&dir, &exe, &[]);
+    check_built(&dir, &exe, &[], &[src])
+}
+
+/// Checks the built `exe` run with `args`: same behaviour as native, and
+/// Valgrind's Ir for every function of each source file in `srcs`.
+pub fn check_built(dir: &TempDir, exe: &Path, args: &[&str], srcs: &[&str]) -> Vec<Counts> {
+    let nat = native(exe, args);
+    let (run, procs) = engine(dir, exe, args);
     assert_same_behaviour(&nat, &run);
     assert!(!procs.is_empty(), "no profile reported: {}", run.stderr);
-    let (vg, _) = valgrind(&dir, &exe, &[]);
-    let want = functions_of(&vg, src);
-    let got = procs[procs.len() - 1].by_function(src);
-    assert!(!want.is_empty(), "valgrind attributed nothing to {src}");
-    assert_eq!(
-        got, want,
-        "per-function Ir of {src} differs from Valgrind's"
-    );
+    let (vg, _) = valgrind(dir, exe, args);
+    for src in srcs {
+        let want = functions_of(&vg, src);
+        let got = procs[procs.len() - 1].by_function(src);
+        assert!(!want.is_empty(), "valgrind attributed nothing to {src}");
+        assert_eq!(
+            got, want,
+            "per-function Ir of {src} differs from Valgrind's"
+        );
+    }
     procs
 }
