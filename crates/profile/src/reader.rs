@@ -196,10 +196,11 @@ impl<R: Read> CgoutReader<R> {
         };
         if text[0].is_ascii_digit() {
             // Nearly every line is a count line, nearly always ASCII.
-            let line_no = if text.is_ascii() {
-                parse_ascii_count_line(text, &mut self.counts)
-            } else {
-                parse_count_line(pytext::split_whitespace(text), &mut self.counts)
+            let line_no = match parse_ascii_count_line(text, &mut self.counts) {
+                Fast::Done(line) => line,
+                Fast::NotAscii => {
+                    parse_count_line(pytext::split_whitespace(text), &mut self.counts)
+                }
             };
             return match line_no {
                 Some(line) => Ok(Some(Record::Counts {
@@ -247,11 +248,20 @@ fn parse_count_line<'a>(
     parse_counts(tokens, out).then_some(line)
 }
 
+/// The result of [`parse_ascii_count_line`].
+enum Fast {
+    /// The line was ASCII: the line number, or `None` if malformed.
+    Done(Option<i64>),
+    /// The line has non-ASCII bytes, which may be Unicode whitespace:
+    /// only the general parser can tell.
+    NotAscii,
+}
+
 /// [`parse_count_line`] for an ASCII line, scanning each byte once: plain
 /// decimal tokens are converted as they are found; anything else (signs,
 /// underscores, `.`, long numbers) goes through the general parser.
 #[inline]
-fn parse_ascii_count_line(text: &[u8], out: &mut [i64]) -> Option<i64> {
+fn parse_ascii_count_line(text: &[u8], out: &mut [i64]) -> Fast {
     let mut i = 0;
     let mut line = None;
     let mut n = 0;
@@ -277,23 +287,32 @@ fn parse_ascii_count_line(text: &[u8], out: &mut [i64]) -> Option<i64> {
             i > start && i - start <= 18 && (i == text.len() || pytext::is_ascii_space(text[i]));
         if !plain {
             while i < text.len() && !pytext::is_ascii_space(text[i]) {
+                if text[i] >= 0x80 {
+                    return Fast::NotAscii;
+                }
                 i += 1;
             }
             let tok = &text[start..i];
             v = match (line, tok) {
                 (Some(_), b".") => 0,
-                _ => pytext::parse_int(tok)?,
+                _ => match pytext::parse_int(tok) {
+                    Some(v) => v,
+                    None => return Fast::Done(None),
+                },
             };
         }
         if line.is_none() {
             line = Some(v);
         } else {
-            *out.get_mut(n)? = v;
+            match out.get_mut(n) {
+                Some(slot) => *slot = v,
+                None => return Fast::Done(None),
+            }
             n += 1;
         }
     }
     out[n..].fill(0);
-    line
+    Fast::Done(line)
 }
 
 /// Parses count tokens into `out`, zero-filling missing trailing counts.
@@ -453,9 +472,21 @@ mod tests {
             b"5 --1",
             b"5\x0b6\x1c7",
         ];
+        // Non-ASCII text, even after a malformed token, goes to the
+        // general parser: U+00A0 is whitespace to Python.
+        assert!(matches!(
+            parse_ascii_count_line(b"5 1\xc2\xa02", &mut [0; 3]),
+            Fast::NotAscii
+        ));
+        assert!(matches!(
+            parse_ascii_count_line(b"5 x\xc2\xa02", &mut [0; 3]),
+            Fast::NotAscii
+        ));
         for line in lines {
             let (mut fast, mut slow) = (vec![9; 3], vec![9; 3]);
-            let f = parse_ascii_count_line(line, &mut fast);
+            let Fast::Done(f) = parse_ascii_count_line(line, &mut fast) else {
+                panic!("ASCII input");
+            };
             let s = parse_count_line(pytext::split_whitespace(line), &mut slow);
             assert_eq!(f, s, "{}", String::from_utf8_lossy(line));
             if f.is_some() {
