@@ -5,8 +5,10 @@
 //! and line, then `summary:`.
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
+
+use crate::reader::{CgoutReader, ReadError, Record};
 
 /// Costs of one function, keyed by source line (0 = unknown line).
 pub type LineCosts = BTreeMap<i64, Vec<i64>>;
@@ -60,9 +62,7 @@ impl Profile {
             None => funcs.entry(func.to_string()).or_default(),
         };
         let cc = lines.entry(line).or_insert_with(|| vec![0; n]);
-        for (slot, c) in cc.iter_mut().zip(counts) {
-            *slot += c;
-        }
+        crate::cc::add_to(cc, counts);
     }
 
     /// Column sums over every cost centre.
@@ -74,11 +74,55 @@ impl Profile {
             .flat_map(|f| f.values())
             .flat_map(|l| l.values())
         {
-            for (s, c) in sum.iter_mut().zip(cc) {
-                *s += c;
-            }
+            crate::cc::add_to(&mut sum, cc);
         }
         sum
+    }
+
+    /// Reads a `cachegrind.out` file (any the tools accept). Cost centres
+    /// that repeat are summed; as in `cg_merge`, counts before the first
+    /// `fl=` belong to file and function "", and a `fl=` without `fn=` to
+    /// function `???`. The last `summary:` line must equal the totals.
+    /// Names that are not UTF-8 are converted lossily.
+    pub fn read_from<R: Read>(r: R) -> Result<Profile, ReadError> {
+        let (mut reader, header) = CgoutReader::new(r)?;
+        let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let mut p = Profile {
+            desc: header.desc.iter().map(|d| lossy(d)).collect(),
+            cmd: lossy(&header.cmd),
+            events: header.events.clone(),
+            events_text: lossy(&header.events_text),
+            costs: BTreeMap::new(),
+        };
+        let (mut file, mut func) = (String::new(), String::new());
+        let mut summary: Option<(Vec<i64>, u64)> = None;
+        while let Some(record) = reader.next_record()? {
+            match record {
+                Record::Counts { line, counts } => p.add(&file, &func, line, counts),
+                Record::Fl(name) => {
+                    file = lossy(name);
+                    func = "???".into();
+                }
+                Record::Fi(name) => file = lossy(name),
+                Record::Fn(name) => func = lossy(name),
+                Record::Summary(counts) => summary = Some((counts.to_vec(), reader.line_num())),
+            }
+        }
+        let Some((summary, line)) = summary else {
+            return Err(reader.error("missing `summary:` line, aborting"));
+        };
+        let totals = p.totals();
+        if summary != totals {
+            return Err(ReadError::Format {
+                line,
+                msg: format!(
+                    "`summary:` line doesn't match computed total\n- summary:  {}\n- computed: {}",
+                    crate::pytext::int_list(&summary),
+                    crate::pytext::int_list(&totals)
+                ),
+            });
+        }
+        Ok(p)
     }
 
     /// Writes the profile in `cachegrind.out` format, with every count
@@ -182,6 +226,40 @@ mod tests {
             "cmd: ./t1 a\nevents: Ir Dr\nfl=/a.c\nfn=(below main)\n3 1 1\nfn=main\n7 3 4\n\
              fl=???\nfn=???\n0 5 1\nsummary: 9 6\n"
         );
+    }
+
+    #[test]
+    fn reads_back_what_it_writes() {
+        let mut p = Profile::new("./t1 a", &["Ir", "Dr"]);
+        p.desc
+            .push("I1 cache:         32768 B, 64 B, 8-way associative".into());
+        p.events_text = "Ir Dr ".into();
+        p.add("/a.c", "main", 7, &[2, -3]);
+        p.add("???", "???", 0, &[5, 1]);
+        let mut out = Vec::new();
+        p.write_to(&mut out).unwrap();
+        assert_eq!(Profile::read_from(&out[..]).unwrap(), p);
+    }
+
+    #[test]
+    fn reading_sums_repeats_and_checks_the_summary() {
+        let text = b"cmd: x\nevents: A\n1 1\nfl=f\n2 3\nfn=g\n2 4\n2 5\nsummary: 13\n";
+        let p = Profile::read_from(&text[..]).unwrap();
+        assert_eq!(p.costs[""][""][&1], vec![1]);
+        assert_eq!(p.costs["f"]["???"][&2], vec![3]);
+        assert_eq!(p.costs["f"]["g"][&2], vec![9]);
+        let bad = b"cmd: x\nevents: A\nfl=f\n2 3\nsummary: 4\n";
+        match Profile::read_from(&bad[..]) {
+            Err(ReadError::Format { line: 5, msg }) => {
+                assert!(msg.starts_with("`summary:` line doesn't match"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let missing = b"cmd: x\nevents: A\n";
+        assert!(matches!(
+            Profile::read_from(&missing[..]),
+            Err(ReadError::Format { line: 3, .. })
+        ));
     }
 
     #[test]
