@@ -98,6 +98,8 @@ pub struct Space {
     totals: Vec<u64>,
     /// Direct successors of each block (for eager translation).
     successors: HashMap<u64, Vec<u64>>,
+    /// Signal-handler trampolines by guest handler address.
+    trampolines: HashMap<u64, u64>,
 }
 
 fn io_err(what: &str, e: std::io::Error) -> EngineError {
@@ -129,6 +131,7 @@ impl Space {
             next_counter: layout::AREA_COUNTERS,
             totals: Vec::new(),
             successors: HashMap::new(),
+            trampolines: HashMap::new(),
         })
     }
 
@@ -155,6 +158,7 @@ impl Space {
             next_counter: self.next_counter,
             totals: self.totals.clone(),
             successors: self.successors.clone(),
+            trampolines: self.trampolines.clone(),
         })
     }
 
@@ -538,6 +542,40 @@ impl Space {
             self.retired.push(b);
         }
         Ok(())
+    }
+
+    /// The guest block whose translation contains host address `host`
+    /// (diagnostics only: a linear search).
+    pub fn guest_block_of(&self, host: u64) -> Option<u64> {
+        self.blocks
+            .iter()
+            .filter(|(_, b)| b.entry <= host)
+            .max_by_key(|(_, b)| b.entry)
+            .map(|(&g, _)| g)
+    }
+
+    /// A code-cache entry point for the client's signal handler `guest`:
+    /// what the kernel is told to call. It enters the translation through
+    /// the indirect-branch lookup.
+    pub fn signal_trampoline(
+        &mut self,
+        guest: u64,
+        inj: &mut Injector,
+    ) -> Result<u64, EngineError> {
+        if let Some(&t) = self.trampolines.get(&guest) {
+            return Ok(t);
+        }
+        let ci = self.chunk_near(guest, inj)?;
+        let c = &mut self.chunks[ci];
+        let mut e = Emitter::new(c.code_next);
+        e.spill_rax_rcx();
+        e.raw(&[0x48, 0xb9]); // mov rcx, imm64
+        e.raw(&guest.to_le_bytes());
+        e.lookup((self.core + layout::HTAB) as u32, c.miss_stub);
+        c.code_next = e.here();
+        self.write(e.base, &e.bytes)?;
+        self.trampolines.insert(guest, e.base);
+        Ok(e.base)
     }
 
     /// Makes `guest` reachable through the indirect-branch table.

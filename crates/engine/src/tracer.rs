@@ -18,6 +18,8 @@ const SYS_MMAP: usize = 9;
 const SYS_MPROTECT: usize = 10;
 const SYS_MUNMAP: usize = 11;
 const SYS_MREMAP: usize = 25;
+const SYS_RT_SIGACTION: usize = 13;
+const SYS_RT_SIGRETURN: usize = 15;
 const SYS_EXECVE: usize = 59;
 const SYS_EXECVEAT: usize = 322;
 const SYS_ARCH_PRCTL: usize = 158;
@@ -37,6 +39,9 @@ struct Task {
     tgid: i32,
     /// The thread area (GS base) this thread owns.
     area: u64,
+    /// Spill slots saved when a signal handler was entered, restored at its
+    /// rt_sigreturn (the handler's translated code reuses the slots).
+    sig_spills: Vec<Vec<u8>>,
 }
 
 /// A traced process.
@@ -45,6 +50,9 @@ struct Proc {
     threads: HashSet<i32>,
     /// A vfork child shares its parent's memory: it reports nothing.
     shares_parent: bool,
+    /// Signals whose handler the client installed: the kernel has a
+    /// code-cache trampoline instead; this is the client's own value.
+    handlers: HashMap<i32, u64>,
 }
 
 struct Tracer<'a> {
@@ -190,48 +198,10 @@ fn has_handler(tid: i32, sig: i32) -> bool {
         .is_some_and(|mask| sig >= 1 && mask & (1u64 << (sig - 1)) != 0)
 }
 
-fn signal_name(sig: i32) -> String {
-    // SAFETY-free: strsignal is not needed; a short table covers the usual ones.
-    let names = [
-        "",
-        "SIGHUP",
-        "SIGINT",
-        "SIGQUIT",
-        "SIGILL",
-        "SIGTRAP",
-        "SIGABRT",
-        "SIGBUS",
-        "SIGFPE",
-        "SIGKILL",
-        "SIGUSR1",
-        "SIGSEGV",
-        "SIGUSR2",
-        "SIGPIPE",
-        "SIGALRM",
-        "SIGTERM",
-        "SIGSTKFLT",
-        "SIGCHLD",
-        "SIGCONT",
-        "SIGSTOP",
-        "SIGTSTP",
-        "SIGTTIN",
-        "SIGTTOU",
-        "SIGURG",
-        "SIGXCPU",
-        "SIGXFSZ",
-        "SIGVTALRM",
-        "SIGPROF",
-        "SIGWINCH",
-        "SIGIO",
-        "SIGPWR",
-        "SIGSYS",
-    ];
-    names
-        .get(sig as usize)
-        .filter(|n| !n.is_empty())
-        .map(|n| n.to_string())
-        .unwrap_or_else(|| format!("signal {sig}"))
-}
+/// Bytes of spill slots at the start of a thread area.
+const SPILL_BYTES: usize = 64;
+/// Offset in the thread area of scratch memory for a rewritten sigaction.
+const SIGACTION_SCRATCH: u64 = 0x800;
 
 impl<'a> Tracer<'a> {
     fn space_of(&self, tid: i32) -> Option<Rc<RefCell<Space>>> {
@@ -289,6 +259,8 @@ impl<'a> Tracer<'a> {
             SYS_MPROTECT,
             SYS_MUNMAP,
             SYS_MREMAP,
+            SYS_RT_SIGACTION,
+            SYS_RT_SIGRETURN,
             SYS_EXECVE,
             SYS_EXECVEAT,
             SYS_ARCH_PRCTL,
@@ -318,9 +290,17 @@ impl<'a> Tracer<'a> {
                 space: Rc::new(RefCell::new(space)),
                 threads: [pid].into_iter().collect(),
                 shares_parent: false,
+                handlers: HashMap::new(),
             },
         );
-        self.tasks.insert(pid, Task { tgid: pid, area });
+        self.tasks.insert(
+            pid,
+            Task {
+                tgid: pid,
+                area,
+                sig_spills: Vec::new(),
+            },
+        );
         Ok(())
     }
 
@@ -339,6 +319,39 @@ impl<'a> Tracer<'a> {
             .space_of(tid)
             .ok_or_else(|| EngineError(format!("magic stop from unknown thread {tid}")))?;
         let mut regs = sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))?;
+        if regs.orig_rax as u32 == layout::MAGIC_SYSCALL {
+            let sysno = space
+                .borrow()
+                .read_u64(regs.gs_base + layout::S_RAX as u64)?;
+            if debug_enabled() {
+                eprintln!(
+                    "[engine] tid {tid} syscall {sysno} at {:#x} rsp {:#x}",
+                    regs.rip, regs.rsp
+                );
+            }
+            match sysno as usize {
+                SYS_RT_SIGACTION => return self.on_sigaction(tid, regs),
+                SYS_RT_SIGRETURN => {
+                    // Leaving a handler: the interrupted code's spills come
+                    // back, and the sigreturn is issued from the site's
+                    // native `syscall` as a syscall of its own.
+                    let site = space.borrow().syscall_site(regs.rip).ok_or_else(|| {
+                        EngineError(format!("unknown syscall site at {:#x}", regs.rip))
+                    })?;
+                    if let Some(saved) = self.tasks.get_mut(&tid).and_then(|t| t.sig_spills.pop()) {
+                        space.borrow().write(regs.gs_base, &saved)?;
+                    }
+                    regs.rip = site.stop_rip + 2;
+                    regs.rax = sysno;
+                    regs.orig_rax = u64::MAX;
+                    sys::set_regs(tid, &regs)
+                        .map_err(|e| os_err("cannot set client registers", e))?;
+                    self.resume(tid, 0);
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
         let mut sp = space.borrow_mut();
         let slot = regs.gs_base;
         let gadget_at = sp.core + layout::GADGET;
@@ -441,6 +454,88 @@ impl<'a> Tracer<'a> {
         Ok(())
     }
 
+    /// `rt_sigaction(sig, act, oldact)`: a handler is replaced by a
+    /// trampoline into its translation; the client always reads back its own
+    /// values in `oldact`.
+    fn on_sigaction(&mut self, tid: i32, regs: Regs) -> Result<(), EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let tgid = self.tasks[&tid].tgid;
+        let site = space
+            .borrow()
+            .syscall_site(regs.rip)
+            .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
+        let (sig, act, oldact) = (regs.rdi as i32, regs.rsi, regs.rdx);
+        let mut change: Option<Option<u64>> = None;
+        let mut r = regs;
+        let mut requeue = Vec::new();
+        if act != 0 {
+            let mut sp = space.borrow_mut();
+            if let Ok(mut bytes) = sp.read(act, 32) {
+                let handler = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+                if handler > 1 {
+                    let gadget_at = sp.core + layout::GADGET;
+                    let mut inj = |nr: u64, args: [u64; 6]| {
+                        inject(tid, gadget_at, &regs, nr, args, &mut requeue)
+                    };
+                    let tramp = sp.signal_trampoline(handler, &mut inj)?;
+                    bytes[..8].copy_from_slice(&tramp.to_le_bytes());
+                    let scratch = regs.gs_base + SIGACTION_SCRATCH;
+                    sp.write(scratch, &bytes)?;
+                    r.rsi = scratch;
+                    change = Some(Some(handler));
+                } else {
+                    change = Some(None);
+                }
+            }
+        }
+        for (t, sg) in requeue {
+            self.requeue.push((tgid, t, sg));
+        }
+        r.orig_rax = SYS_RT_SIGACTION as u64;
+        r.rax = SYS_RT_SIGACTION as u64;
+        sys::set_regs(tid, &r).map_err(|e| os_err("cannot set client registers", e))?;
+        sys::cont_syscall(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+        loop {
+            match sys::wait_pid(tid).map_err(|e| os_err("waitpid", e))? {
+                WaitStatus::Syscall(_) => break,
+                WaitStatus::Stopped(_, sg) => {
+                    self.requeue.push((tgid, tid, sg));
+                    sys::cont_syscall(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+                }
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    self.on_thread_exit(tid);
+                    return Ok(());
+                }
+                WaitStatus::Event(..) => {
+                    sys::cont_syscall(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
+                }
+            }
+        }
+        let mut out = sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))?;
+        if out.rax == 0 {
+            let proc = self.procs.get_mut(&tgid).expect("known process");
+            if oldact != 0 {
+                if let Some(&h) = proc.handlers.get(&sig) {
+                    space.borrow().write(oldact, &h.to_le_bytes())?;
+                }
+            }
+            match change {
+                Some(Some(h)) => {
+                    proc.handlers.insert(sig, h);
+                }
+                Some(None) => {
+                    proc.handlers.remove(&sig);
+                }
+                None => {}
+            }
+        }
+        out.rsi = regs.rsi;
+        out.rcx = site.guest_next;
+        sys::set_regs(tid, &out).map_err(|e| os_err("cannot set client registers", e))?;
+        self.resume(tid, 0);
+        Ok(())
+    }
+
     /// A new task is stopped and its creator's event has been seen.
     fn start_task(&mut self, tid: i32, parent: i32, birth: Birth) -> Result<(), EngineError> {
         let Some(ptask) = self.tasks.get(&parent) else {
@@ -486,7 +581,14 @@ impl<'a> Tracer<'a> {
                     .expect("parent proc")
                     .threads
                     .insert(tid);
-                self.tasks.insert(tid, Task { tgid: ptgid, area });
+                self.tasks.insert(
+                    tid,
+                    Task {
+                        tgid: ptgid,
+                        area,
+                        sig_spills: Vec::new(),
+                    },
+                );
             }
             Birth::Fork | Birth::Vfork => {
                 let (space, shares) = if birth == Birth::Fork {
@@ -503,6 +605,7 @@ impl<'a> Tracer<'a> {
                         space,
                         threads: [tid].into_iter().collect(),
                         shares_parent: shares,
+                        handlers: self.procs[&ptgid].handlers.clone(),
                     },
                 );
                 self.tasks.insert(
@@ -510,6 +613,7 @@ impl<'a> Tracer<'a> {
                     Task {
                         tgid: tid,
                         area: parea,
+                        sig_spills: Vec::new(),
                     },
                 );
             }
@@ -582,11 +686,26 @@ impl<'a> Tracer<'a> {
             return Ok(());
         }
         if has_handler(tid, sig) {
-            let rip = sys::get_regs(tid).map(|r| r.rip).unwrap_or(0);
-            return Err(EngineError(format!(
-                "the client received {} with a handler installed (at code-cache address {rip:#x}); signal handlers are not supported yet",
-                signal_name(sig)
-            )));
+            // The kernel runs our trampoline, which enters the translated
+            // handler; the handler reuses the thread's spill slots, so keep
+            // the interrupted code's until its rt_sigreturn.
+            let space = self.space_of(tid).expect("known task");
+            let task = self.tasks.get_mut(&tid).expect("known task");
+            let saved = space.borrow().read(task.area, SPILL_BYTES)?;
+            if task.sig_spills.len() >= 64 {
+                // Handlers that longjmp'd out never returned: forget the oldest.
+                task.sig_spills.remove(0);
+            }
+            task.sig_spills.push(saved);
+            if debug_enabled() {
+                let r = sys::get_regs(tid).map_err(|e| os_err("regs", e))?;
+                eprintln!(
+                    "[engine] deliver {sig} at rip {:#x} (guest block {:x?}) rsp {:#x}",
+                    r.rip,
+                    space.borrow().guest_block_of(r.rip),
+                    r.rsp
+                );
+            }
         }
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig);

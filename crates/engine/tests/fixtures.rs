@@ -101,3 +101,8 @@ fn dlclosed_code_is_retranslated_and_keeps_its_counts() {
         "dlclose unmapped translated code"
     );
 }
+
+#[test]
+fn signal_handlers_run_translated_and_are_counted() {
+    check_fixture("signals", "gcc", "signals.c", &[]);
+}
