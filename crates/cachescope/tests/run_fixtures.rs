@@ -35,6 +35,19 @@ fn case(label: &str, compiler: &str, flags: &[&str], src: &str, args: &[&str], c
     let dir = TempDir::new(label);
     let exe = dir.join(label);
     compile(compiler, flags, src, &exe);
+    compare_runs(label, &dir, &exe, args, cmp, src);
+}
+
+/// Runs `exe args` three ways in `dir` and compares (see the module doc);
+/// `Compare::OwnFunctions` looks at the functions of source file `src`.
+fn compare_runs(
+    label: &str,
+    dir: &TempDir,
+    exe: &std::path::Path,
+    args: &[&str],
+    cmp: Compare,
+    src: &str,
+) {
     let prog = exe.as_os_str();
 
     let nat = native(&dir.0, prog, args, None);
@@ -109,6 +122,21 @@ fn case(label: &str, compiler: &str, flags: &[&str], src: &str, args: &[&str], c
             assert_eq!(
                 a, b,
                 "{label}: per-function Ir of {src} differs from Valgrind's"
+            );
+            // Line by line too: this checks the DWARF line attribution.
+            let per_line = |v: &[CgOut]| {
+                let mut m = BTreeMap::new();
+                for o in v {
+                    for (k, n) in o.lines_in(&format!("/{src}")) {
+                        *m.entry(k).or_insert(0u64) += n;
+                    }
+                }
+                m
+            };
+            assert_eq!(
+                per_line(&ours),
+                per_line(&theirs),
+                "{label}: per-line Ir of {src} differs from Valgrind's"
             );
         }
     }

@@ -219,6 +219,18 @@ impl CgOut {
         out
     }
 
+    /// Ir per (function, line), over the files whose name ends with
+    /// `suffix`.
+    pub fn lines_in(&self, suffix: &str) -> BTreeMap<(String, i64), u64> {
+        let mut m = BTreeMap::new();
+        for ((f, func, line), n) in &self.costs {
+            if f.ends_with(suffix) {
+                *m.entry((func.clone(), *line)).or_insert(0) += n;
+            }
+        }
+        m
+    }
+
     /// Sum of all counts (must equal `summary`).
     pub fn total(&self) -> u64 {
         self.costs.values().sum()
