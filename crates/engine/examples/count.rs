@@ -1,6 +1,7 @@
 //! Runs a program under the engine and prints its total instruction count
 //! per process: `cargo run -p engine --example count -- prog args`.
 //!
+//! `COUNT_TRACE_CHILDREN=1` follows execve (`--trace-children=yes`).
 //! With `COUNT_OUT=FILE`, also appends every process's counts to FILE
 //! (`process PID`, `module START END OFFSET PATH` and `ADDR COUNT` lines, in
 //! hex; counts of unmapped code follow an `unmapped START END OFFSET PATH` line): the engine's integration tests read it.
@@ -85,7 +86,7 @@ fn main() -> ExitCode {
     let cfg = engine::LaunchConfig {
         program,
         args: args.collect(),
-        trace_children: false,
+        trace_children: std::env::var_os("COUNT_TRACE_CHILDREN").is_some(),
     };
     match engine::run(&cfg, &mut Print) {
         Ok(engine::Outcome::Exited(c)) => ExitCode::from(c as u8),

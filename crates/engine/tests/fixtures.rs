@@ -106,3 +106,22 @@ fn dlclosed_code_is_retranslated_and_keeps_its_counts() {
 fn signal_handlers_run_translated_and_are_counted() {
     check_fixture("signals", "gcc", "signals.c", &[]);
 }
+
+#[test]
+fn trace_children_follows_exec_into_a_fresh_profile() {
+    let dir = TempDir::new("fork-traced");
+    let exe = build(&dir, "gcc", "fork.c", "fork", &[]);
+    let nat = native(&exe, &[]);
+    let (run, procs) = engine_env(&dir, &exe, &[], &[("COUNT_TRACE_CHILDREN", "1")]);
+    assert_same_behaviour(&nat, &run);
+    // Forked child, the exec'd /bin/true (its own profile, nothing of the
+    // spawner's code), and the parent.
+    assert_eq!(procs.len(), 3, "{}", run.stderr);
+    let spawned = &procs[1];
+    assert!(spawned.by_function("fork.c").is_empty());
+    assert!(
+        spawned.modules.iter().any(|m| m.path.ends_with("true")),
+        "{:?}",
+        spawned.modules
+    );
+}

@@ -136,6 +136,16 @@ pub fn native(exe: &Path, args: &[&str]) -> Run {
 /// Runs `exe args` under the engine; returns the run and each process's
 /// counts in the order they were reported.
 pub fn engine(dir: &TempDir, exe: &Path, args: &[&str]) -> (Run, Vec<Counts>) {
+    engine_env(dir, exe, args, &[])
+}
+
+/// [`engine`] with extra environment variables for the `count` example.
+pub fn engine_env(
+    dir: &TempDir,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Run, Vec<Counts>) {
     let out = dir.0.join(format!(
         "counts-{}.txt",
         exe.file_name().unwrap().to_string_lossy()
@@ -146,6 +156,7 @@ pub fn engine(dir: &TempDir, exe: &Path, args: &[&str]) -> (Run, Vec<Counts>) {
             .arg(exe)
             .args(args)
             .env("COUNT_OUT", &out)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .output()
             .expect("run count"),
