@@ -27,17 +27,33 @@ fn mapping(m: &ModuleRecord) -> Mapping {
     }
 }
 
+/// Adds `counts`, located through `mappings`, to `per_loc`.
+fn locate_all(
+    counts: &HashMap<u64, u64>,
+    mappings: &[Mapping],
+    syms: &mut Symbolizer,
+    per_loc: &mut HashMap<Location, u64>,
+) {
+    // Sorted addresses keep consecutive lookups in the same object and
+    // make the result independent of hash order.
+    let mut addrs: Vec<(&u64, &u64)> = counts.iter().collect();
+    addrs.sort_unstable();
+    for (&addr, &count) in addrs {
+        *per_loc.entry(syms.locate(mappings, addr)).or_insert(0) += count;
+    }
+}
+
 /// Builds the `events: Ir` profile of `proc_profile`, resolving each
-/// distinct address once.
+/// distinct address once. Code unmapped before the end (dlclose) is
+/// resolved against the module it ran from, as Cachegrind resolves code
+/// when it translates it.
 pub fn build_profile(cmd: &str, proc_profile: &ProcessProfile, syms: &mut Symbolizer) -> Profile {
     let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
     let mut per_loc: HashMap<Location, u64> = HashMap::new();
-    // Sorted addresses keep consecutive lookups in the same object and
-    // make the result independent of hash order.
-    let mut addrs: Vec<(&u64, &u64)> = proc_profile.instr_counts.iter().collect();
-    addrs.sort_unstable();
-    for (&addr, &count) in addrs {
-        *per_loc.entry(syms.locate(&mappings, addr)).or_insert(0) += count;
+    locate_all(&proc_profile.instr_counts, &mappings, syms, &mut per_loc);
+    for gone in &proc_profile.unmapped {
+        let old: Vec<Mapping> = gone.module.iter().map(mapping).collect();
+        locate_all(&gone.instr_counts, &old, syms, &mut per_loc);
     }
     let mut p = Profile::new(cmd, &["Ir"]);
     for (loc, count) in per_loc {
@@ -65,11 +81,17 @@ mod tests {
             end: 0x2000,
             file_offset: 0,
         });
+        let mut gone = engine::UnmappedCode {
+            module: None,
+            instr_counts: HashMap::new(),
+        };
+        gone.instr_counts.insert(0x1000, 3);
+        pp.unmapped.push(gone);
         let p = build_profile("./x a", &pp, &mut Symbolizer::new());
         assert_eq!(p.cmd, "./x a");
         assert_eq!(p.events, vec!["Ir".to_string()]);
-        assert_eq!(p.totals(), vec![7]);
-        assert_eq!(p.costs["???"]["???"][&0], vec![7]);
+        assert_eq!(p.totals(), vec![10]);
+        assert_eq!(p.costs["???"]["???"][&0], vec![10]);
     }
 
     #[test]
