@@ -249,3 +249,37 @@ fn death_by_signal_is_passed_on() {
     let r = under_cachescope(&dir.0, &["-q"], prog, &args, None);
     assert_eq!(r.end, End::Signal(15), "{}", r.stderr_text());
 }
+
+#[test]
+fn trace_children_profiles_exec_d_programs() {
+    // With `no`, an exec'd image runs natively and, as under Valgrind, the
+    // process leaves no profile (the pre-exec image never exits).
+    let dir = TempDir::new("tracechildren");
+    let script = "exec /bin/echo hi there";
+    let r = cs(
+        &dir,
+        &["-q", "--cachegrind-out-file=no.%p", "/bin/sh", "-c", script],
+    );
+    assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
+    assert_eq!(r.stdout, b"hi there\n");
+    assert!(files_with_prefix(&dir.0, "no.").is_empty());
+    // With `yes`, the exec'd program is profiled under its own command line.
+    let r = cs(
+        &dir,
+        &[
+            "-q",
+            "--trace-children=yes",
+            "--cachegrind-out-file=yes.%p",
+            "/bin/sh",
+            "-c",
+            script,
+        ],
+    );
+    assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
+    assert_eq!(r.stdout, b"hi there\n");
+    let files = files_with_prefix(&dir.0, "yes.");
+    assert_eq!(files.len(), 1);
+    let o = CgOut::read(&files[0]);
+    assert_eq!(o.cmd, "/bin/echo hi there");
+    assert!(o.summary > 1000);
+}

@@ -18,6 +18,22 @@ pub fn command_line(program: &std::ffi::OsStr, args: &[std::ffi::OsString]) -> S
     cmd
 }
 
+/// The command line of live process `pid` (its argv, joined like
+/// [`command_line`]), from `/proc`. For an image started by a traced exec
+/// this is its argv, where Valgrind would show the path given to `execve`
+/// as the first word: they differ only when argv[0] is not that path.
+pub fn command_line_of(pid: i32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut words = raw.strip_suffix(b"\0").unwrap_or(&raw).split(|&b| b == 0);
+    let first = words.next().filter(|w| !w.is_empty())?;
+    let mut cmd = String::from_utf8_lossy(first).into_owned();
+    for w in words {
+        cmd.push(' ');
+        cmd.push_str(&String::from_utf8_lossy(w));
+    }
+    Some(cmd)
+}
+
 fn mapping(m: &ModuleRecord) -> Mapping {
     Mapping {
         path: m.path.clone(),
@@ -92,6 +108,15 @@ mod tests {
         assert_eq!(p.events, vec!["Ir".to_string()]);
         assert_eq!(p.totals(), vec![10]);
         assert_eq!(p.costs["???"]["???"][&0], vec![10]);
+    }
+
+    #[test]
+    fn command_line_of_a_live_process() {
+        let me = std::process::id() as i32;
+        let cmd = command_line_of(me).unwrap();
+        let argv0 = std::env::args().next().unwrap();
+        assert!(cmd.starts_with(&argv0), "{cmd}");
+        assert_eq!(command_line_of(i32::MAX), None);
     }
 
     #[test]

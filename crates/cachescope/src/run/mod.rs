@@ -192,7 +192,14 @@ impl ProfileSink for CgSink<'_> {
             }
         };
         let started = std::time::Instant::now();
-        let profile = attribute::build_profile(&self.cmd, &proc_profile, &mut self.symbols);
+        let cmd = if self.opts.trace_children {
+            // An image exec'd under --trace-children=yes has its own command
+            // line; the process is at its exit stop, so /proc still has it.
+            attribute::command_line_of(pid).unwrap_or_else(|| self.cmd.clone())
+        } else {
+            self.cmd.clone()
+        };
+        let profile = attribute::build_profile(&cmd, &proc_profile, &mut self.symbols);
         let symbolized_in = started.elapsed();
         let mut totals = Totals::default();
         match profile::write_file_atomic(&path, |mut w| profile.write_to(&mut w)) {
