@@ -61,13 +61,15 @@ fn unrunnable_programs_give_one_clear_line() {
     std::fs::set_permissions(&text, std::fs::Permissions::from_mode(0o755)).unwrap();
     let plain = dir.join("plain");
     std::fs::write(&plain, "x").unwrap();
-    for prog in [
-        "no-such-program-anywhere",
-        "./missing",
-        "./notelf",
-        "./plain",
+    for (prog, quiet) in [
+        ("no-such-program-anywhere", "-q"),
+        ("./missing", "-v"),
+        ("./notelf", "-q"),
+        ("./plain", "-q"),
+        ("./notelf", "--tool=cachegrind"),
     ] {
-        let r = cs(&dir, &["-q", prog]);
+        // No preamble either, as Valgrind prints only the error.
+        let r = cs(&dir, &[quiet, prog]);
         assert_ne!(r.end, End::Code(0), "{prog}");
         let err = r.stderr_text();
         assert_eq!(err.lines().count(), 1, "{prog}: {err}");

@@ -83,7 +83,10 @@ fn run(opts: &RunOptions) -> ExitCode {
         log,
         bad_out_file: false,
     };
-    sink.preamble(me);
+    // Valgrind prints nothing but the error for a program it cannot start.
+    if will_probably_start(&opts.program) {
+        sink.preamble(me);
+    }
     let config = LaunchConfig {
         program: opts.program.clone(),
         args: opts.args.clone(),
@@ -99,6 +102,36 @@ fn run(opts: &RunOptions) -> ExitCode {
         Ok(Outcome::Exited(code)) => ExitCode::from(code as u8),
         Ok(Outcome::Signaled(sig)) => die_like(sig),
     }
+}
+
+/// Whether `program` resolves (like `execvp`) to an executable file that
+/// starts like an ELF image or a `#!` script. The engine makes the real
+/// checks and reports failures; this only keeps the preamble from being
+/// printed before such an error (a start notification from the engine
+/// would make it unnecessary).
+fn will_probably_start(program: &std::ffi::OsStr) -> bool {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let name = std::path::Path::new(program);
+    let path = if program.as_bytes().contains(&b'/') {
+        Some(name.to_path_buf())
+    } else {
+        let dirs = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+        std::env::split_paths(&dirs)
+            .map(|d| d.join(name))
+            .find(|p| runnable(p))
+    };
+    let Some(path) = path.filter(|p| runnable(p)) else {
+        return false;
+    };
+    let mut magic = [0u8; 4];
+    std::fs::File::open(&path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"\x7fELF" || magic.starts_with(b"#!"))
 }
 
 /// Ends cachescope the way the client ended: killed by `sig`, as Valgrind
