@@ -97,6 +97,20 @@ impl Emitter {
         self.raw(&[0x01]);
     }
 
+    /// Flag-free counter increment through register `r`, which is dead.
+    pub fn add_counter_via(&mut self, r: u8, off: u32) {
+        self.load_gs(r, off);
+        // lea r, [r+1]
+        let ext = r >> 3;
+        let low = r & 7;
+        self.raw(&[0x48 | (ext << 2) | ext, 0x8d, 0x40 | (low << 3) | low]);
+        if low == 4 {
+            self.raw(&[0x24]); // SIB for r12 as base
+        }
+        self.raw(&[0x01]);
+        self.store_gs(r, off);
+    }
+
     /// Flag-preserving counter increment: through RAX, spilled to the slot.
     pub fn add_counter_keep_flags(&mut self, off: u32) {
         self.store_gs(reg::RAX, crate::layout::S_RAX);

@@ -11,8 +11,8 @@
 use crate::emit::{reg, Emitter};
 use crate::layout::{self, MAX_BLOCK_INSNS};
 use iced_x86::{
-    Code, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Instruction, Mnemonic,
-    OpKind, Register, RflagsBits,
+    Code, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Instruction,
+    InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register, RflagsBits,
 };
 
 /// The 16-byte preamble of Valgrind's client-request magic sequence.
@@ -229,19 +229,65 @@ fn is_rep(i: &Instruction) -> bool {
     i.is_string_instruction() && (i.has_rep_prefix() || i.has_repne_prefix())
 }
 
-/// Where the block counter goes: before the first instruction that writes
-/// every status flag without reading any (flags are dead there), else at
-/// the start with a flag-preserving update.
-fn counter_position(items: &[Item]) -> Option<usize> {
-    items.iter().position(|it| match it {
+/// Where the block counter update goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Before item `n`, which writes every status flag without reading any:
+    /// flags are dead there, a plain `add` will do.
+    DeadFlags(usize),
+    /// Before item `n`, which overwrites this register without reading it:
+    /// the update goes through the register (`mov`/`lea`/`mov`, flag-free).
+    DeadRegister(usize, u8),
+    /// At the start, spilling RAX.
+    Spill,
+}
+
+/// The register number (0..16) of a 64-bit GPR that `i` overwrites as a
+/// whole without reading it, if any.
+fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<u8> {
+    let used = info.info(i).used_registers().to_vec();
+    let full = |r: Register| r.full_register();
+    used.iter().find_map(|u| {
+        let r = u.register();
+        let whole = r.is_gpr64() || r.is_gpr32();
+        if !whole || u.access() != OpAccess::Write || full(r) == Register::RSP {
+            return None;
+        }
+        let read = used
+            .iter()
+            .any(|o| full(o.register()) == full(r) && o.access() != OpAccess::Write);
+        if read {
+            return None;
+        }
+        Some((full(r) as u32 - Register::RAX as u32) as u8)
+    })
+}
+
+/// Chooses where the block counter goes: the first point where flags are
+/// dead, else the first point where some register is dead, else a spill.
+fn counter_position(items: &[Item]) -> Placement {
+    let plain = |it: &Item| match it {
+        Item::Insn(i) => i.flow_control() == FlowControl::Next && !is_rep(i),
+        Item::ClientRequest(_) => false,
+    };
+    let flags = items.iter().position(|it| match it {
         Item::Insn(i) => {
-            i.flow_control() == FlowControl::Next
-                && !is_rep(i)
-                && i.rflags_read() & STATUS == 0
-                && i.rflags_modified() & STATUS == STATUS
+            plain(it) && i.rflags_read() & STATUS == 0 && i.rflags_modified() & STATUS == STATUS
         }
         Item::ClientRequest(_) => false,
-    })
+    });
+    if let Some(n) = flags {
+        return Placement::DeadFlags(n);
+    }
+    let mut info = InstructionInfoFactory::new();
+    for (n, it) in items.iter().enumerate() {
+        if let (true, Item::Insn(i)) = (plain(it), it) {
+            if let Some(r) = dead_register(i, &mut info) {
+                return Placement::DeadRegister(n, r);
+            }
+        }
+    }
+    Placement::Spill
 }
 
 struct Builder<'a> {
@@ -524,14 +570,16 @@ pub fn translate(
     };
     b.e.lookup_entry();
     b.t.body = b.e.here();
-    let ctr_at = counter_position(&items);
-    if ctr_at.is_none() {
+    let placement = counter_position(&items);
+    if placement == Placement::Spill {
         b.e.add_counter_keep_flags(counter);
     }
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {
-        if ctr_at == Some(n) {
-            b.e.add_counter(counter);
+        match placement {
+            Placement::DeadFlags(at) if at == n => b.e.add_counter(counter),
+            Placement::DeadRegister(at, r) if at == n => b.e.add_counter_via(r, counter),
+            _ => {}
         }
         match item {
             Item::ClientRequest(ip) => {
@@ -608,6 +656,46 @@ mod tests {
             vec![0x1000, 0x1009]
         );
         assert_eq!(t.guest_end, 0x1009);
+    }
+
+    #[test]
+    fn counter_goes_where_flags_or_a_register_are_dead() {
+        let mut ctx = Ctx { next: 0x1000 };
+        // ja 1000 (flags live, nothing dead): spill.
+        let t = translate(&[0x77, 0xfe], 0x1000, 0x40_0000, &mut ctx).unwrap();
+        assert!(disasm(&t).iter().any(|l| l.contains("mov gs:[0],rax")));
+        // mov r12, [rdi]; ja ...: through r12 before the mov.
+        let code = [0x4c, 0x8b, 0x27, 0x77, 0xfb];
+        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let d = disasm(&t);
+        let at = d
+            .iter()
+            .position(|l| l.starts_with("lea r12,[r12+1]"))
+            .unwrap();
+        assert!(d[at - 1].starts_with("mov r12,gs:["), "{d:?}");
+        assert!(d[at + 1].starts_with("mov gs:["), "{d:?}");
+        assert_eq!(d[at + 2], "mov r12,[rdi]");
+        // mov eax, [rax] reads rax: not dead; test: flags dead before it.
+        let code = [0x8b, 0x00, 0x85, 0xc0, 0x74, 0xfa];
+        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let d = disasm(&t);
+        assert!(
+            d.iter().any(|l| l.starts_with("add qword ptr gs:")),
+            "{d:?}"
+        );
+    }
+
+    fn disasm(t: &Translation) -> Vec<String> {
+        use iced_x86::{Formatter, IntelFormatter};
+        let mut d = Decoder::with_ip(64, &t.code, t.host, DecoderOptions::NONE);
+        let mut f = IntelFormatter::new();
+        let mut out = Vec::new();
+        for i in &mut d {
+            let mut s = String::new();
+            f.format(&i, &mut s);
+            out.push(s);
+        }
+        out
     }
 
     #[test]
