@@ -6,14 +6,15 @@
 
 use std::path::{Path, PathBuf};
 
-use object::read::elf::ElfFile64;
-use object::{Endianness, Object};
+use object::Object;
+
+use crate::elf::{open, Elf};
 
 /// Root of the system's separate debug files.
 const DEBUG_ROOT: &str = "/usr/lib/debug";
 
 /// The separate debug file for `obj` (read from `path`), if one exists.
-pub fn find(path: &Path, obj: &ElfFile64<Endianness>) -> Option<PathBuf> {
+pub fn find(path: &Path, obj: &Elf<'_>) -> Option<PathBuf> {
     if let Ok(Some(id)) = obj.build_id() {
         if id.len() >= 2 {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -41,8 +42,8 @@ pub fn find(path: &Path, obj: &ElfFile64<Endianness>) -> Option<PathBuf> {
 }
 
 fn build_id_of(path: &Path) -> Option<Vec<u8>> {
-    let data = std::fs::read(path).ok()?;
-    let f = ElfFile64::<Endianness>::parse(&*data).ok()?;
+    let data = open(path).ok()?;
+    let f = Elf::parse(&data).ok()?;
     f.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
 

@@ -5,8 +5,19 @@ use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym, SymbolTable as ElfSymbols};
+use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym};
+use object::read::ReadCache;
 use object::{Endianness, Object};
+
+/// An ELF file read on demand: only the parts used (headers, symbol and
+/// string tables, debug sections) are read, which matters for objects of
+/// a hundred megabytes or more.
+pub(crate) type Elf<'a> = ElfFile64<'a, Endianness, &'a ReadCache<std::fs::File>>;
+
+/// Opens `path` for on-demand reading.
+pub(crate) fn open(path: &Path) -> std::io::Result<ReadCache<std::fs::File>> {
+    Ok(ReadCache::new(std::fs::File::open(path)?))
+}
 
 use crate::debugfile;
 use crate::lines::LineTable;
@@ -84,9 +95,9 @@ pub struct ObjectInfo {
 impl ObjectInfo {
     /// Reads the ELF file at `path` and, if found, its separate debug file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let file = ElfFile64::<Endianness>::parse(&*data)
-            .map_err(|e| format!("{}: not an ELF64 file: {e}", path.display()))?;
+        let data = open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file =
+            Elf::parse(&data).map_err(|e| format!("{}: not an ELF64 file: {e}", path.display()))?;
         let endian = file.endian();
         let segments: Vec<Segment> = file
             .elf_program_headers()
@@ -103,16 +114,14 @@ impl ObjectInfo {
         let sections = section_map(&file);
 
         let mut raw = Vec::new();
-        read_symbols(file.elf_symbol_table(), endian, &sections, &mut raw);
-        read_symbols(file.elf_dynamic_symbol_table(), endian, &sections, &mut raw);
+        read_symbols(&file, false, &sections, &mut raw);
+        read_symbols(&file, true, &sections, &mut raw);
 
         let debug_path = debugfile::find(path, &file);
-        let debug_data = debug_path.as_ref().and_then(|p| std::fs::read(p).ok());
-        let debug_file = debug_data
-            .as_deref()
-            .and_then(|d| ElfFile64::<Endianness>::parse(d).ok());
+        let debug_data = debug_path.as_ref().and_then(|p| open(p).ok());
+        let debug_file = debug_data.as_ref().and_then(|d| Elf::parse(d).ok());
         if let Some(dbg) = &debug_file {
-            read_symbols(dbg.elf_symbol_table(), dbg.endian(), &sections, &mut raw);
+            read_symbols(dbg, false, &sections, &mut raw);
         }
 
         // DWARF comes from the object itself when it has any, else from the
@@ -201,7 +210,7 @@ impl ObjectInfo {
 }
 
 /// Finds the sections that classify symbols, as Valgrind's ELF reader does.
-fn section_map(file: &ElfFile64<Endianness>) -> SectionMap {
+fn section_map(file: &Elf<'_>) -> SectionMap {
     let endian = file.endian();
     let table = file.elf_section_table();
     let mut map = SectionMap::default();
@@ -235,16 +244,26 @@ fn section_map(file: &ElfFile64<Endianness>) -> SectionMap {
     map
 }
 
-/// Appends the plausible function/object symbols of `table`, with
-/// Valgrind's filters: named, non-zero size, low 32 bits of the value not
-/// zero, not in `.got`/`.plt`.
-fn read_symbols(
-    table: &ElfSymbols<'_, object::elf::FileHeader64<Endianness>>,
-    endian: Endianness,
-    sections: &SectionMap,
-    out: &mut Vec<RawSymbol>,
-) {
-    let strings = table.strings();
+/// Appends the plausible function/object symbols of `file`'s `.symtab`
+/// (or `.dynsym` with `dynamic`), with Valgrind's filters: named, non-zero
+/// size, low 32 bits of the value not zero, not in `.got`/`.plt`.
+fn read_symbols(file: &Elf<'_>, dynamic: bool, sections: &SectionMap, out: &mut Vec<RawSymbol>) {
+    let endian = file.endian();
+    let table = if dynamic {
+        file.elf_dynamic_symbol_table()
+    } else {
+        file.elf_symbol_table()
+    };
+    if table.is_empty() {
+        return;
+    }
+    // The string table is read in one piece: names are looked up in it
+    // directly rather than through one small read per symbol.
+    let strtab = file
+        .elf_section_table()
+        .section(table.string_section())
+        .and_then(|sh| sh.data(endian, file.data()))
+        .unwrap_or(&[]);
     for sym in table.symbols().iter().skip(1) {
         let info = sym.st_info().0;
         let (bind, kind) = (info >> 4, info & 0xf);
@@ -253,9 +272,10 @@ fn read_symbols(
         {
             continue;
         }
-        let Ok(name) = sym.name(endian, strings) else {
-            continue;
-        };
+        let name = strtab
+            .get(sym.st_name(endian) as usize..)
+            .map(|tail| &tail[..tail.iter().position(|&b| b == 0).unwrap_or(tail.len())])
+            .unwrap_or(&[]);
         if name.is_empty() {
             continue;
         }
