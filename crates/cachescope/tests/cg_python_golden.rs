@@ -128,6 +128,54 @@ fn older_format_reads_as_its_plain_equivalent() {
     assert_eq!(without_invocation(&out.stdout), without_invocation(&want));
 }
 
+/// A profile that cannot be read twice (a pipe) is read in one pass,
+/// keeping every line's counts; the report is the same.
+#[test]
+fn pipes_are_read_in_one_pass() {
+    let tmp = scratch_copy("pygolden-pipe-input");
+    for (case, args) in [
+        ("ann-full-default", vec!["/dev/stdin"]),
+        (
+            "ann-runs-diff",
+            vec![
+                "--diff",
+                "--mod-funcname=s/^_?(dl|IO)_.*/\\1_stuff/",
+                "/dev/stdin",
+                "run5.cgout",
+            ],
+        ),
+    ] {
+        let input = match case {
+            "ann-full-default" => "full.cgout",
+            _ => "run2.cgout",
+        };
+        let mut cat = std::process::Command::new("cat")
+            .arg(input)
+            .current_dir(tmp.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pipe = cat.stdout.take().unwrap();
+        let out = std::process::Command::new(binary())
+            .arg("annotate")
+            .args(&args)
+            .current_dir(tmp.path())
+            .stdin(pipe)
+            .output()
+            .unwrap();
+        cat.wait().unwrap();
+        assert!(
+            out.status.success(),
+            "{case}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (want, _, _) = expected(case);
+        // Only the file names differ.
+        let text = without_invocation(&out.stdout).replace("/dev/stdin", input);
+        assert_eq!(text, without_invocation(&want), "{case}");
+    }
+}
+
 /// `-I DIR` finds sources recorded with relative paths.
 #[test]
 fn include_dirs_find_relative_sources() {

@@ -5,6 +5,15 @@
 //! them, because entries with zero counts become visible with a zero
 //! threshold. Counts read before any `fl=` go to scratch cost centres that
 //! are never shown (cg_annotate's throwaway objects).
+//!
+//! Per-line counts are only needed for the files that get annotated, which
+//! are known only once everything is read. So they are either collected
+//! for every file while reading ([`Agg::read_body`] with `collect_lines`),
+//! or, when the inputs can be read again, collected in a second pass for
+//! the annotated files alone ([`Agg::read_lines`]): that keeps memory
+//! proportional to the functions, not to the lines, of a large profile.
+//! A file's line counts always add up to its outer total, since both are
+//! switched by the same `fl=`/`fi=` lines.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -55,8 +64,8 @@ pub struct Agg {
     ofn_cache: FxHashMap<Box<[u8]>, u32>,
     mod_filename: Option<Subst>,
     mod_funcname: Option<Subst>,
-    /// Whether per-line cost centres are kept (only source annotation
-    /// needs them).
+    /// Whether [`Agg::read_body`] keeps per-line cost centres of every
+    /// file.
     collect_lines: bool,
     /// The sum of the `summary:` lines (the first file negated for a diff).
     pub summary: Vec<i64>,
@@ -346,5 +355,49 @@ impl Agg {
             ));
         }
         Ok(())
+    }
+
+    /// The second pass: reads the body of one file again and collects the
+    /// per-line counts of the files marked in `wanted` (by file id). The
+    /// file must be the one [`Agg::read_body`] read, so every name is known.
+    pub fn read_lines<R: std::io::Read>(
+        &mut self,
+        path: &OsString,
+        reader: &mut CgoutReader<R>,
+        negate: bool,
+        wanted: &[bool],
+    ) -> Result<(), ToolError> {
+        let mut line_map: Option<u32> = None;
+        loop {
+            let record = match reader.next_record() {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(read_error(path, e)),
+            };
+            match record {
+                Record::Counts { line, counts } => {
+                    let Some(m) = line_map else { continue };
+                    let id = match self.line_maps[m as usize].get(&line) {
+                        Some(&id) => id,
+                        None => {
+                            let id = self.new_cc();
+                            self.line_maps[m as usize].insert(line, id);
+                            id
+                        }
+                    };
+                    let combine = if negate { sub_from } else { add_to };
+                    combine(self.cc_mut(id), counts);
+                }
+                Record::Fl(ofl) | Record::Fi(ofl) => {
+                    let mfl = self.map_file(ofl);
+                    line_map = if wanted.get(mfl as usize).copied().unwrap_or(false) {
+                        Some(self.line_map_of(mfl))
+                    } else {
+                        None
+                    };
+                }
+                Record::Fn(_) | Record::Summary(_) => {}
+            }
+        }
     }
 }

@@ -12,12 +12,13 @@ mod sections;
 mod source;
 
 use std::ffi::OsString;
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 use crate::reader::CgoutReader;
 use crate::subst::Subst;
-use crate::tool::{open_input, read_error, ToolError};
+use crate::tool::{open_input, os_error_message, read_error, ToolError};
 use aggregate::Agg;
 use printer::{fancy, Events, Printer};
 
@@ -128,18 +129,40 @@ fn make_events(names: Vec<String>, opts: &AnnotateOptions) -> Result<Events, Too
     Ok(Events { names, show, sort })
 }
 
-/// Reads every profile into the aggregates. Returns the events, the
-/// description block and command of each file, and the aggregates.
-#[allow(clippy::type_complexity)]
-fn read_all(
-    opts: &AnnotateOptions,
-) -> Result<(Events, Vec<Vec<u8>>, Vec<Vec<u8>>, Agg), ToolError> {
+/// An input kept open for the second pass: its file and what it looked
+/// like when first read.
+struct Input {
+    file: File,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+/// What the first pass over the inputs gives.
+struct FirstPass {
+    events: Events,
+    descs: Vec<Vec<u8>>,
+    cmds: Vec<Vec<u8>>,
+    agg: Agg,
+    /// The inputs, if all are regular files that can be read again; else
+    /// the per-line counts of every file were collected already.
+    rereadable: Option<Vec<Input>>,
+}
+
+/// Reads every profile into the aggregates.
+fn read_all(opts: &AnnotateOptions) -> Result<FirstPass, ToolError> {
     let mut descs = Vec::new();
     let mut cmds = Vec::new();
-    let mut state: Option<(Events, Agg)> = None;
-    for (i, path) in opts.files.iter().enumerate() {
+    let mut files = Vec::new();
+    for path in &opts.files {
         let file = open_input(path)?;
-        let (mut reader, header) = CgoutReader::new(file).map_err(|e| read_error(path, e))?;
+        let meta = file.metadata().ok().filter(|m| m.is_file());
+        files.push((file, meta));
+    }
+    let rereadable = files.iter().all(|(_, m)| m.is_some());
+    let mut state: Option<(Events, Agg)> = None;
+    let mut inputs = Vec::new();
+    for (i, (path, (file, meta))) in opts.files.iter().zip(files).enumerate() {
+        let (mut reader, header) = CgoutReader::new(&file).map_err(|e| read_error(path, e))?;
         let mut desc = Vec::new();
         for d in &header.desc {
             desc.extend_from_slice(d);
@@ -161,7 +184,7 @@ fn read_all(
                     events.names.len(),
                     opts.mod_filename.clone(),
                     opts.mod_funcname.clone(),
-                    opts.annotate,
+                    opts.annotate && !rereadable,
                 );
                 state = Some((events, agg));
             }
@@ -173,9 +196,56 @@ fn read_all(
         }
         let (_, agg) = state.as_mut().expect("set above");
         agg.read_body(path, &mut reader, opts.diff && i == 0)?;
+        if let Some(m) = meta {
+            inputs.push(Input {
+                file,
+                len: m.len(),
+                modified: m.modified().ok(),
+            });
+        }
     }
     let (events, agg) = state.ok_or_else(|| ToolError::Fatal("no input files".into()))?;
-    Ok((events, descs, cmds, agg))
+    Ok(FirstPass {
+        events,
+        descs,
+        cmds,
+        agg,
+        rereadable: rereadable.then_some(inputs),
+    })
+}
+
+/// The second pass: the per-line counts of the files to annotate.
+fn read_lines_again(
+    opts: &AnnotateOptions,
+    agg: &mut Agg,
+    inputs: &mut [Input],
+    ann_files: &[Vec<u8>],
+) -> Result<(), ToolError> {
+    let mut wanted = vec![false; agg.files.len()];
+    for name in ann_files {
+        if let Some(id) = agg.files.get(name) {
+            wanted[id as usize] = true;
+        }
+    }
+    for (i, (path, input)) in opts.files.iter().zip(inputs.iter_mut()).enumerate() {
+        let changed = || {
+            ToolError::Fatal(format!(
+                "{}: the file changed while it was being read",
+                path.to_string_lossy()
+            ))
+        };
+        let meta = input.file.metadata().map_err(|_| changed())?;
+        if meta.len() != input.len || meta.modified().ok() != input.modified {
+            return Err(changed());
+        }
+        input
+            .file
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| ToolError::Fatal(os_error_message(&e, path)))?;
+        let (mut reader, _) = CgoutReader::new(&input.file).map_err(|_| changed())?;
+        agg.read_lines(path, &mut reader, opts.diff && i == 0, &wanted)?;
+    }
+    Ok(())
 }
 
 fn print_metadata(
@@ -234,7 +304,13 @@ fn print_metadata(
 
 /// Runs `cg_annotate` with `opts`, writing the report to `w`.
 pub fn annotate(opts: &AnnotateOptions, w: &mut dyn Write) -> Result<(), ToolError> {
-    let (events, descs, cmds, agg) = read_all(opts)?;
+    let FirstPass {
+        events,
+        descs,
+        cmds,
+        mut agg,
+        rereadable,
+    } = read_all(opts)?;
     let mut out = Output::new(w);
 
     print_metadata(out.buf(), opts, &events, &descs, &cmds);
@@ -270,6 +346,10 @@ pub fn annotate(opts: &AnnotateOptions, w: &mut dyn Write) -> Result<(), ToolErr
 
     let mut result = Ok(());
     if opts.annotate {
+        if let Some(mut inputs) = rereadable {
+            out.flush()?;
+            read_lines_again(opts, &mut agg, &mut inputs, &ann_files)?;
+        }
         let ctx = source::SourceContext {
             cgout_files: &opts.files,
             include_dirs: &opts.include_dirs,

@@ -138,13 +138,6 @@ fn check_originals(paths: &[PathBuf]) -> Originals {
     }
 }
 
-/// Sums every line cost centre of a file into `acc`.
-fn add_lines(agg: &Agg, lines: &FxHashMap<i64, CcId>, acc: &mut [i64]) {
-    for &cc in lines.values() {
-        add_to(acc, agg.cc(cc));
-    }
-}
-
 fn print_warning(out: &mut Vec<u8>, msg: &[u8]) {
     let at = [b'@'; 79];
     out.extend_from_slice(&at);
@@ -176,12 +169,16 @@ pub fn print_annotated_files(
     let lines_of = |mfl: u32| -> &FxHashMap<i64, CcId> {
         agg.file_lines[mfl as usize].map_or(&empty, |m| &agg.line_maps[m as usize])
     };
+    // A file's line counts add up to its outer total, which is what the
+    // summary rows below need.
+    let outer_of =
+        |mfl: u32| agg.file_dcc[mfl as usize].map(|d| agg.cc(agg.dccs[d as usize].outer));
     let mut consumed = vec![false; agg.files.len()];
 
     if let Some(unknown) = agg.files.get(b"???") {
-        if agg.file_lines[unknown as usize].is_some() {
+        if let Some(total) = outer_of(unknown) {
             consumed[unknown as usize] = true;
-            add_lines(agg, lines_of(unknown), &mut acc.ccs[FILES_UNKNOWN]);
+            add_to(&mut acc.ccs[FILES_UNKNOWN], total);
         }
     }
 
@@ -241,7 +238,9 @@ pub fn print_annotated_files(
                         b"Unannotated because one or more of these original files are unreadable:",
                     ),
                 };
-                add_lines(agg, lines, &mut acc.ccs[slot]);
+                if let Some(total) = outer_of(mfl) {
+                    add_to(&mut acc.ccs[slot], total);
+                }
                 fancy(out.buf(), &title);
                 out.buf().extend_from_slice(why);
                 for o in &ofls {
@@ -255,8 +254,8 @@ pub fn print_annotated_files(
     }
 
     for (mfl, done) in consumed.iter().enumerate() {
-        if !done {
-            add_lines(agg, lines_of(mfl as u32), &mut acc.ccs[BELOW_THRESHOLD]);
+        if let (false, Some(total)) = (done, outer_of(mfl as u32)) {
+            add_to(&mut acc.ccs[BELOW_THRESHOLD], total);
         }
     }
     Ok(acc)
