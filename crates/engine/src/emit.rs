@@ -90,6 +90,13 @@ impl Emitter {
         at
     }
 
+    /// `push qword [rip+disp]` addressing `lit`.
+    pub fn push_rip(&mut self, lit: u64) {
+        self.raw(&[0xff, 0x35]);
+        let r = self.rel32_to(lit, 0);
+        self.u32(r);
+    }
+
     /// `add qword gs:[off], 1`: a per-thread counter (clobbers flags).
     pub fn add_counter(&mut self, off: u32) {
         self.raw(&[0x65, 0x48, 0x83, 0x04, 0x25]);

@@ -22,11 +22,36 @@ pub type Injector<'a> = dyn FnMut(u64, [u64; 6]) -> Result<i64, EngineError> + '
 #[derive(Debug, Clone)]
 struct Chunk {
     base: u64,
-    /// Next free code byte.
+    /// Next free code byte (block bodies grow up from the start).
     code_next: u64,
+    /// Lowest byte of the aux area (entry stubs, exit stubs, literals and
+    /// trampolines grow down from the end, out of the way of fall-through
+    /// chains of bodies).
+    aux_low: u64,
     /// The shared lookup-miss stub.
     miss_stub: u64,
 }
+
+impl Chunk {
+    /// Takes `len` bytes (8-aligned) from the top of the aux area.
+    fn aux(&mut self, len: u64) -> u64 {
+        self.aux_low = (self.aux_low - len) & !7;
+        self.aux_low
+    }
+
+    /// Room for one more block and its aux bytes.
+    fn has_room(&self) -> bool {
+        self.has_room_after(self.code_next)
+    }
+
+    /// Room for one more block starting at `at`.
+    fn has_room_after(&self, at: u64) -> bool {
+        at + MAX_BLOCK_BYTES + AUX_PER_BLOCK < self.aux_low
+    }
+}
+
+/// Aux bytes one block may need at most (entry stub, literals, exit stubs).
+const AUX_PER_BLOCK: u64 = 8 << 10;
 
 /// Metadata of a translated block.
 #[derive(Debug, Clone)]
@@ -284,10 +309,7 @@ impl Space {
     }
 
     fn chunk_near(&mut self, guest: u64, inj: &mut Injector) -> Result<usize, EngineError> {
-        let fits = |c: &Chunk| {
-            c.base.abs_diff(guest) < CHUNK_REACH - CHUNK_SIZE
-                && c.code_next + MAX_BLOCK_BYTES + 4096 < c.base + CHUNK_SIZE
-        };
+        let fits = |c: &Chunk| c.base.abs_diff(guest) < CHUNK_REACH - CHUNK_SIZE && c.has_room();
         if let Some(i) = self.chunks.iter().rposition(fits) {
             return Ok(i);
         }
@@ -330,6 +352,7 @@ impl Space {
         self.chunks.push(Chunk {
             base,
             code_next: e.here(),
+            aux_low: base + CHUNK_SIZE,
             miss_stub: base,
         });
         Ok(self.chunks.len() - 1)
@@ -340,11 +363,12 @@ impl Space {
         if let Some(&s) = self.stub_for.get(&(ci, target)) {
             return Ok(s);
         }
-        let c = &mut self.chunks[ci];
-        let mut e = Emitter::new(c.code_next);
+        let mut e = Emitter::new(0);
+        e.exit_stub(layout::MAGIC_LINK);
+        let at = self.chunks[ci].aux(e.bytes.len() as u64);
+        let mut e = Emitter::new(at);
         e.exit_stub(layout::MAGIC_LINK);
         let stop = e.here();
-        c.code_next = e.here();
         self.write(e.base, &e.bytes)?;
         self.stubs.insert(stop, target);
         self.stub_for.insert((ci, target), e.base);
@@ -353,11 +377,9 @@ impl Space {
 
     /// A far jump to `dest` placed in chunk `ci` (for rel32 overflow).
     fn trampoline(&mut self, ci: usize, dest: u64) -> Result<u64, EngineError> {
-        let c = &mut self.chunks[ci];
-        let at = c.code_next;
         let mut b = vec![0xff, 0x25, 0, 0, 0, 0];
         b.extend_from_slice(&dest.to_le_bytes());
-        c.code_next += b.len() as u64;
+        let at = self.chunks[ci].aux(b.len() as u64);
         self.write(at, &b)?;
         Ok(at)
     }
@@ -414,6 +436,22 @@ impl Space {
     }
 
     fn translate_one(&mut self, guest: u64, inj: &mut Injector) -> Result<u64, EngineError> {
+        self.translate_at(guest, inj, None, 0)
+    }
+
+    /// Translates `guest` into chunk `forced` (at its `code_next`, right
+    /// after the block that falls into it) or a chunk near it. A block whose
+    /// code ends with a jump to an untranslated block gets that block placed
+    /// right after it, without the jump (up to `MAX_CHAIN` in a row), so
+    /// hot fall-through paths run straight through as natively.
+    fn translate_at(
+        &mut self,
+        guest: u64,
+        inj: &mut Injector,
+        forced: Option<usize>,
+        depth: u32,
+    ) -> Result<u64, EngineError> {
+        const MAX_CHAIN: u32 = 8;
         let m = self.mapping_of(guest)?;
         let key = (m.start, m.end, m.offset, m.path.clone());
         let module = match self.recorded.get(&key) {
@@ -431,12 +469,17 @@ impl Space {
         };
         let len = (m.end - guest).min(4096) as usize;
         let code = self.read(guest, len)?;
-        let ci = self.chunk_near(guest, inj)?;
+        let ci = match forced {
+            Some(ci) => ci,
+            None => self.chunk_near(guest, inj)?,
+        };
         let host = self.chunks[ci].code_next;
+        let mut aux_writes = Vec::new();
         let mut ctx = Ctx {
-            chunk: &self.chunks[ci],
+            chunk: &mut self.chunks[ci],
             core: self.core,
             next_counter: &mut self.next_counter,
+            writes: &mut aux_writes,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -445,7 +488,34 @@ impl Space {
                 "translation of {guest:#x} is too large"
             )));
         }
-        self.chunks[ci].code_next += t.code.len() as u64;
+        debug_assert_eq!(t.host, host);
+        for (at, bytes) in aux_writes {
+            self.write(at, &bytes)?;
+        }
+        // Chain the tail block right after this one?
+        let chain = t.tail.filter(|&next| {
+            depth < MAX_CHAIN
+                && next != guest
+                && !self.blocks.contains_key(&next)
+                && next >= m.start
+                && next < m.end
+                && self.chunks[ci].has_room_after(host + t.code.len() as u64)
+        });
+        if chain.is_some() {
+            t.code.truncate(t.code.len() - 5);
+            t.exits.pop();
+        }
+        self.chunks[ci].code_next = host + t.code.len() as u64;
+        // The entry used by indirect branches restores the lookup's scratch
+        // registers, then jumps to the body.
+        let mut e = Emitter::new(0);
+        e.lookup_entry();
+        e.jmp(0);
+        let entry = self.chunks[ci].aux(e.bytes.len() as u64);
+        let mut e = Emitter::new(entry);
+        e.lookup_entry();
+        e.jmp(t.body);
+        self.write(entry, &e.bytes)?;
         // Link exits: to the translation if it exists, else to a stub.
         let mut new_pending = Vec::new();
         for &(site, target) in &t.exits {
@@ -483,7 +553,7 @@ impl Space {
             guest,
             Block {
                 body: t.body,
-                entry: t.host,
+                entry,
                 guest_end: t.guest_end,
                 module,
                 counter: t.counter,
@@ -499,6 +569,18 @@ impl Space {
         if let Some(sites) = self.pending.remove(&guest) {
             for site in sites {
                 self.patch(site, t.body)?;
+            }
+        }
+        if let Some(next) = chain {
+            let end = self.chunks[ci].code_next;
+            if self.translate_at(next, inj, Some(ci), depth + 1).is_err() {
+                // Put the jump back (the error shows if it is ever taken).
+                self.chunks[ci].code_next = end + 5;
+                let stub = self.stub(ci, next)?;
+                let mut e = Emitter::new(end);
+                let site = e.jmp(stub);
+                self.write(end, &e.bytes)?;
+                self.pending.entry(next).or_default().push(site);
             }
         }
         Ok(t.body)
@@ -549,8 +631,8 @@ impl Space {
     pub fn guest_block_of(&self, host: u64) -> Option<u64> {
         self.blocks
             .iter()
-            .filter(|(_, b)| b.entry <= host)
-            .max_by_key(|(_, b)| b.entry)
+            .filter(|(_, b)| b.body <= host)
+            .max_by_key(|(_, b)| b.body)
             .map(|(&g, _)| g)
     }
 
@@ -566,13 +648,19 @@ impl Space {
             return Ok(t);
         }
         let ci = self.chunk_near(guest, inj)?;
-        let c = &mut self.chunks[ci];
-        let mut e = Emitter::new(c.code_next);
-        e.spill_rax_rcx();
-        e.raw(&[0x48, 0xb9]); // mov rcx, imm64
-        e.raw(&guest.to_le_bytes());
-        e.lookup((self.core + layout::HTAB) as u32, c.miss_stub);
-        c.code_next = e.here();
+        let htab = (self.core + layout::HTAB) as u32;
+        let emit = |e: &mut Emitter, miss: u64| {
+            e.spill_rax_rcx();
+            e.raw(&[0x48, 0xb9]); // mov rcx, imm64
+            e.raw(&guest.to_le_bytes());
+            e.lookup(htab, miss);
+        };
+        let miss = self.chunks[ci].miss_stub;
+        let mut sizing = Emitter::new(miss);
+        emit(&mut sizing, miss);
+        let at = self.chunks[ci].aux(sizing.bytes.len() as u64);
+        let mut e = Emitter::new(at);
+        emit(&mut e, miss);
         self.write(e.base, &e.bytes)?;
         self.trampolines.insert(guest, e.base);
         Ok(e.base)
@@ -594,6 +682,16 @@ impl Space {
 
     /// Reads every counter and attributes it to guest instructions.
     pub fn collect(&self, pid: i32) -> ProcessProfile {
+        if let Some(dir) = std::env::var_os("CACHESCOPE_ENGINE_DUMP") {
+            // Debugging aid: the code cache as it is, one file per chunk.
+            for c in &self.chunks {
+                if let Ok(code) = self.read(c.base, (CHUNK_SIZE) as usize) {
+                    let path =
+                        std::path::Path::new(&dir).join(format!("chunk-{pid}-{:x}.bin", c.base));
+                    let _ = std::fs::write(path, code);
+                }
+            }
+        }
         let mut counts = self.totals.clone();
         for &area in &self.areas {
             add_into(&mut counts, &self.read_area(area));
@@ -654,9 +752,11 @@ fn add_into(total: &mut Vec<u64>, add: &[u64]) {
 }
 
 struct Ctx<'a> {
-    chunk: &'a Chunk,
+    chunk: &'a mut Chunk,
     core: u64,
     next_counter: &'a mut u32,
+    /// Aux-area bytes to write once translation succeeded.
+    writes: &'a mut Vec<(u64, Vec<u8>)>,
 }
 
 impl TransCtx for Ctx<'_> {
@@ -667,6 +767,11 @@ impl TransCtx for Ctx<'_> {
     }
     fn miss_stub(&self) -> u64 {
         self.chunk.miss_stub
+    }
+    fn literal(&mut self, value: u64) -> u64 {
+        let at = self.chunk.aux(8);
+        self.writes.push((at, value.to_le_bytes().to_vec()));
+        at
     }
     fn core(&self) -> u64 {
         self.core

@@ -28,6 +28,9 @@ pub trait TransCtx {
     fn alloc_counter(&mut self) -> u32;
     /// Host address of the shared lookup-miss stub near the block.
     fn miss_stub(&self) -> u64;
+    /// Places an 8-byte literal (a return address pushed by call emulation)
+    /// within rel32 reach of the block; returns its address.
+    fn literal(&mut self, value: u64) -> u64;
     /// Absolute (below 2 GiB) address of the core region.
     fn core(&self) -> u64;
 }
@@ -50,8 +53,12 @@ pub struct Translation {
     pub guest_end: u64,
     /// Host address the code is emitted for.
     pub host: u64,
-    /// Host address of the body (after the lookup entry prologue).
+    /// Host address of the body (the same as `host`: blocks start with
+    /// their first guest instruction, so a predecessor may fall into them).
     pub body: u64,
+    /// The code ends with `jmp rel32` to this guest address (the block's
+    /// fall-through), which the caller may drop by placing that block next.
+    pub tail: Option<u64>,
     /// The emitted bytes.
     pub code: Vec<u8>,
     /// rel32 fields to link: (host address of the field, guest target).
@@ -295,8 +302,6 @@ struct Builder<'a> {
     enc: Encoder,
     t: Translation,
     ctx: &'a mut dyn TransCtx,
-    literals: Vec<(u64, u64)>, // (host address of the disp32 field's literal slot index, value)
-    lit_fixups: Vec<(usize, usize)>, // (byte offset of disp32 field, literal index)
 }
 
 impl Builder<'_> {
@@ -368,11 +373,8 @@ impl Builder<'_> {
     }
 
     fn push_literal(&mut self, value: u64) {
-        self.e.raw(&[0xff, 0x35]);
-        let off = self.e.bytes.len();
-        self.e.raw(&[0, 0, 0, 0]);
-        self.lit_fixups.push((off, self.literals.len()));
-        self.literals.push((0, value));
+        let lit = self.ctx.literal(value);
+        self.e.push_rip(lit);
     }
 
     fn lookup(&mut self) {
@@ -565,10 +567,7 @@ pub fn translate(
             ..Default::default()
         },
         ctx,
-        literals: Vec::new(),
-        lit_fixups: Vec::new(),
     };
-    b.e.lookup_entry();
     b.t.body = b.e.here();
     let placement = counter_position(&items);
     if placement == Placement::Spill {
@@ -607,18 +606,15 @@ pub fn translate(
     if let Stop::Continue(next) = stop {
         b.exit_jmp(next);
     }
-    // Literals (return addresses pushed by call emulation), 8-aligned.
-    b.e.align8();
-    let mut lit_addrs = Vec::with_capacity(b.literals.len());
-    for &(_, v) in &b.literals {
-        lit_addrs.push(b.e.here());
-        b.e.raw(&v.to_le_bytes());
-    }
-    for &(off, idx) in &b.lit_fixups {
-        let field_end = host + off as u64 + 4;
-        let d = lit_addrs[idx].wrapping_sub(field_end) as i32;
-        b.e.bytes[off..off + 4].copy_from_slice(&d.to_le_bytes());
-    }
+    // A final `jmp rel32` exit: its target may be placed right after.
+    b.t.tail = match b.t.exits.last() {
+        Some(&(site, target))
+            if site + 4 == b.e.here() && b.e.bytes[b.e.bytes.len() - 5] == 0xe9 =>
+        {
+            Some(target)
+        }
+        _ => None,
+    };
     b.t.guest_end = end;
     b.t.code = std::mem::take(&mut b.e.bytes);
     Ok(b.t)
@@ -638,6 +634,9 @@ mod tests {
         }
         fn miss_stub(&self) -> u64 {
             0x50_0000
+        }
+        fn literal(&mut self, _value: u64) -> u64 {
+            0x48_0000
         }
         fn core(&self) -> u64 {
             0x7000_0000
