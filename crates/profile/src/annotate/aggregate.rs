@@ -9,8 +9,8 @@
 //! Per-line counts are only needed for the files that get annotated, which
 //! are known only once everything is read. So they are either collected
 //! for every file while reading ([`Agg::read_body`] with `collect_lines`),
-//! or, when the inputs can be read again, collected in a second pass for
-//! the annotated files alone ([`Agg::read_lines`]): that keeps memory
+//! or, for inputs that can be read again, in a second pass for the
+//! annotated files alone ([`Agg::read_lines`]): that keeps memory
 //! proportional to the functions, not to the lines, of a large profile.
 //! A file's line counts always add up to its outer total, since both are
 //! switched by the same `fl=`/`fi=` lines.
@@ -64,9 +64,6 @@ pub struct Agg {
     ofn_cache: FxHashMap<Box<[u8]>, u32>,
     mod_filename: Option<Subst>,
     mod_funcname: Option<Subst>,
-    /// Whether [`Agg::read_body`] keeps per-line cost centres of every
-    /// file.
-    collect_lines: bool,
     /// The sum of the `summary:` lines (the first file negated for a diff).
     pub summary: Vec<i64>,
 }
@@ -86,12 +83,7 @@ struct Cursor {
 
 impl Agg {
     /// Empty aggregates for `n` events.
-    pub fn new(
-        n: usize,
-        mod_filename: Option<Subst>,
-        mod_funcname: Option<Subst>,
-        collect_lines: bool,
-    ) -> Agg {
+    pub fn new(n: usize, mod_filename: Option<Subst>, mod_funcname: Option<Subst>) -> Agg {
         Agg {
             n,
             arena: vec![0; n],
@@ -108,7 +100,6 @@ impl Agg {
             ofn_cache: FxHashMap::default(),
             mod_filename,
             mod_funcname,
-            collect_lines,
             summary: vec![0; n],
         }
     }
@@ -238,12 +229,14 @@ impl Agg {
 
     /// Reads the body of one file whose header has been read. `negate`
     /// subtracts its counts (the first file of a diff); its `summary:`
-    /// must still equal its own raw sum.
+    /// must still equal its own raw sum. With `collect_lines`, the
+    /// per-line counts of every file are kept too.
     pub fn read_body<R: std::io::Read>(
         &mut self,
         path: &OsString,
         reader: &mut CgoutReader<R>,
         negate: bool,
+        collect_lines: bool,
     ) -> Result<(), ToolError> {
         let n = self.n;
         let empty_file = self.intern_file(b"");
@@ -275,7 +268,7 @@ impl Agg {
                         let start = t as usize * n;
                         combine(&mut self.arena[start..start + n], counts);
                     }
-                    if self.collect_lines {
+                    if collect_lines {
                         if let Some(m) = cur.line_map {
                             let id = match self.line_maps[m as usize].get(&line) {
                                 Some(&id) => id,

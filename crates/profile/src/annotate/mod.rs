@@ -143,25 +143,22 @@ struct FirstPass {
     descs: Vec<Vec<u8>>,
     cmds: Vec<Vec<u8>>,
     agg: Agg,
-    /// The inputs, if all are regular files that can be read again; else
-    /// the per-line counts of every file were collected already.
-    rereadable: Option<Vec<Input>>,
+    /// Per input, the file to read again for per-line counts; `None` for
+    /// an input that cannot be read again (a pipe), whose per-line counts
+    /// were kept in the first pass.
+    inputs: Vec<Option<Input>>,
 }
 
-/// Reads every profile into the aggregates.
+/// Reads every profile into the aggregates, one after the other as
+/// cg_annotate does (so errors come in the same order).
 fn read_all(opts: &AnnotateOptions) -> Result<FirstPass, ToolError> {
     let mut descs = Vec::new();
     let mut cmds = Vec::new();
-    let mut files = Vec::new();
-    for path in &opts.files {
-        let file = open_input(path)?;
-        let meta = file.metadata().ok().filter(|m| m.is_file());
-        files.push((file, meta));
-    }
-    let rereadable = files.iter().all(|(_, m)| m.is_some());
     let mut state: Option<(Events, Agg)> = None;
     let mut inputs = Vec::new();
-    for (i, (path, (file, meta))) in opts.files.iter().zip(files).enumerate() {
+    for (i, path) in opts.files.iter().enumerate() {
+        let file = open_input(path)?;
+        let regular = file.metadata().ok().filter(|m| m.is_file());
         let (mut reader, header) = CgoutReader::new(&file).map_err(|e| read_error(path, e))?;
         let mut desc = Vec::new();
         for d in &header.desc {
@@ -184,7 +181,6 @@ fn read_all(opts: &AnnotateOptions) -> Result<FirstPass, ToolError> {
                     events.names.len(),
                     opts.mod_filename.clone(),
                     opts.mod_funcname.clone(),
-                    opts.annotate && !rereadable,
                 );
                 state = Some((events, agg));
             }
@@ -195,14 +191,13 @@ fn read_all(opts: &AnnotateOptions) -> Result<FirstPass, ToolError> {
             }
         }
         let (_, agg) = state.as_mut().expect("set above");
-        agg.read_body(path, &mut reader, opts.diff && i == 0)?;
-        if let Some(m) = meta {
-            inputs.push(Input {
-                file,
-                len: m.len(),
-                modified: m.modified().ok(),
-            });
-        }
+        let collect_lines = opts.annotate && regular.is_none();
+        agg.read_body(path, &mut reader, opts.diff && i == 0, collect_lines)?;
+        inputs.push(regular.map(|m| Input {
+            file,
+            len: m.len(),
+            modified: m.modified().ok(),
+        }));
     }
     let (events, agg) = state.ok_or_else(|| ToolError::Fatal("no input files".into()))?;
     Ok(FirstPass {
@@ -210,7 +205,7 @@ fn read_all(opts: &AnnotateOptions) -> Result<FirstPass, ToolError> {
         descs,
         cmds,
         agg,
-        rereadable: rereadable.then_some(inputs),
+        inputs,
     })
 }
 
@@ -218,7 +213,7 @@ fn read_all(opts: &AnnotateOptions) -> Result<FirstPass, ToolError> {
 fn read_lines_again(
     opts: &AnnotateOptions,
     agg: &mut Agg,
-    inputs: &mut [Input],
+    inputs: &mut [Option<Input>],
     ann_files: &[Vec<u8>],
 ) -> Result<(), ToolError> {
     let mut wanted = vec![false; agg.files.len()];
@@ -228,6 +223,7 @@ fn read_lines_again(
         }
     }
     for (i, (path, input)) in opts.files.iter().zip(inputs.iter_mut()).enumerate() {
+        let Some(input) = input else { continue };
         let changed = || {
             ToolError::Fatal(format!(
                 "{}: the file changed while it was being read",
@@ -309,7 +305,7 @@ pub fn annotate(opts: &AnnotateOptions, w: &mut dyn Write) -> Result<(), ToolErr
         descs,
         cmds,
         mut agg,
-        rereadable,
+        mut inputs,
     } = read_all(opts)?;
     let mut out = Output::new(w);
 
@@ -346,7 +342,7 @@ pub fn annotate(opts: &AnnotateOptions, w: &mut dyn Write) -> Result<(), ToolErr
 
     let mut result = Ok(());
     if opts.annotate {
-        if let Some(mut inputs) = rereadable {
+        if inputs.iter().any(Option::is_some) {
             out.flush()?;
             read_lines_again(opts, &mut agg, &mut inputs, &ann_files)?;
         }
