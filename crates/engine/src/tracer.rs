@@ -130,6 +130,18 @@ fn check_program(path: &Path) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Whether `path` is a 64-bit x86-64 ELF file.
+fn is_x86_64_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 20];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && &head[..4] == b"\x7fELF"
+        && head[4] == 2
+        && u16::from_le_bytes([head[18], head[19]]) == 62
+}
+
 fn os_err(what: &str, e: std::io::Error) -> EngineError {
     EngineError(format!("{what}: {e}"))
 }
@@ -653,7 +665,9 @@ impl<'a> Tracer<'a> {
                 }
             }
         }
-        if !self.cfg.trace_children {
+        if !self.cfg.trace_children || !is_x86_64_elf(Path::new(&format!("/proc/{pid}/exe"))) {
+            // Not followed (or not ours to follow: another architecture's
+            // program runs natively, like an unfollowed child).
             let _ = sys::detach(pid, 0);
             return Ok(());
         }
@@ -714,6 +728,13 @@ impl<'a> Tracer<'a> {
 
     fn on_clone_event(&mut self, tid: i32, birth: Birth) -> Result<(), EngineError> {
         let child = sys::event_msg(tid).map_err(|e| os_err("ptrace geteventmsg", e))? as i32;
+        // PTRACE_EVENT_CLONE only says the exit signal was not SIGCHLD: a
+        // clone without CLONE_VM is a new address space all the same.
+        let birth = if birth == Birth::Thread && !self.clone_shares_vm(tid) {
+            Birth::Fork
+        } else {
+            birth
+        };
         if self.early.remove(&child) {
             self.start_task(child, tid, birth)?;
             self.resume(tid, 0);
@@ -724,6 +745,23 @@ impl<'a> Tracer<'a> {
             self.announced.insert(child, (tid, birth));
         }
         Ok(())
+    }
+
+    /// Whether the clone/clone3 that `tid` is stopped in passed CLONE_VM.
+    fn clone_shares_vm(&self, tid: i32) -> bool {
+        const CLONE_VM: u64 = 0x100;
+        let Ok(regs) = sys::get_regs(tid) else {
+            return true;
+        };
+        let flags = match regs.orig_rax {
+            56 => regs.rdi,
+            435 => match self.space_of(tid) {
+                Some(sp) => sp.borrow().read_u64(regs.rdi).unwrap_or(CLONE_VM),
+                None => CLONE_VM,
+            },
+            _ => CLONE_VM,
+        };
+        flags & CLONE_VM != 0
     }
 
     fn event_loop(&mut self) -> Result<(), EngineError> {
