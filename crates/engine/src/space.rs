@@ -73,6 +73,7 @@ struct Mapping {
     start: u64,
     end: u64,
     exec: bool,
+    write: bool,
     offset: u64,
     path: String,
 }
@@ -292,12 +293,16 @@ impl Space {
                 .cloned()
         };
         if let Some(m) = find(&self.maps) {
-            if m.exec {
+            if m.exec && !m.write {
                 return Ok(m);
             }
         }
         self.reload_maps()?;
         match find(&self.maps) {
+            Some(m) if m.exec && m.write => Err(EngineError(format!(
+                "the client runs code from writable memory at {addr:#x} ({}), as JIT compilers do; not supported yet",
+                if m.path.is_empty() { "anonymous" } else { &m.path }
+            ))),
             Some(m) if m.exec => Ok(m),
             Some(_) => Err(EngineError(format!(
                 "the client jumped to non-executable memory at {addr:#x}"
@@ -799,6 +804,7 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
         start: u64::from_str_radix(s, 16).ok()?,
         end: u64::from_str_radix(e, 16).ok()?,
         exec: perms.as_bytes().get(2) == Some(&b'x'),
+        write: perms.as_bytes().get(1) == Some(&b'w'),
         offset,
         path,
     })

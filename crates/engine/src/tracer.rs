@@ -430,7 +430,10 @@ impl<'a> Tracer<'a> {
                                 regs.rdi.saturating_add(regs.rsi).saturating_add(page) & !page;
                             let drops = match sysno as usize {
                                 SYS_MMAP => regs.r10 & libc::MAP_FIXED as u64 != 0,
-                                SYS_MPROTECT => regs.rdx & libc::PROT_EXEC as u64 == 0,
+                                SYS_MPROTECT => {
+                                    regs.rdx & libc::PROT_EXEC as u64 == 0
+                                        || regs.rdx & libc::PROT_WRITE as u64 != 0
+                                }
                                 _ => true,
                             };
                             if drops {

@@ -125,3 +125,8 @@ fn trace_children_follows_exec_into_a_fresh_profile() {
         spawned.modules
     );
 }
+
+#[test]
+fn rewritten_code_is_retranslated_for_a_w_xor_x_jit() {
+    check_fixture("jit", "gcc", "jit.c", &[]);
+}
