@@ -5,6 +5,27 @@
 //! [`LaunchConfig`] and reports, through a [`ProfileSink`], one
 //! [`ProcessProfile`] per traced process as it exits (a forked child reports
 //! its own). Symbolization and output are the caller's business.
+//!
+//! How it works, in one paragraph per module:
+//!
+//! * `sys` (the only `unsafe` code): fork/exec of the client with
+//!   `PTRACE_TRACEME`, `ADDR_NO_RANDOMIZE`, and a seccomp filter that traps
+//!   only the engine's own magic syscall numbers (so a program that runs
+//!   detached is unaffected); ptrace and waitpid wrappers.
+//! * `tracer`: the event loop. After the client's exec it injects syscalls
+//!   (through a `syscall; mov rdi, rax; mov eax, MAGIC; syscall` gadget) to
+//!   map the core region and a thread area, translates the entry block and
+//!   points RIP at it. Translated code comes back to the tool only through
+//!   magic syscalls: an unlinked direct branch, an indirect-branch lookup
+//!   miss, or a syscall the tool wants to see (execve, mmap family,
+//!   rt_sigaction, rt_sigreturn, rseq, arch_prctl). Threads, forks, vforks,
+//!   execs, exits and signals are followed through ptrace events.
+//! * `space`: one client address space: code-cache chunks near the code
+//!   they translate, blocks, exit stubs and pending links, the indirect
+//!   branch table, thread areas and counters, invalidation of unmapped code.
+//! * `translate`: one guest basic block to code-cache code with iced-x86;
+//!   `emit`: the hand-encoded instructions it adds; `layout`: the
+//!   addresses and offsets both sides agree on.
 
 mod emit;
 mod layout;
