@@ -165,19 +165,26 @@ pub fn write_file_atomic(
 }
 
 /// Like [`write_file_atomic`], with the permission bits `mode` (reduced by
-/// the umask) for a new file. A path that names something other than a
-/// regular file (`/dev/stdout`, a pipe) is written in place, since it
-/// cannot be replaced.
+/// the umask) for a new file. An existing file keeps its permission bits,
+/// and a symbolic link is followed, as when a file is opened for writing.
+/// A path that names something other than a regular file (`/dev/stdout`,
+/// a pipe) is written in place, since it cannot be replaced.
 pub fn write_file_replacing(
     path: &Path,
     mode: u32,
     contents: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+    let existing = std::fs::metadata(path).ok();
+    if existing.as_ref().is_some_and(|m| !m.is_file()) {
         let mut out = io::BufWriter::new(std::fs::OpenOptions::new().write(true).open(path)?);
         contents(&mut out)?;
         return out.flush();
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        if let Ok(target) = std::fs::canonicalize(path) {
+            return write_file_replacing(&target, mode, contents);
+        }
     }
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let name = path
@@ -197,6 +204,9 @@ pub fn write_file_replacing(
             .truncate(true)
             .mode(mode)
             .open(&tmp)?;
+        if let Some(m) = &existing {
+            file.set_permissions(m.permissions())?;
+        }
         let mut out = io::BufWriter::with_capacity(1 << 16, file);
         contents(&mut out)?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
@@ -260,6 +270,27 @@ mod tests {
             Profile::read_from(&missing[..]),
             Err(ReadError::Format { line: 3, .. })
         ));
+    }
+
+    #[test]
+    fn replacing_keeps_modes_and_follows_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("cgout-replace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("target");
+        std::fs::write(&target, b"old").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write_file_replacing(&link, 0o666, |w| w.write_all(b"new")).unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub struct SourceContext<'a> {
 /// it.
 fn resolve(ofl: &[u8], include_dirs: &[PathBuf]) -> PathBuf {
     let path = Path::new(OsStr::from_bytes(ofl));
-    if path.is_relative() && fs::metadata(path).is_err() {
+    if !include_dirs.is_empty() && path.is_relative() && fs::metadata(path).is_err() {
         for dir in include_dirs {
             let candidate = dir.join(path);
             if fs::metadata(&candidate).is_ok() {
