@@ -287,7 +287,10 @@ fn read_symbols(file: &Elf<'_>, dynamic: bool, sections: &SectionMap, out: &mut 
         out.push(RawSymbol {
             addr: value,
             size,
-            name: String::from_utf8_lossy(name).into_owned(),
+            name: match std::str::from_utf8(name) {
+                Ok(n) => n.to_owned(),
+                Err(_) => String::from_utf8_lossy(name).into_owned(),
+            },
             is_text: sections.is_text(value),
         });
     }

@@ -62,7 +62,13 @@ pub const UNKNOWN: &str = "???";
 pub struct Symbolizer {
     objects: HashMap<PathBuf, Option<Rc<ObjectInfo>>>,
     unknown: Option<Rc<str>>,
+    /// The mapping of the previous lookup and what it resolved to:
+    /// callers go through addresses in order, so most lookups hit it.
+    last: Option<(Mapping, Option<Resolved>)>,
 }
+
+/// A readable object and the load bias of one of its mappings.
+type Resolved = (Rc<ObjectInfo>, u64);
 
 impl Symbolizer {
     /// A symbolizer with nothing loaded yet.
@@ -87,6 +93,16 @@ impl Symbolizer {
         loaded
     }
 
+    /// The object mapped by `m` and its load bias, if it can be read.
+    fn resolve_mapping(&mut self, m: &Mapping) -> Option<Resolved> {
+        if m.path.as_os_str().is_empty() {
+            return None;
+        }
+        let obj = self.object(&m.path)?;
+        let bias = obj.bias_for(m.start, m.file_offset)?;
+        Some((obj, bias))
+    }
+
     /// Locates `addr`, an address in the client, using the mapping among
     /// `mappings` that contains it (the last one, if several do: the most
     /// recently recorded wins).
@@ -96,12 +112,15 @@ impl Symbolizer {
             .rev()
             .find(|m| m.start <= addr && addr < m.end);
         let found = mapping.and_then(|m| {
-            if m.path.as_os_str().is_empty() {
-                return None;
-            }
-            let obj = self.object(&m.path)?;
-            let bias = obj.bias_for(m.start, m.file_offset)?;
-            Some((obj, addr.wrapping_sub(bias)))
+            let resolved = match &self.last {
+                Some((last, resolved)) if last == m => resolved.clone(),
+                _ => {
+                    let resolved = self.resolve_mapping(m);
+                    self.last = Some((m.clone(), resolved.clone()));
+                    resolved
+                }
+            };
+            resolved.map(|(obj, bias)| (obj, addr.wrapping_sub(bias)))
         });
         match found {
             Some((obj, svma)) => {

@@ -43,19 +43,32 @@ fn mapping(m: &ModuleRecord) -> Mapping {
     }
 }
 
+/// Cost centres being accumulated. The symbolizer hands out one shared
+/// string per distinct file and function name of an object, so keying on
+/// the strings' addresses groups addresses without hashing every name
+/// (equal names from different objects are merged when added to the
+/// profile).
+type PerLocation = HashMap<(usize, usize, u32), (Location, u64)>;
+
 /// Adds `counts`, located through `mappings`, to `per_loc`.
 fn locate_all(
     counts: &HashMap<u64, u64>,
     mappings: &[Mapping],
     syms: &mut Symbolizer,
-    per_loc: &mut HashMap<Location, u64>,
+    per_loc: &mut PerLocation,
 ) {
     // Sorted addresses keep consecutive lookups in the same object and
     // make the result independent of hash order.
     let mut addrs: Vec<(&u64, &u64)> = counts.iter().collect();
     addrs.sort_unstable();
     for (&addr, &count) in addrs {
-        *per_loc.entry(syms.locate(mappings, addr)).or_insert(0) += count;
+        let loc = syms.locate(mappings, addr);
+        let key = (
+            loc.file.as_ptr() as usize,
+            loc.func.as_ptr() as usize,
+            loc.line,
+        );
+        per_loc.entry(key).or_insert((loc, 0)).1 += count;
     }
 }
 
@@ -65,14 +78,14 @@ fn locate_all(
 /// when it translates it.
 pub fn build_profile(cmd: &str, proc_profile: &ProcessProfile, syms: &mut Symbolizer) -> Profile {
     let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
-    let mut per_loc: HashMap<Location, u64> = HashMap::new();
+    let mut per_loc = PerLocation::new();
     locate_all(&proc_profile.instr_counts, &mappings, syms, &mut per_loc);
     for gone in &proc_profile.unmapped {
         let old: Vec<Mapping> = gone.module.iter().map(mapping).collect();
         locate_all(&gone.instr_counts, &old, syms, &mut per_loc);
     }
     let mut p = Profile::new(cmd, &["Ir"]);
-    for (loc, count) in per_loc {
+    for (loc, count) in per_loc.into_values() {
         p.add(&loc.file, &loc.func, loc.line as i64, &[count as i64]);
     }
     p

@@ -92,7 +92,11 @@ fn run(opts: &RunOptions) -> ExitCode {
         args: opts.args.clone(),
         trace_children: opts.trace_children,
     };
-    match engine::run(&config, &mut sink) {
+    let result = engine::run(&config, &mut sink);
+    // Freeing the symbol tables of big objects (hundreds of thousands of
+    // names) takes longer than anything else left to do: exit without.
+    std::mem::forget(std::mem::take(&mut sink.symbols));
+    match result {
         Err(e) => {
             eprintln!("cachescope: {e}");
             ExitCode::from(1)
