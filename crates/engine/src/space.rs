@@ -126,6 +126,12 @@ pub struct Space {
     successors: HashMap<u64, Vec<u64>>,
     /// Signal-handler trampolines by guest handler address.
     trampolines: HashMap<u64, u64>,
+    /// Writes to client memory not yet made: they go out in one
+    /// `process_vm_writev` before the client runs again (see [`Space::flush`]).
+    pending_writes: std::cell::RefCell<Vec<(u64, Vec<u8>)>>,
+    /// Guest code pages already read (read-only code; dropped with
+    /// translations when their range is unmapped or made writable).
+    pages: HashMap<u64, Vec<u8>>,
 }
 
 fn io_err(what: &str, e: std::io::Error) -> EngineError {
@@ -158,6 +164,8 @@ impl Space {
             totals: Vec::new(),
             successors: HashMap::new(),
             trampolines: HashMap::new(),
+            pending_writes: Default::default(),
+            pages: HashMap::new(),
         })
     }
 
@@ -185,18 +193,67 @@ impl Space {
             totals: self.totals.clone(),
             successors: self.successors.clone(),
             trampolines: self.trampolines.clone(),
+            pending_writes: Default::default(),
+            pages: self.pages.clone(),
         })
     }
 
     /// Writes client memory.
+    /// (Queued until [`Space::flush`]; reads flush first.)
     pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), EngineError> {
-        self.mem
-            .write_all_at(bytes, addr)
-            .map_err(|e| io_err(&format!("cannot write client memory at {addr:#x}"), e))
+        let mut pending = self.pending_writes.borrow_mut();
+        if let Some((at, buf)) = pending.last_mut() {
+            if *at + buf.len() as u64 == addr {
+                buf.extend_from_slice(bytes);
+                return Ok(());
+            }
+        }
+        pending.push((addr, bytes.to_vec()));
+        Ok(())
+    }
+
+    /// Makes the queued writes, in order: one `process_vm_writev` for
+    /// all of them (our regions are writable), else one `pwrite` each.
+    pub fn flush(&self) -> Result<(), EngineError> {
+        let pending = std::mem::take(&mut *self.pending_writes.borrow_mut());
+        for batch in pending.chunks(512) {
+            let parts: Vec<(u64, &[u8])> = batch.iter().map(|(a, b)| (*a, b.as_slice())).collect();
+            let total: usize = batch.iter().map(|(_, b)| b.len()).sum();
+            if crate::sys::write_remote(self.pid, &parts).ok() == Some(total) {
+                continue;
+            }
+            for (addr, bytes) in batch {
+                self.mem
+                    .write_all_at(bytes, *addr)
+                    .map_err(|e| io_err(&format!("cannot write client memory at {addr:#x}"), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads guest code at `addr`: `len` bytes through the page cache.
+    fn read_code(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+        let mut out = Vec::with_capacity(len);
+        let end = addr + len as u64;
+        let mut at = addr;
+        while at < end {
+            let page = at & !4095;
+            if !self.pages.contains_key(&page) {
+                let bytes = self.read(page, 4096)?;
+                self.pages.insert(page, bytes);
+            }
+            let data = &self.pages[&page];
+            let from = (at - page) as usize;
+            let to = ((end - page) as usize).min(4096);
+            out.extend_from_slice(&data[from..to]);
+            at = page + to as u64;
+        }
+        Ok(out)
     }
 
     /// Reads client memory (exactly `len` bytes).
     pub fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+        self.flush()?;
         let mut buf = vec![0u8; len];
         self.mem
             .read_exact_at(&mut buf, addr)
@@ -219,6 +276,7 @@ impl Space {
                 const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
                 const FLAGS: u64 =
                     (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
+                self.flush()?;
                 let r = inj(
                     libc::SYS_mmap as u64,
                     [0, layout::AREA_SIZE, PROT, FLAGS, u64::MAX, 0],
@@ -331,6 +389,8 @@ impl Space {
                 const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
                 const FLAGS: u64 =
                     (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+                // The injection runs client code: queued writes go first.
+                self.flush()?;
                 let r = inj(
                     libc::SYS_mmap as u64,
                     [cand, CHUNK_SIZE, PROT, FLAGS, u64::MAX, 0],
@@ -473,7 +533,7 @@ impl Space {
             }
         };
         let len = (m.end - guest).min(4096) as usize;
-        let code = self.read(guest, len)?;
+        let code = self.read_code(guest, len)?;
         let ci = match forced {
             Some(ci) => ci,
             None => self.chunk_near(guest, inj)?,
@@ -597,6 +657,7 @@ impl Space {
     /// their counts stay (attributed to the addresses they ran at).
     pub fn invalidate(&mut self, start: u64, end: u64) -> Result<(), EngineError> {
         self.maps.clear();
+        self.pages.retain(|&p, _| p + 4096 <= start || p >= end);
         // A later mapping of the same range is a new module.
         self.recorded.retain(|k, _| k.1 <= start || k.0 >= end);
         let lo = start.saturating_sub(layout::MAX_BLOCK_GUEST_BYTES);

@@ -302,3 +302,40 @@ pub fn read_spawn_error() -> Option<(i32, i32)> {
         None
     }
 }
+
+/// Writes several buffers into process `pid`'s memory with one
+/// `process_vm_writev` (the pages must be writable in the client, which the
+/// engine's own regions are). Returns the bytes written.
+pub fn write_remote(pid: i32, parts: &[(u64, &[u8])]) -> io::Result<usize> {
+    let local: Vec<libc::iovec> = parts
+        .iter()
+        .map(|(_, b)| libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        })
+        .collect();
+    let remote: Vec<libc::iovec> = parts
+        .iter()
+        .map(|(a, b)| libc::iovec {
+            iov_base: *a as usize as *mut libc::c_void,
+            iov_len: b.len(),
+        })
+        .collect();
+    // SAFETY: the local iovecs point into live borrowed slices of the given
+    // lengths; the remote ones are only interpreted by the kernel.
+    let n = unsafe {
+        libc::process_vm_writev(
+            pid,
+            local.as_ptr(),
+            local.len() as libc::c_ulong,
+            remote.as_ptr(),
+            remote.len() as libc::c_ulong,
+            0,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}

@@ -316,13 +316,18 @@ impl<'a> Tracer<'a> {
         Ok(())
     }
 
-    fn resume(&mut self, tid: i32, sig: i32) {
+    fn resume(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
+        // Code and links written for this task's address space go out now.
+        if let Some(space) = self.space_of(tid) {
+            space.borrow().flush()?;
+        }
         // A task that vanished (killed by a sibling's exit_group) is fine.
         let _ = sys::cont(tid, sig);
         let requeue = std::mem::take(&mut self.requeue);
         for (tgid, t, s) in requeue {
             sys::tgkill(tgid, t, s);
         }
+        Ok(())
     }
 
     /// A magic-syscall stop of translated code.
@@ -358,7 +363,7 @@ impl<'a> Tracer<'a> {
                     regs.orig_rax = u64::MAX;
                     sys::set_regs(tid, &regs)
                         .map_err(|e| os_err("cannot set client registers", e))?;
-                    self.resume(tid, 0);
+                    self.resume(tid, 0)?;
                     return Ok(());
                 }
                 _ => {}
@@ -465,7 +470,7 @@ impl<'a> Tracer<'a> {
         }
         result?;
         sys::set_regs(tid, &regs).map_err(|e| os_err("cannot set client registers", e))?;
-        self.resume(tid, 0);
+        self.resume(tid, 0)?;
         Ok(())
     }
 
@@ -508,6 +513,7 @@ impl<'a> Tracer<'a> {
         }
         r.orig_rax = SYS_RT_SIGACTION as u64;
         r.rax = SYS_RT_SIGACTION as u64;
+        space.borrow().flush()?;
         sys::set_regs(tid, &r).map_err(|e| os_err("cannot set client registers", e))?;
         sys::cont_syscall(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
         loop {
@@ -547,14 +553,14 @@ impl<'a> Tracer<'a> {
         out.rsi = regs.rsi;
         out.rcx = site.guest_next;
         sys::set_regs(tid, &out).map_err(|e| os_err("cannot set client registers", e))?;
-        self.resume(tid, 0);
+        self.resume(tid, 0)?;
         Ok(())
     }
 
     /// A new task is stopped and its creator's event has been seen.
     fn start_task(&mut self, tid: i32, parent: i32, birth: Birth) -> Result<(), EngineError> {
         let Some(ptask) = self.tasks.get(&parent) else {
-            self.resume(tid, 0);
+            self.resume(tid, 0)?;
             return Ok(());
         };
         let ptgid = ptask.tgid;
@@ -633,7 +639,7 @@ impl<'a> Tracer<'a> {
                 );
             }
         }
-        self.resume(tid, 0);
+        self.resume(tid, 0)?;
         Ok(())
     }
 
@@ -684,7 +690,7 @@ impl<'a> Tracer<'a> {
             }
         }
         self.setup_exec(pid)?;
-        self.resume(pid, 0);
+        self.resume(pid, 0)?;
         Ok(())
     }
 
@@ -693,13 +699,13 @@ impl<'a> Tracer<'a> {
             if sig == libc::SIGSTOP {
                 if let Some((parent, birth)) = self.announced.remove(&tid) {
                     self.start_task(tid, parent, birth)?;
-                    self.resume(parent, 0);
+                    self.resume(parent, 0)?;
                     return Ok(());
                 }
                 self.early.insert(tid);
                 return Ok(());
             }
-            self.resume(tid, sig);
+            self.resume(tid, sig)?;
             return Ok(());
         }
         if has_handler(tid, sig) {
@@ -725,7 +731,7 @@ impl<'a> Tracer<'a> {
             }
         }
         // No handler: the default action (or ignoring) happens as natively.
-        self.resume(tid, sig);
+        self.resume(tid, sig)?;
         Ok(())
     }
 
@@ -740,7 +746,7 @@ impl<'a> Tracer<'a> {
         };
         if self.early.remove(&child) {
             self.start_task(child, tid, birth)?;
-            self.resume(tid, 0);
+            self.resume(tid, 0)?;
         } else {
             // The creator waits until the child has stopped and been set up:
             // a forked child's bookkeeping must be copied before the parent
@@ -798,12 +804,12 @@ impl<'a> Tracer<'a> {
                     libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
                     libc::PTRACE_EVENT_EXIT => {
                         self.on_thread_exit(pid);
-                        self.resume(pid, 0);
+                        self.resume(pid, 0)?;
                     }
-                    _ => self.resume(pid, 0),
+                    _ => self.resume(pid, 0)?,
                 },
                 WaitStatus::Stopped(pid, sig) => self.on_signal(pid, sig)?,
-                WaitStatus::Syscall(pid) => self.resume(pid, 0),
+                WaitStatus::Syscall(pid) => self.resume(pid, 0)?,
             }
         }
     }
@@ -923,7 +929,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
             }
         }
         tracer.setup_exec(pid)?;
-        tracer.resume(pid, 0);
+        tracer.resume(pid, 0)?;
         Ok(())
     })();
     let result = started.and_then(|()| tracer.event_loop());
