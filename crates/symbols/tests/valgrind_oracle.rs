@@ -306,3 +306,16 @@ fn rust_matches_valgrind() {
     );
     check("Rust", &exe, &dir);
 }
+
+#[test]
+fn rust_v0_mangling_matches_valgrind() {
+    if !have("valgrind") || !have("rustc") {
+        eprintln!("skipped: needs valgrind and rustc");
+        return;
+    }
+    let dir = tmpdir("rust-v0");
+    let exe = dir.join("sym_rust_v0");
+    let flags = ["-O", "-g", "--edition=2021", "-Csymbol-mangling-version=v0"];
+    compile("rustc", &flags, "sym_rust.rs", &exe);
+    check("Rust v0", &exe, &dir);
+}
