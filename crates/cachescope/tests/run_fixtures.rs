@@ -366,3 +366,46 @@ fn program_found_through_path() {
     assert_eq!(o.cmd, "true");
     assert!(o.summary > 1000);
 }
+
+#[test]
+fn raw_names_with_demangle_no_and_show_below_main_yes() {
+    if !have("g++") || !have("valgrind") {
+        return;
+    }
+    let dir = TempDir::new("rawnames");
+    let exe = dir.join("exc");
+    compile("g++", &["-g", "-O2"], "sym_exc.cc", &exe);
+    let opts = ["--demangle=no", "--show-below-main=yes"];
+    let cs_out = format!("--cachegrind-out-file={}/cs.out", dir.0.display());
+    let vg_out = format!("--cachegrind-out-file={}/vg.out", dir.0.display());
+    let mut cs_opts = vec!["-q", cs_out.as_str()];
+    cs_opts.extend(opts);
+    let mut vg_opts = vec![vg_out.as_str()];
+    vg_opts.extend(opts);
+    let r = under_cachescope(&dir.0, &cs_opts, exe.as_os_str(), &[], None);
+    assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
+    under_valgrind(&dir.0, &vg_opts, exe.as_os_str(), &[], None);
+    let ours = CgOut::read(&dir.join("cs.out"));
+    let theirs = CgOut::read(&dir.join("vg.out"));
+    let own = |o: &CgOut| {
+        let mut m = o.functions_in("/sym_exc.cc");
+        m.retain(|_, n| *n > 0);
+        m
+    };
+    assert_eq!(own(&ours), own(&theirs));
+    assert!(
+        own(&ours).keys().any(|f| f.starts_with("_Z")),
+        "{:?}",
+        own(&ours)
+    );
+    let names = |o: &CgOut| -> std::collections::BTreeSet<String> {
+        o.costs.keys().map(|(_, f, _)| f.clone()).collect()
+    };
+    for n in ["__libc_start_call_main", "_start"] {
+        assert!(
+            names(&ours).contains(n) && names(&theirs).contains(n),
+            "{n}"
+        );
+    }
+    assert!(!names(&ours).contains("(below main)"));
+}

@@ -11,14 +11,43 @@
 /// What Valgrind shows in place of a function below `main`.
 pub const BELOW_MAIN: &str = "(below main)";
 
+/// How function names are shown: Valgrind's `--demangle` and
+/// `--show-below-main` options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameOptions {
+    /// Demangle C++ and Rust names (`--demangle=yes`, the default).
+    pub demangle: bool,
+    /// Rename `main`'s callers `(below main)` (`--show-below-main=no`, the
+    /// default).
+    pub rename_below_main: bool,
+}
+
+impl Default for NameOptions {
+    fn default() -> Self {
+        NameOptions {
+            demangle: true,
+            rename_below_main: true,
+        }
+    }
+}
+
 /// Demangles `raw` the way Valgrind's `VG_(get_fnname)` does and applies the
 /// below-main renaming.
 pub fn display_name(raw: &str) -> String {
-    let demangled = demangle(raw);
-    if is_below_main(&demangled) {
+    display_name_with(raw, NameOptions::default())
+}
+
+/// [`display_name`] under the given options.
+pub fn display_name_with(raw: &str, opts: NameOptions) -> String {
+    let name = if opts.demangle {
+        demangle(raw)
+    } else {
+        raw.to_string()
+    };
+    if opts.rename_below_main && is_below_main(&name) {
         BELOW_MAIN.to_string()
     } else {
-        demangled
+        name
     }
 }
 
@@ -69,6 +98,21 @@ mod tests {
         );
         assert_eq!(display_name("main"), "main");
         assert_eq!(display_name("_start_foo"), "_start_foo");
+    }
+
+    #[test]
+    fn options_turn_demangling_and_renaming_off() {
+        let raw = NameOptions {
+            demangle: false,
+            rename_below_main: false,
+        };
+        assert_eq!(display_name_with("_Z3fooi", raw), "_Z3fooi");
+        assert_eq!(display_name_with("_start", raw), "_start");
+        let only_renaming = NameOptions {
+            demangle: false,
+            ..NameOptions::default()
+        };
+        assert_eq!(display_name_with("_start", only_renaming), BELOW_MAIN);
     }
 
     #[test]

@@ -190,12 +190,27 @@ impl ObjectInfo {
 
     /// The displayed function name at file address `svma`.
     pub fn function_at(&self, svma: u64) -> Option<Rc<str>> {
+        self.function_at_with(svma, crate::demangle::NameOptions::default())
+    }
+
+    /// The function name at file address `svma`, shown under `opts`
+    /// (names are cached for the default options only).
+    pub fn function_at_with(
+        &self,
+        svma: u64,
+        opts: crate::demangle::NameOptions,
+    ) -> Option<Rc<str>> {
         let i = self.symbols.lookup(svma)?;
-        Some(
-            self.display_names[i]
-                .get_or_init(|| Rc::from(crate::demangle::display_name(self.symbols.name(i))))
-                .clone(),
-        )
+        let show = || {
+            Rc::from(crate::demangle::display_name_with(
+                self.symbols.name(i),
+                opts,
+            ))
+        };
+        if opts != crate::demangle::NameOptions::default() {
+            return Some(show());
+        }
+        Some(self.display_names[i].get_or_init(show).clone())
     }
 
     /// The raw (undemangled) symbol name at file address `svma`.

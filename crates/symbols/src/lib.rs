@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+pub use demangle::NameOptions;
 pub use elf::ObjectInfo;
 
 /// An executable mapping of a client process: which file is mapped where.
@@ -62,6 +63,8 @@ pub const UNKNOWN: &str = "???";
 pub struct Symbolizer {
     objects: HashMap<PathBuf, Option<Rc<ObjectInfo>>>,
     unknown: Option<Rc<str>>,
+    /// How function names are shown.
+    names: NameOptions,
     /// The mapping of the previous lookup and what it resolved to:
     /// callers go through addresses in order, so most lookups hit it.
     last: Option<(Mapping, Option<Resolved>)>,
@@ -74,6 +77,14 @@ impl Symbolizer {
     /// A symbolizer with nothing loaded yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A symbolizer showing function names under `names`.
+    pub fn with_names(names: NameOptions) -> Self {
+        Symbolizer {
+            names,
+            ..Self::default()
+        }
     }
 
     fn unknown(&mut self) -> Rc<str> {
@@ -124,7 +135,7 @@ impl Symbolizer {
         });
         match found {
             Some((obj, svma)) => {
-                let func = obj.function_at(svma);
+                let func = obj.function_at_with(svma, self.names);
                 let (file, line) = match obj.line_at(svma) {
                     Some((file, line)) => (file, line),
                     None => (self.unknown(), 0),

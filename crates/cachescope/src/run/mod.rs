@@ -79,7 +79,7 @@ fn run(opts: &RunOptions) -> ExitCode {
         opts,
         cmd: attribute::command_line(&opts.program, &opts.args),
         expander,
-        symbols: Symbolizer::new(),
+        symbols: Symbolizer::with_names(opts.names),
         log,
         bad_out_file: false,
     };

@@ -25,6 +25,8 @@ pub struct RunOptions {
     pub trace_children: bool,
     /// `--cachegrind-out-file=` pattern (unexpanded).
     pub out_file: String,
+    /// `--demangle` and `--show-below-main`.
+    pub names: symbols::NameOptions,
     /// `--cache-sim`, `--branch-sim` and the cache geometries.
     pub sim: SimOptions,
     /// The program, as given.
@@ -81,6 +83,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         log_file: None,
         trace_children: false,
         out_file: DEFAULT_OUT_FILE.to_string(),
+        names: symbols::NameOptions::default(),
         sim: SimOptions::new(false),
         program: OsString::new(),
         args: Vec::new(),
@@ -121,6 +124,8 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             ("--log-file", Some(f)) => opts.log_file = Some(f.to_string()),
             ("--trace-children", Some(v)) => opts.trace_children = yes_no(arg, v)?,
             ("--cachegrind-out-file", Some(f)) => opts.out_file = f.to_string(),
+            ("--demangle", Some(v)) => opts.names.demangle = yes_no(arg, v)?,
+            ("--show-below-main", Some(v)) => opts.names.rename_below_main = !yes_no(arg, v)?,
             ("--instr-at-start", Some(v)) => {
                 if !yes_no(arg, v)? {
                     return Err(UsageError(vec![format!(
@@ -179,6 +184,8 @@ pub fn usage() -> String {
          \x20   -v --verbose               be more verbose\n\
          \x20   --trace-children=no|yes    profile exec'd programs too? [no]\n\
          \x20   --log-file=<file>          log messages to <file> (%p, %q{{VAR}}, %n, %%)\n\
+         \x20   --demangle=no|yes          demangle C++ and Rust names? [yes]\n\
+         \x20   --show-below-main=no|yes   keep the names of main's callers? [no]\n\
          \x20   --error-exitcode=<n>, --fair-sched=..., --trace-children-skip=...\n\
          \x20                              accepted and ignored\n\
          \n\
@@ -242,6 +249,9 @@ mod tests {
         assert_eq!(r.out_file, "cgout");
         assert_eq!(r.log_file.as_deref(), Some("log.%p"));
         assert_eq!(r.verbosity, 3);
+        assert_eq!(r.names, symbols::NameOptions::default());
+        let r = run(&["--demangle=no", "--show-below-main=yes", "x"]);
+        assert!(!r.names.demangle && !r.names.rename_below_main);
     }
 
     #[test]
