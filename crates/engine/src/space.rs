@@ -129,6 +129,13 @@ pub struct Space {
     /// Writes to client memory not yet made: they go out in one
     /// `process_vm_writev` before the client runs again (see [`Space::flush`]).
     pending_writes: std::cell::RefCell<Vec<(u64, Vec<u8>)>>,
+    /// Blocks translated during the current `ensure` (for eager BFS).
+    fresh: Vec<u64>,
+    /// What the indirect-branch table holds: its keys, as last written.
+    htab_keys: Vec<u64>,
+    /// Return addresses of translated calls whose block is not translated
+    /// yet: published in the table when it is.
+    return_sites: HashSet<u64>,
     /// Guest code pages already read (read-only code; dropped with
     /// translations when their range is unmapped or made writable).
     pages: HashMap<u64, Vec<u8>>,
@@ -165,6 +172,9 @@ impl Space {
             successors: HashMap::new(),
             trampolines: HashMap::new(),
             pending_writes: Default::default(),
+            return_sites: HashSet::new(),
+            htab_keys: vec![0; layout::HTAB_ENTRIES as usize],
+            fresh: Vec::new(),
             pages: HashMap::new(),
         })
     }
@@ -194,6 +204,9 @@ impl Space {
             successors: self.successors.clone(),
             trampolines: self.trampolines.clone(),
             pending_writes: Default::default(),
+            return_sites: self.return_sites.clone(),
+            htab_keys: self.htab_keys.clone(),
+            fresh: Vec::new(),
             pages: self.pages.clone(),
         })
     }
@@ -473,13 +486,19 @@ impl Space {
         if let Some(b) = self.blocks.get(&guest) {
             return Ok(b.body);
         }
+        self.fresh.clear();
         let body = self.translate_one(guest, inj)?;
         // Eager translation of nearby successors saves one tool exit each;
         // failures there are ignored (the stub reports them if ever run).
+        // Blocks chained into a translation are fresh too: their successors
+        // are explored as well.
         let mut queue: VecDeque<u64> = VecDeque::new();
-        self.push_successors(guest, &mut queue);
-        let mut budget = 24;
-        while let Some(g) = queue.pop_front() {
+        let mut budget = 64;
+        loop {
+            for g in std::mem::take(&mut self.fresh) {
+                self.push_successors(g, &mut queue);
+            }
+            let Some(g) = queue.pop_front() else { break };
             if budget == 0 {
                 break;
             }
@@ -487,10 +506,9 @@ impl Space {
                 continue;
             }
             budget -= 1;
-            if self.translate_one(g, inj).is_ok() {
-                self.push_successors(g, &mut queue);
-            }
+            let _ = self.translate_one(g, inj);
         }
+        self.fresh.clear();
         Ok(body)
     }
 
@@ -613,7 +631,18 @@ impl Space {
         for s in &t.syscalls {
             self.syscalls.insert(s.stop_rip, *s);
         }
-        self.successors.insert(guest, t.successors.clone());
+        // Return sites are reached by `ret` through the table: translate
+        // them eagerly and publish them as soon as they exist.
+        let mut succ = t.successors.clone();
+        succ.extend(t.call_returns.iter().copied());
+        self.successors.insert(guest, succ);
+        for &r in &t.call_returns {
+            if self.blocks.contains_key(&r) {
+                self.publish(r)?;
+            } else {
+                self.return_sites.insert(r);
+            }
+        }
         self.blocks.insert(
             guest,
             Block {
@@ -627,6 +656,12 @@ impl Space {
             },
         );
         self.starts.insert(guest);
+        self.fresh.push(guest);
+        if self.return_sites.remove(&guest) {
+            self.publish(guest)?;
+        } else {
+            self.publish_if_free(guest)?;
+        }
         for old in self.retired_bodies.remove(&guest).unwrap_or_default() {
             // The old body starts with `jmp rel32`: retarget it.
             self.patch(old + 1, t.body)?;
@@ -682,8 +717,10 @@ impl Space {
             let mut jmp = vec![0xe9];
             jmp.extend_from_slice(&(stub.wrapping_sub(b.body + 5) as i32).to_le_bytes());
             self.write(b.body, &jmp)?;
-            let slot = self.core + layout::HTAB + (g & (layout::HTAB_ENTRIES - 1)) * 16;
-            if self.read_u64(slot)? == g {
+            let idx = (g & (layout::HTAB_ENTRIES - 1)) as usize;
+            if self.htab_keys[idx] == g {
+                self.htab_keys[idx] = 0;
+                let slot = self.core + layout::HTAB + idx as u64 * 16;
                 self.write(slot, &0u64.to_le_bytes())?;
             }
             self.retired_bodies.entry(g).or_default().push(b.body);
@@ -738,12 +775,26 @@ impl Space {
             Some(b) => b.entry,
             None => return Ok(()),
         };
-        let slot = self.core + layout::HTAB + (guest & (layout::HTAB_ENTRIES - 1)) * 16;
+        let idx = (guest & (layout::HTAB_ENTRIES - 1)) as usize;
+        if self.htab_keys[idx] == guest {
+            return Ok(());
+        }
+        self.htab_keys[idx] = guest;
+        let slot = self.core + layout::HTAB + idx as u64 * 16;
         // Invalidate, then value, then key: a racing reader never pairs a
         // key with another block's value.
         self.write(slot, &0u64.to_le_bytes())?;
         self.write(slot + 8, &entry.to_le_bytes())?;
         self.write(slot, &guest.to_le_bytes())
+    }
+
+    /// Publishes `guest` if its table entry is free (never evicts: blocks
+    /// published this way are only likely, not known, indirect targets).
+    fn publish_if_free(&mut self, guest: u64) -> Result<(), EngineError> {
+        if self.htab_keys[(guest & (layout::HTAB_ENTRIES - 1)) as usize] == 0 {
+            self.publish(guest)?;
+        }
+        Ok(())
     }
 
     /// Reads every counter and attributes it to guest instructions.
