@@ -128,29 +128,31 @@ impl Profile {
     /// Writes the profile in `cachegrind.out` format, with every count
     /// printed (zeros too) and a `summary:` line of the column sums.
     pub fn write_to<W: Write>(&self, w: &mut W) -> io::Result<()> {
+        use crate::cc::{push_int, write_counts};
+        // Lines are built in a buffer written out in large pieces: a
+        // profile can have millions of counts.
+        let mut buf = Vec::with_capacity(1 << 16);
         for d in &self.desc {
-            writeln!(w, "desc: {d}")?;
+            writeln!(buf, "desc: {d}")?;
         }
-        writeln!(w, "cmd: {}", self.cmd)?;
-        writeln!(w, "events: {}", self.events_text)?;
+        writeln!(buf, "cmd: {}", self.cmd)?;
+        writeln!(buf, "events: {}", self.events_text)?;
         for (file, funcs) in &self.costs {
-            writeln!(w, "fl={file}")?;
+            writeln!(buf, "fl={file}")?;
             for (func, lines) in funcs {
-                writeln!(w, "fn={func}")?;
-                for (line, cc) in lines {
-                    write!(w, "{line}")?;
-                    for c in cc {
-                        write!(w, " {c}")?;
+                writeln!(buf, "fn={func}")?;
+                for (&line, cc) in lines {
+                    push_int(&mut buf, line);
+                    write_counts(&mut buf, "", cc);
+                    if buf.len() >= 1 << 16 {
+                        w.write_all(&buf)?;
+                        buf.clear();
                     }
-                    writeln!(w)?;
                 }
             }
         }
-        write!(w, "summary:")?;
-        for t in self.totals() {
-            write!(w, " {t}")?;
-        }
-        writeln!(w)
+        write_counts(&mut buf, "summary:", &self.totals());
+        w.write_all(&buf)
     }
 }
 

@@ -13,23 +13,34 @@ use crate::cc::{add_to, write_counts};
 use crate::reader::{CgoutReader, Header, Record};
 use crate::tool::{open_input, read_error, FxHashMap, Interner, ToolError};
 
+/// One function of the merged data.
+struct Func {
+    name: u32,
+    /// (line, offset of its counts in the arena), in first-seen order.
+    lines: Vec<(i64, usize)>,
+    /// Where the next line is likely to be in `lines`: inputs list a
+    /// function's lines in the same order, so most lookups hit here.
+    cursor: usize,
+}
+
 /// Merged cost data in first-seen order.
 struct Merged {
     n: usize,
     names: Interner,
-    /// (file name id, index of its first function in `funcs` order).
+    /// (file name id, its functions as indices into `funcs`).
     files: Vec<(u32, Vec<usize>)>,
     file_index: FxHashMap<u32, usize>,
-    /// (function name id, lines in first-seen order).
-    funcs: Vec<(u32, Vec<(i64, usize)>)>,
+    funcs: Vec<Func>,
     func_index: FxHashMap<(usize, u32), usize>,
+    /// (function, line) -> position in the function's `lines`.
     line_index: FxHashMap<(usize, i64), usize>,
     arena: Vec<i64>,
     summary: Vec<i64>,
 }
 
 impl Merged {
-    fn cc_slot(&mut self, fl: u32, func: u32, line: i64) -> usize {
+    /// The function `func` of file `fl`, created if new.
+    fn func(&mut self, fl: u32, func: u32) -> usize {
         let file = match self.file_index.get(&fl) {
             Some(&f) => f,
             None => {
@@ -38,23 +49,43 @@ impl Merged {
                 self.files.len() - 1
             }
         };
-        let f = match self.func_index.get(&(file, func)) {
+        match self.func_index.get(&(file, func)) {
             Some(&f) => f,
             None => {
-                self.funcs.push((func, Vec::new()));
+                self.funcs.push(Func {
+                    name: func,
+                    lines: Vec::new(),
+                    cursor: 0,
+                });
                 let f = self.funcs.len() - 1;
                 self.func_index.insert((file, func), f);
                 self.files[file].1.push(f);
                 f
             }
-        };
+        }
+    }
+
+    /// The arena offset of the counts of `line` in function `f`, created
+    /// if new.
+    fn line_slot(&mut self, f: usize, line: i64) -> usize {
+        let func = &mut self.funcs[f];
+        if let Some(&(l, slot)) = func.lines.get(func.cursor) {
+            if l == line {
+                func.cursor += 1;
+                return slot;
+            }
+        }
         match self.line_index.get(&(f, line)) {
-            Some(&slot) => slot,
+            Some(&pos) => {
+                func.cursor = pos + 1;
+                func.lines[pos].1
+            }
             None => {
                 let slot = self.arena.len();
                 self.arena.resize(slot + self.n, 0);
-                self.line_index.insert((f, line), slot);
-                self.funcs[f].1.push((line, slot));
+                self.line_index.insert((f, line), func.lines.len());
+                func.lines.push((line, slot));
+                func.cursor = func.lines.len();
                 slot
             }
         }
@@ -85,6 +116,8 @@ pub fn merge(files: &[OsString], w: &mut dyn Write) -> Result<(), ToolError> {
         let same_events = first.as_ref().is_none_or(|h| h.events == header.events);
         let mut fl = merged.names.intern(b"");
         let mut func = fl;
+        // The function that count lines go to, once one has appeared.
+        let mut current: Option<usize> = None;
         let unknown = merged.names.intern(b"???");
         let mut summary_present = false;
         loop {
@@ -96,16 +129,27 @@ pub fn merge(files: &[OsString], w: &mut dyn Write) -> Result<(), ToolError> {
             match record {
                 Record::Counts { line, counts } => {
                     if same_events {
-                        let slot = merged.cc_slot(fl, func, line);
+                        let f = match current {
+                            Some(f) => f,
+                            None => *current.insert(merged.func(fl, func)),
+                        };
+                        let slot = merged.line_slot(f, line);
                         add_to(&mut merged.arena[slot..slot + n], counts);
                     }
                 }
-                Record::Fn(name) => func = merged.names.intern(name),
+                Record::Fn(name) => {
+                    func = merged.names.intern(name);
+                    current = None;
+                }
                 Record::Fl(name) => {
                     fl = merged.names.intern(name);
                     func = unknown;
+                    current = None;
                 }
-                Record::Fi(name) => fl = merged.names.intern(name),
+                Record::Fi(name) => {
+                    fl = merged.names.intern(name);
+                    current = None;
+                }
                 Record::Summary(counts) => {
                     summary_present = true;
                     if same_events {
@@ -150,12 +194,13 @@ pub fn merge(files: &[OsString], w: &mut dyn Write) -> Result<(), ToolError> {
         out.extend_from_slice(m.names.name(*fl));
         out.push(b'\n');
         for &f in funcs {
-            let (name, lines) = &m.funcs[f];
+            let func = &m.funcs[f];
             out.extend_from_slice(b"fn=");
-            out.extend_from_slice(m.names.name(*name));
+            out.extend_from_slice(m.names.name(func.name));
             out.push(b'\n');
-            for &(line, slot) in lines {
-                write_counts(&mut out, &line.to_string(), &m.arena[slot..slot + m.n]);
+            for &(line, slot) in &func.lines {
+                crate::cc::push_int(&mut out, line);
+                write_counts(&mut out, "", &m.arena[slot..slot + m.n]);
                 if out.len() >= 1 << 16 {
                     w.write_all(&out)?;
                     out.clear();
