@@ -643,6 +643,17 @@ impl<'a> Tracer<'a> {
         Ok(())
     }
 
+    /// A task is gone for good (reaped).
+    fn on_vanished(&mut self, tid: i32) -> Result<(), EngineError> {
+        self.on_thread_exit(tid);
+        self.early.remove(&tid);
+        // A new task that died before its first stop: its creator waits.
+        if let Some((parent, _)) = self.announced.remove(&tid) {
+            self.resume(parent, 0)?;
+        }
+        Ok(())
+    }
+
     fn on_thread_exit(&mut self, tid: i32) {
         let Some(task) = self.tasks.remove(&tid) else {
             return;
@@ -785,13 +796,13 @@ impl<'a> Tracer<'a> {
             }
             match st {
                 WaitStatus::Exited(pid, code) => {
-                    self.on_thread_exit(pid);
+                    self.on_vanished(pid)?;
                     if pid == self.main_pid {
                         self.outcome = Some(Outcome::Exited(code));
                     }
                 }
                 WaitStatus::Signaled(pid, sig) => {
-                    self.on_thread_exit(pid);
+                    self.on_vanished(pid)?;
                     if pid == self.main_pid {
                         self.outcome = Some(Outcome::Signaled(sig));
                     }
