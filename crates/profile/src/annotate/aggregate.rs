@@ -253,6 +253,7 @@ impl Agg {
             line_map: None,
         };
         let mut total = vec![0i64; n];
+        let mut negated = vec![0i64; n];
         let mut summary_present = false;
         loop {
             let record = match reader.next_record() {
@@ -262,11 +263,19 @@ impl Agg {
             };
             match record {
                 Record::Counts { line, counts } => {
-                    let combine = if negate { sub_from } else { add_to };
+                    add_to(&mut total, counts);
+                    // Negate once rather than subtract everywhere.
+                    let counts = if negate {
+                        negated.copy_from_slice(counts);
+                        negated.iter_mut().for_each(|c| *c = c.wrapping_neg());
+                        &negated
+                    } else {
+                        counts
+                    };
                     let targets = [cur.fl_outer, cur.fn_outer, cur.fl_inner, cur.fn_inner];
                     for t in targets {
                         let start = t as usize * n;
-                        combine(&mut self.arena[start..start + n], counts);
+                        add_to(&mut self.arena[start..start + n], counts);
                     }
                     if collect_lines {
                         if let Some(m) = cur.line_map {
@@ -278,10 +287,9 @@ impl Agg {
                                     id
                                 }
                             };
-                            combine(self.cc_mut(id), counts);
+                            add_to(self.cc_mut(id), counts);
                         }
                     }
-                    add_to(&mut total, counts);
                 }
                 Record::Fn(ofn) => {
                     let mfn = self.map_func(ofn);
