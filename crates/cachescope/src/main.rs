@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod cgtools;
+mod outfile;
 mod replay;
 mod run;
 mod simopts;

@@ -3,13 +3,13 @@
 //! file and prints Cachegrind's summary. A trace carries no symbols, so
 //! every cost lands on `fl=???` / `fn=???`, line 0.
 
+use crate::outfile::{process_env, BadPattern, Expander};
 use crate::simopts::{self, SimOptions};
 use crate::summary::{summary_lines, Totals};
 use cachesim::{AccessCounts, CacheSim};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use tracefile::{Access, Format};
 
@@ -94,37 +94,6 @@ fn parse_args(args: &[OsString]) -> Result<Option<ReplayArgs>, ArgError> {
         out_pattern,
         trace,
     }))
-}
-
-/// Expands `%p` (our pid) and `%%` in the output file name, the escapes a
-/// replay needs. (The run mode's `--cachegrind-out-file` also has `%q{VAR}`
-/// and `%n`.)
-fn expand_out_name(pattern: &str, pid: u32) -> Result<String, ArgError> {
-    let bad = |why: &str| {
-        vec![
-            format!("Bad option: --cachegrind-out-file={pattern}"),
-            why.to_string(),
-            simopts::USE_HELP.to_string(),
-        ]
-    };
-    if pattern.is_empty() {
-        return Err(bad("No filename given"));
-    }
-    let mut out = String::with_capacity(pattern.len() + 8);
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&pid.to_string()),
-            Some('%') => out.push('%'),
-            Some('q' | 'n') => return Err(bad("replay expands only %p and %% in file names")),
-            _ => return Err(bad("Expected 'p' or 'q' or '%' after '%'")),
-        }
-    }
-    Ok(out)
 }
 
 /// The invoked program's name, for error prefixes.
@@ -249,9 +218,15 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Err(lines) => return fail(&lines),
     };
     let pid = std::process::id();
-    let out_name = match expand_out_name(&args.out_pattern, pid) {
+    let mut expander = Expander::new(std::env::current_dir().ok());
+    let out_name = match expander.expand(
+        "--cachegrind-out-file",
+        &args.out_pattern,
+        pid as i32,
+        &process_env,
+    ) {
         Ok(n) => n,
-        Err(lines) => return fail(&lines),
+        Err(BadPattern(lines)) => return fail(&lines),
     };
     let mut stderr = io::stderr().lock();
     let mut sim = None;
@@ -297,12 +272,11 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
     };
     let profile = build_profile(&trace_name, sim.as_ref(), &counts);
-    if profile::write_file_atomic(&PathBuf::from(&out_name), |mut w| profile.write_to(&mut w))
-        .is_err()
-    {
+    if profile::write_file_atomic(&out_name, |mut w| profile.write_to(&mut w)).is_err() {
         let _ = writeln!(
             stderr,
-            "=={pid}== error: can't open output data file '{out_name}'"
+            "=={pid}== error: can't open output data file '{}'",
+            out_name.display()
         );
         let _ = writeln!(
             stderr,
@@ -352,22 +326,6 @@ mod tests {
         assert!(parse_args(&os(&["a", "b"])).is_err());
         assert!(parse_args(&os(&[])).is_err());
         assert!(parse_args(&os(&["--branch-sim=yes", "t"])).is_err());
-    }
-
-    #[test]
-    fn out_name_expansion() {
-        assert_eq!(
-            expand_out_name("cachegrind.out.%p", 42).unwrap(),
-            "cachegrind.out.42"
-        );
-        assert_eq!(expand_out_name("a%%b%p", 7).unwrap(), "a%b7");
-        assert_eq!(
-            expand_out_name("x.%z", 1).unwrap_err()[1],
-            "Expected 'p' or 'q' or '%' after '%'"
-        );
-        assert!(expand_out_name("x.%q{HOME}", 1).is_err());
-        assert!(expand_out_name("x%", 1).is_err());
-        assert_eq!(expand_out_name("", 1).unwrap_err()[1], "No filename given");
     }
 
     #[test]

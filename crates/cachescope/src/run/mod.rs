@@ -13,7 +13,6 @@
 mod attribute;
 mod log;
 mod options;
-mod outfile;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -21,10 +20,10 @@ use std::process::ExitCode;
 use engine::{LaunchConfig, Outcome, ProcessProfile, ProfileSink};
 use symbols::Symbolizer;
 
+use crate::outfile::{process_env, BadPattern, Expander};
 use crate::summary::{summary_lines, Totals};
 use log::{preamble_arg, Log};
 use options::{Command, RunOptions, UsageError};
-use outfile::{process_env, BadPattern, Expander};
 
 /// This program's version, as the banner and `--version` show it.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
