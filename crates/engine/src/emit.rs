@@ -72,6 +72,20 @@ impl Emitter {
         self.raw(&[0x0f, 0x05]);
     }
 
+    /// Pads with `nop`s so that a rel32 field `opcode_len` bytes from here
+    /// lies within one cache line: the tool may later patch it with one
+    /// atomic store while other threads run the code.
+    pub fn align_rel32(&mut self, opcode_len: u64) {
+        self.align_span(opcode_len + 4);
+    }
+
+    /// Pads with `nop`s so that the next `len` bytes lie within one cache line.
+    pub fn align_span(&mut self, len: u64) {
+        while (self.here() % 64) + len > 64 {
+            self.raw(&[0x90]);
+        }
+    }
+
     /// `jmp rel32`; returns the host address of the rel32 field.
     pub fn jmp(&mut self, target: u64) -> u64 {
         self.raw(&[0xe9]);
@@ -150,6 +164,23 @@ impl Emitter {
         self.u32(htab + 8);
     }
 
+    /// The entry of a block reached through the indirect-branch table, with
+    /// the target in RAX (see [`Emitter::lookup`]): if it is not `guest`,
+    /// goes to the miss stub with the target in RCX; else restores the
+    /// lookup's scratch registers and jumps to `body`. Flags untouched.
+    pub fn checked_entry(&mut self, guest: u64, body: u64, miss: u64) {
+        self.raw(&[0x48, 0xb9]); // mov rcx, imm64
+        self.raw(&guest.to_le_bytes());
+        self.raw(&[0x48, 0xf7, 0xd1]); // not rcx
+        self.raw(&[0x48, 0x8d, 0x4c, 0x01, 0x01]); // lea rcx,[rcx+rax+1]
+        self.raw(&[0xe3, 3 + 5]); // jrcxz ok
+        self.raw(&[0x48, 0x89, 0xc1]); // mov rcx, rax
+        self.jmp(miss);
+        // ok:
+        self.lookup_entry();
+        self.jmp(body);
+    }
+
     /// Restores the lookup scratch registers (the entry of a block reached
     /// through the table).
     pub fn lookup_entry(&mut self) {
@@ -224,6 +255,22 @@ mod tests {
         assert!(ips.contains(&0x1025));
         assert_eq!(d[9], "not rax");
         assert_eq!(d[12], "jmp qword ptr [rcx*8+70020008h]");
+    }
+
+    #[test]
+    fn checked_entry_compares_rax_with_its_guest() {
+        let mut e = Emitter::new(0x1000);
+        e.checked_entry(0x4444_5555, 0x9000, 0x2000);
+        let d = disasm(&e);
+        assert_eq!(d[0], "mov rcx,44445555h");
+        assert_eq!(d[3], "jrcxz 000000000000101Ch");
+        assert_eq!(d[5], "jmp 0000000000002000h");
+        // jrcxz lands on the register restore.
+        let mut dec = Decoder::with_ip(64, &e.bytes, e.base, DecoderOptions::NONE);
+        let at: Vec<u64> = (&mut dec).into_iter().map(|i| i.ip()).collect();
+        assert_eq!(at[6], 0x101c);
+        assert_eq!(d[6], "mov rcx,gs:[8]");
+        assert_eq!(d[8], "jmp 0000000000009000h");
     }
 
     #[test]

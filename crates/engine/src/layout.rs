@@ -36,9 +36,19 @@ pub const HTAB: u64 = 0x2_0000;
 /// Number of hash-table entries (indexed by the low 16 bits of the target).
 pub const HTAB_ENTRIES: u64 = 0x1_0000;
 /// Size of one thread area (address space only; pages are touched as used).
-pub const AREA_SIZE: u64 = 64 << 20;
+pub const AREA_SIZE: u64 = 32 << 20;
+/// Where thread areas are asked to go (a hint): well away from the code,
+/// whose neighbourhood the code-cache chunks need.
+pub const AREA_HINT: u64 = 0x10_0000_0000;
 /// Offset of the first counter in a thread area.
-pub const AREA_COUNTERS: u32 = 4096;
+pub const AREA_COUNTERS: u32 = 0x1_0000;
+/// Offset in a thread area of the list the patch gadget applies: entries
+/// of {address, value, size} (8 bytes each), up to [`MAX_PATCHES`].
+pub const AREA_PATCHES: u64 = 0x1000;
+/// Most entries in one run of the patch gadget.
+pub const MAX_PATCHES: usize = ((AREA_COUNTERS as u64 - AREA_PATCHES) / 24) as usize;
+/// Offset in the core region of the patch gadget (after the injection one).
+pub const PATCH_GADGET: u64 = GADGET + 0x100;
 
 /// Slot offset: the client's RAX, saved by emitted code.
 pub const S_RAX: u32 = 0;
@@ -75,10 +85,66 @@ pub const MAX_BLOCK_GUEST_BYTES: u64 = 64 * 19;
 /// Most guest instructions per translated block.
 pub const MAX_BLOCK_INSNS: usize = 64;
 
+/// The patch gadget (RDI = list, RSI = entries): applies each entry with
+/// one aligned 4- or 8-byte store, so a thread running the patched code sees
+/// either the old or the new value, never a torn one; then makes the
+/// MAGIC_INJECT syscall. (Writes through /proc or process_vm_writev copy
+/// bytewise and can tear.)
+pub fn patch_gadget_bytes() -> Vec<u8> {
+    let mut v = vec![
+        0x48, 0x8b, 0x07, // loop: mov rax, [rdi]
+        0x48, 0x8b, 0x57, 0x08, // mov rdx, [rdi+8]
+        0x8b, 0x4f, 0x10, // mov ecx, [rdi+16]
+        0x83, 0xf9, 0x04, // cmp ecx, 4
+        0x74, 0x05, // je store4
+        0x48, 0x89, 0x10, // mov [rax], rdx
+        0xeb, 0x02, // jmp next
+        0x89, 0x10, // store4: mov [rax], edx
+        0x48, 0x83, 0xc7, 0x18, // next: add rdi, 24
+        0x48, 0xff, 0xce, // dec rsi
+        0x75, 0xe1, // jnz loop
+        0xb8,
+    ];
+    v.extend_from_slice(&MAGIC_INJECT.to_le_bytes());
+    v.extend_from_slice(&[0x0f, 0x05]);
+    v
+}
+
 /// The injection gadget's bytes.
 pub fn gadget_bytes() -> Vec<u8> {
     let mut v = vec![0x0f, 0x05, 0x48, 0x89, 0xc7, 0xb8];
     v.extend_from_slice(&MAGIC_INJECT.to_le_bytes());
     v.extend_from_slice(&[0x0f, 0x05]);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    #[test]
+    fn patch_gadget_loops_back_to_its_start() {
+        let code = patch_gadget_bytes();
+        let insns: Vec<_> = Decoder::with_ip(64, &code, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        let jnz = insns
+            .iter()
+            .find(|i| i.mnemonic() == iced_x86::Mnemonic::Jne)
+            .unwrap();
+        assert_eq!(jnz.near_branch_target(), 0x1000);
+        let je = insns
+            .iter()
+            .find(|i| i.mnemonic() == iced_x86::Mnemonic::Je)
+            .unwrap();
+        let store4 = insns
+            .iter()
+            .find(|i| i.ip() == je.near_branch_target())
+            .unwrap();
+        assert_eq!(store4.code(), iced_x86::Code::Mov_rm32_r32);
+        assert!(insns
+            .iter()
+            .any(|i| i.mnemonic() == iced_x86::Mnemonic::Syscall));
+    }
 }

@@ -118,6 +118,8 @@ pub struct Space {
     areas: HashSet<u64>,
     /// Areas of exited threads, zeroed, ready for reuse.
     free_areas: Vec<u64>,
+    /// Thread areas mapped so far (for placement hints).
+    areas_made: u64,
     /// Next counter offset to hand out.
     next_counter: u32,
     /// Counts of exited threads, by counter index.
@@ -129,6 +131,11 @@ pub struct Space {
     /// Writes to client memory not yet made: they go out in one
     /// `process_vm_writev` before the client runs again (see [`Space::flush`]).
     pending_writes: std::cell::RefCell<Vec<(u64, Vec<u8>)>>,
+    /// Other threads may run code of this space while the tool works: then
+    /// live code and table entries change only through atomic stores.
+    pub multi: bool,
+    /// Queued atomic stores: (address, value, 4 or 8 bytes).
+    live_patches: Vec<(u64, u64, u32)>,
     /// Blocks translated during the current `ensure` (for eager BFS).
     fresh: Vec<u64>,
     /// What the indirect-branch table holds: its keys, as last written.
@@ -167,6 +174,7 @@ impl Space {
             starts: Default::default(),
             areas: HashSet::new(),
             free_areas: Vec::new(),
+            areas_made: 0,
             next_counter: layout::AREA_COUNTERS,
             totals: Vec::new(),
             successors: HashMap::new(),
@@ -174,6 +182,8 @@ impl Space {
             pending_writes: Default::default(),
             return_sites: HashSet::new(),
             htab_keys: vec![0; layout::HTAB_ENTRIES as usize],
+            multi: false,
+            live_patches: Vec::new(),
             fresh: Vec::new(),
             pages: HashMap::new(),
         })
@@ -199,6 +209,7 @@ impl Space {
             starts: self.starts.clone(),
             areas: self.areas.clone(),
             free_areas: self.free_areas.clone(),
+            areas_made: self.areas_made,
             next_counter: self.next_counter,
             totals: self.totals.clone(),
             successors: self.successors.clone(),
@@ -206,6 +217,8 @@ impl Space {
             pending_writes: Default::default(),
             return_sites: self.return_sites.clone(),
             htab_keys: self.htab_keys.clone(),
+            multi: false,
+            live_patches: Vec::new(),
             fresh: Vec::new(),
             pages: self.pages.clone(),
         })
@@ -292,7 +305,14 @@ impl Space {
                 self.flush()?;
                 let r = inj(
                     libc::SYS_mmap as u64,
-                    [0, layout::AREA_SIZE, PROT, FLAGS, u64::MAX, 0],
+                    [
+                        layout::AREA_HINT + self.areas_made * layout::AREA_SIZE,
+                        layout::AREA_SIZE,
+                        PROT,
+                        FLAGS,
+                        u64::MAX,
+                        0,
+                    ],
                 )?;
                 if r < 0 {
                     return Err(EngineError(format!(
@@ -300,6 +320,7 @@ impl Space {
                         std::io::Error::from_raw_os_error(-r as i32)
                     )));
                 }
+                self.areas_made += 1;
                 r as u64
             }
         };
@@ -392,11 +413,22 @@ impl Space {
         let aligned = guest & !(CHUNK_SIZE - 1);
         // Low programs (non-PIE) keep room above them for their heap.
         let first_above = if guest < 0x1_0000_0000 { 8 } else { 1 };
+        // Nothing in the main stack's room to grow: the kernel keeps mmap
+        // below the stack by at least 128 MiB (more with a larger stack
+        // rlimit at exec); so do we.
+        if self.maps.iter().all(|m| m.path != "[stack]") {
+            self.reload_maps()?;
+        }
+        let stack_floor = self
+            .maps
+            .iter()
+            .find(|m| m.path == "[stack]")
+            .map_or(u64::MAX, |m| m.end.saturating_sub(128 << 20));
         for k in 1..(CHUNK_REACH / CHUNK_SIZE - 2) {
             let below = aligned.checked_sub(k * CHUNK_SIZE);
             let above = aligned + (k + first_above) * CHUNK_SIZE;
             for cand in below.into_iter().chain([above]) {
-                if cand < 0x100_0000 || cand + CHUNK_SIZE > 0x7fff_ffff_f000 {
+                if cand < 0x100_0000 || cand + CHUNK_SIZE > stack_floor.min(0x7fff_ffff_f000) {
                     continue;
                 }
                 const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
@@ -477,7 +509,25 @@ impl Space {
             dest = self.trampoline(self.chunk_of(site), dest)?;
             d = dest.wrapping_sub(site + 4) as i64;
         }
-        self.write(site, &(d as i32).to_le_bytes())
+        self.write_live(site, d as i32 as u32 as u64, 4)
+    }
+
+    /// Writes a 4- or 8-byte value into code or data that other threads may
+    /// be running or reading right now. With several threads it is queued
+    /// for the patch gadget (one atomic store each, after all other writes
+    /// of this stop); alone, a plain write will do.
+    fn write_live(&mut self, addr: u64, value: u64, size: u32) -> Result<(), EngineError> {
+        if !self.multi {
+            return self.write(addr, &value.to_le_bytes()[..size as usize]);
+        }
+        self.live_patches.push((addr, value, size));
+        Ok(())
+    }
+
+    /// The queued live patches (see [`Space::write_live`]); the caller runs
+    /// the patch gadget with them before the client continues.
+    pub fn take_live_patches(&mut self) -> Vec<(u64, u64, u32)> {
+        std::mem::take(&mut self.live_patches)
     }
 
     /// Host body of the translation of `guest`, translating it (and some of
@@ -589,15 +639,16 @@ impl Space {
             t.exits.pop();
         }
         self.chunks[ci].code_next = host + t.code.len() as u64;
-        // The entry used by indirect branches restores the lookup's scratch
-        // registers, then jumps to the body.
-        let mut e = Emitter::new(0);
-        e.lookup_entry();
-        e.jmp(0);
+        // The entry used by indirect branches checks that it was reached for
+        // its own guest address (a table entry may be replaced between the
+        // lookup's two loads), restores the lookup's scratch registers, then
+        // jumps to the body.
+        let miss = self.chunks[ci].miss_stub;
+        let mut e = Emitter::new(miss);
+        e.checked_entry(guest, t.body, miss);
         let entry = self.chunks[ci].aux(e.bytes.len() as u64);
         let mut e = Emitter::new(entry);
-        e.lookup_entry();
-        e.jmp(t.body);
+        e.checked_entry(guest, t.body, miss);
         self.write(entry, &e.bytes)?;
         // Link exits: to the translation if it exists, else to a stub.
         let mut new_pending = Vec::new();
@@ -675,10 +726,11 @@ impl Space {
             let end = self.chunks[ci].code_next;
             if self.translate_at(next, inj, Some(ci), depth + 1).is_err() {
                 // Put the jump back (the error shows if it is ever taken).
-                self.chunks[ci].code_next = end + 5;
                 let stub = self.stub(ci, next)?;
                 let mut e = Emitter::new(end);
+                e.align_rel32(1);
                 let site = e.jmp(stub);
+                self.chunks[ci].code_next = e.here();
                 self.write(end, &e.bytes)?;
                 self.pending.entry(next).or_default().push(site);
             }
@@ -721,7 +773,7 @@ impl Space {
             if self.htab_keys[idx] == g {
                 self.htab_keys[idx] = 0;
                 let slot = self.core + layout::HTAB + idx as u64 * 16;
-                self.write(slot, &0u64.to_le_bytes())?;
+                self.write_live(slot, 0, 8)?;
             }
             self.retired_bodies.entry(g).or_default().push(b.body);
             self.retired.push(b);
@@ -783,9 +835,9 @@ impl Space {
         let slot = self.core + layout::HTAB + idx as u64 * 16;
         // Invalidate, then value, then key: a racing reader never pairs a
         // key with another block's value.
-        self.write(slot, &0u64.to_le_bytes())?;
-        self.write(slot + 8, &entry.to_le_bytes())?;
-        self.write(slot, &guest.to_le_bytes())
+        self.write_live(slot, 0, 8)?;
+        self.write_live(slot + 8, entry, 8)?;
+        self.write_live(slot, guest, 8)
     }
 
     /// Publishes `guest` if its table entry is free (never evicts: blocks

@@ -339,3 +339,17 @@ pub fn write_remote(pid: i32, parts: &[(u64, &[u8])]) -> io::Result<usize> {
         Ok(n as usize)
     }
 }
+
+/// The faulting address of the signal that stopped `pid` (`si_addr`).
+pub fn signal_address(pid: i32) -> io::Result<u64> {
+    // SAFETY: siginfo_t is plain old data; all-zero is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    ptrace(
+        libc::PTRACE_GETSIGINFO,
+        pid,
+        0,
+        &mut info as *mut libc::siginfo_t as usize,
+    )?;
+    // SAFETY: si_addr is meaningful for the fault signals we ask it for.
+    Ok(unsafe { info.si_addr() } as u64)
+}

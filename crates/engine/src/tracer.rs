@@ -171,7 +171,15 @@ fn inject(
     if debug_enabled() {
         eprintln!("[engine] inject {nr} {args:x?} via {gadget:#x}");
     }
-    sys::set_regs(tid, &r).map_err(|e| os_err("cannot set client registers", e))?;
+    let out = run_gadget(tid, &r, requeue)?;
+    Ok(out.rdi as i64)
+}
+
+/// Runs the stopped thread `tid` with registers `r` until the gadget there
+/// makes its MAGIC_INJECT syscall; returns the registers at that stop.
+/// Signals that arrive meanwhile are collected in `requeue`.
+fn run_gadget(tid: i32, r: &Regs, requeue: &mut Vec<(i32, i32)>) -> Result<Regs, EngineError> {
+    sys::set_regs(tid, r).map_err(|e| os_err("cannot set client registers", e))?;
     sys::cont(tid, 0).map_err(|e| os_err("cannot resume the client", e))?;
     loop {
         match sys::wait_pid(tid).map_err(|e| os_err("waitpid", e))? {
@@ -188,8 +196,37 @@ fn inject(
             }
         }
     }
-    let out = sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))?;
-    Ok(out.rdi as i64)
+    sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))
+}
+
+/// Applies `patches` (address, value, size) with atomic stores made by the
+/// stopped thread `tid` itself, through the patch gadget (see
+/// `layout::patch_gadget_bytes`). Its registers are set afterwards by the caller.
+fn apply_live_patches(
+    tid: i32,
+    base: &Regs,
+    space: &Space,
+    patches: &[(u64, u64, u32)],
+    requeue: &mut Vec<(i32, i32)>,
+) -> Result<(), EngineError> {
+    let list = base.gs_base + layout::AREA_PATCHES;
+    for batch in patches.chunks(layout::MAX_PATCHES) {
+        let mut bytes = Vec::with_capacity(batch.len() * 24);
+        for &(addr, value, size) in batch {
+            bytes.extend_from_slice(&addr.to_le_bytes());
+            bytes.extend_from_slice(&value.to_le_bytes());
+            bytes.extend_from_slice(&u64::from(size).to_le_bytes());
+        }
+        space.write(list, &bytes)?;
+        space.flush()?;
+        let mut r = *base;
+        r.rip = space.core + layout::PATCH_GADGET;
+        r.rdi = list;
+        r.rsi = batch.len() as u64;
+        r.orig_rax = u64::MAX;
+        run_gadget(tid, &r, requeue)?;
+    }
+    Ok(())
 }
 
 /// `CACHESCOPE_ENGINE_DEBUG` set: log every exit to the tool on stderr.
@@ -265,6 +302,7 @@ impl<'a> Tracer<'a> {
         })?;
         let mut space = Space::new(pid, core)?;
         space.write(core + layout::GADGET, &gadget)?;
+        space.write(core + layout::PATCH_GADGET, &layout::patch_gadget_bytes())?;
         let mut systab = vec![0u8; 0x1_0000];
         for nr in [
             SYS_MMAP,
@@ -370,6 +408,15 @@ impl<'a> Tracer<'a> {
             }
         }
         let mut sp = space.borrow_mut();
+        // Every thread of every process sharing this memory (a vfork child
+        // shares its parent's, whose other threads keep running).
+        sp.multi = self
+            .procs
+            .values()
+            .filter(|p| Rc::ptr_eq(&p.space, &space))
+            .map(|p| p.threads.len())
+            .sum::<usize>()
+            > 1;
         let slot = regs.gs_base;
         let gadget_at = sp.core + layout::GADGET;
         let base = regs;
@@ -464,11 +511,15 @@ impl<'a> Tracer<'a> {
             Ok(())
         })();
         drop(sp);
+        result?;
+        let patches = space.borrow_mut().take_live_patches();
+        if !patches.is_empty() {
+            apply_live_patches(tid, &base, &space.borrow(), &patches, &mut requeue)?;
+        }
         for (t, s) in requeue {
             let tgid = self.tasks.get(&t).map_or(t, |x| x.tgid);
             self.requeue.push((tgid, t, s));
         }
-        result?;
         sys::set_regs(tid, &regs).map_err(|e| os_err("cannot set client registers", e))?;
         self.resume(tid, 0)?;
         Ok(())
@@ -731,14 +782,20 @@ impl<'a> Tracer<'a> {
                 task.sig_spills.remove(0);
             }
             task.sig_spills.push(saved);
-            if debug_enabled() {
+            if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
                 let r = sys::get_regs(tid).map_err(|e| os_err("regs", e))?;
                 eprintln!(
-                    "[engine] deliver {sig} at rip {:#x} (guest block {:x?}) rsp {:#x}",
+                    "[engine] deliver {sig} at rip {:#x} (guest block {:x?}) rsp {:#x} addr {:#x} regs {r:x?}",
                     r.rip,
                     space.borrow().guest_block_of(r.rip),
-                    r.rsp
+                    r.rsp,
+                    sys::signal_address(tid).unwrap_or(0)
                 );
+                if sig == libc::SIGSEGV {
+                    if let Ok(m) = std::fs::read_to_string(format!("/proc/{tid}/maps")) {
+                        eprintln!("{m}");
+                    }
+                }
             }
         }
         // No handler: the default action (or ignoring) happens as natively.

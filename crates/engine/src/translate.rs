@@ -270,6 +270,25 @@ fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<u
     })
 }
 
+/// A shift or rotate by CL: with CL = 0 it leaves every flag alone, so
+/// flags are not dead before it whatever iced-x86 says it may write.
+fn count_in_cl(i: &Instruction) -> bool {
+    matches!(
+        i.mnemonic(),
+        Mnemonic::Shl
+            | Mnemonic::Sal
+            | Mnemonic::Shr
+            | Mnemonic::Sar
+            | Mnemonic::Rol
+            | Mnemonic::Ror
+            | Mnemonic::Rcl
+            | Mnemonic::Rcr
+            | Mnemonic::Shld
+            | Mnemonic::Shrd
+    ) && (0..i.op_count())
+        .any(|n| i.op_kind(n) == OpKind::Register && i.op_register(n) == Register::CL)
+}
+
 /// Chooses where the block counter goes: the first point where flags are
 /// dead, else the first point where some register is dead, else a spill.
 fn counter_position(items: &[Item]) -> Placement {
@@ -279,7 +298,10 @@ fn counter_position(items: &[Item]) -> Placement {
     };
     let flags = items.iter().position(|it| match it {
         Item::Insn(i) => {
-            plain(it) && i.rflags_read() & STATUS == 0 && i.rflags_modified() & STATUS == STATUS
+            plain(it)
+                && !count_in_cl(i)
+                && i.rflags_read() & STATUS == 0
+                && i.rflags_modified() & STATUS == STATUS
         }
         Item::ClientRequest(_) => false,
     });
@@ -306,12 +328,14 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn exit_jmp(&mut self, guest_target: u64) {
+        self.e.align_rel32(1);
         let site = self.e.jmp(self.e.here());
         self.t.exits.push((site, guest_target));
         self.t.successors.push(guest_target);
     }
 
     fn exit_jcc(&mut self, cc: u8, guest_target: u64) {
+        self.e.align_rel32(2);
         let site = self.e.jcc(cc, self.e.here());
         self.t.exits.push((site, guest_target));
         self.t.successors.push(guest_target);
@@ -398,9 +422,16 @@ impl Builder<'_> {
                     let off = (i.ip() - guest) as usize;
                     let mut b = code[off..off + i.len()].to_vec();
                     *b.last_mut().expect("non-empty") = 5;
+                    // Both jumps' rel32 fields in one cache line, no padding
+                    // between them (the short branch skips exactly 5 bytes).
+                    self.e.align_span(b.len() as u64 + 10);
                     self.e.raw(&b);
-                    self.exit_jmp(next);
-                    self.exit_jmp(i.near_branch_target());
+                    let site = self.e.jmp(self.e.here());
+                    self.t.exits.push((site, next));
+                    self.t.successors.push(next);
+                    let site = self.e.jmp(self.e.here());
+                    self.t.exits.push((site, i.near_branch_target()));
+                    self.t.successors.push(i.near_branch_target());
                 }
                 _ => {
                     let cc = condition_code(i).ok_or_else(|| {
@@ -655,6 +686,18 @@ mod tests {
             vec![0x1000, 0x1009]
         );
         assert_eq!(t.guest_end, 0x1009);
+    }
+
+    #[test]
+    fn flags_are_not_dead_before_a_shift_by_cl() {
+        // shl eax, cl ; jz: CL may be 0, leaving the flags of before.
+        let mut ctx = Ctx { next: 0x1000 };
+        let t = translate(&[0xd3, 0xe0, 0x74, 0xfc], 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let d = disasm(&t);
+        assert!(
+            !d.iter().any(|l| l.starts_with("add qword ptr gs:")),
+            "{d:?}"
+        );
     }
 
     #[test]
