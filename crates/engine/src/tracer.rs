@@ -742,6 +742,13 @@ impl<'a> Tracer<'a> {
             let _ = sys::detach(pid, 0);
             return Ok(());
         }
+        self.take_over_exec(pid)
+    }
+
+    /// Steps a task stopped inside `execve` to the syscall-exit stop (the
+    /// new image is mapped only then), sets up its address space and
+    /// resumes it in translated code.
+    fn take_over_exec(&mut self, pid: i32) -> Result<(), EngineError> {
         sys::cont_syscall(pid, 0).map_err(|e| os_err("cannot resume the client", e))?;
         match sys::wait_pid(pid).map_err(|e| os_err("waitpid", e))? {
             WaitStatus::Syscall(_) => {}
@@ -986,20 +993,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         requeue: Vec::new(),
         outcome: None,
     };
-    let started = (|| {
-        sys::cont_syscall(pid, 0).map_err(|e| os_err("cannot resume the client", e))?;
-        match sys::wait_pid(pid).map_err(|e| os_err("waitpid", e))? {
-            WaitStatus::Syscall(_) => {}
-            other => {
-                return Err(EngineError(format!(
-                    "unexpected stop after exec: {other:?}"
-                )))
-            }
-        }
-        tracer.setup_exec(pid)?;
-        tracer.resume(pid, 0)?;
-        Ok(())
-    })();
+    let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());
     if let Err(e) = result {
         tracer.kill_all();
