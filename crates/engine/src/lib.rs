@@ -27,6 +27,10 @@
 //!   `emit`: the hand-encoded instructions it adds; `layout`: the
 //!   addresses and offsets both sides agree on.
 
+// `unsafe` is allowed in `sys` alone (with a `// SAFETY:` comment on each
+// block); anywhere else in the engine it does not compile.
+#![deny(unsafe_code)]
+
 mod emit;
 mod layout;
 mod space;

@@ -2,6 +2,11 @@
 //! the client, ptrace, waitpid, seccomp). This is the only module of the
 //! engine with `unsafe` code; everything above it is safe Rust.
 
+// The crate denies `unsafe_code`; this module is the exception, and each
+// `unsafe` block here must say why it is sound.
+#![allow(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::ffi::CString;
 use std::io;
 

@@ -1,0 +1,129 @@
+//! A new image after `execve`: the old address space's bookkeeping goes,
+//! and the new one is either let go to run natively (not followed, or not
+//! x86-64) or taken over: the core region and a thread area are mapped
+//! through syscalls injected into the client (using its entry point as a
+//! gadget for the first one, since nothing of ours is mapped yet), the
+//! syscall-interest table is written, the entry block is translated and the
+//! client starts on it.
+
+use super::inject::Injection;
+use super::launch::is_x86_64_elf;
+use super::{cont_syscall, get_regs, os_err, set_regs, syscalls, wait_for, Tracer};
+use crate::layout::{self, CORE_CANDIDATES, CORE_SIZE};
+use crate::space::Space;
+use crate::sys::{self, WaitStatus};
+use crate::EngineError;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::rc::Rc;
+
+impl Tracer<'_> {
+    /// `PTRACE_EVENT_EXEC` of a traced task.
+    pub(super) fn on_exec(&mut self, pid: i32) -> Result<(), EngineError> {
+        // The old image is gone (and, as under Valgrind, its counts with it).
+        if let Some(old) = self.tasks.get(&pid).map(|t| t.tgid) {
+            if let Some(p) = self.procs.remove(&old) {
+                for t in p.threads {
+                    self.tasks.remove(&t);
+                }
+            }
+        }
+        if !self.cfg.trace_children || !is_x86_64_elf(Path::new(&format!("/proc/{pid}/exe"))) {
+            // Not followed (or not ours to follow: another architecture's
+            // program runs natively, like an unfollowed child).
+            let _ = sys::detach(pid, 0);
+            return Ok(());
+        }
+        self.take_over_exec(pid)
+    }
+
+    /// Steps a task stopped inside `execve` to the syscall-exit stop (the
+    /// new image is mapped only then), sets up its address space and
+    /// resumes it in translated code.
+    pub(super) fn take_over_exec(&mut self, pid: i32) -> Result<(), EngineError> {
+        cont_syscall(pid)?;
+        match wait_for(pid)? {
+            WaitStatus::Syscall(_) => {}
+            other => {
+                return Err(EngineError(format!(
+                    "unexpected stop after exec: {other:?}"
+                )))
+            }
+        }
+        self.setup_exec(pid)?;
+        self.resume(pid, 0)?;
+        Ok(())
+    }
+
+    /// Maps the core region into a freshly exec'd process stopped at its
+    /// execve syscall-exit, and starts it on translated code.
+    fn setup_exec(&mut self, pid: i32) -> Result<(), EngineError> {
+        let regs = get_regs(pid)?;
+        let mem = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| os_err("cannot open the client's memory", e))?;
+        // The entry point is the gadget until the core region has one.
+        let gadget = layout::gadget_bytes();
+        let mut saved = vec![0u8; gadget.len()];
+        mem.read_exact_at(&mut saved, regs.rip)
+            .map_err(|e| os_err("cannot read the client's entry point", e))?;
+        mem.write_all_at(&gadget, regs.rip)
+            .map_err(|e| os_err("cannot write the client's entry point", e))?;
+        let mut inj = Injection::new(pid, regs.rip, regs);
+        let mut core = None;
+        for &cand in &CORE_CANDIDATES {
+            const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+            const FLAGS: u64 =
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+            let r = inj.syscall(
+                syscalls::MMAP as u64,
+                [cand, CORE_SIZE, PROT, FLAGS, u64::MAX, 0],
+            )?;
+            inj.base = get_regs(pid)?;
+            if r as u64 == cand {
+                core = Some(cand);
+                break;
+            }
+        }
+        mem.write_all_at(&saved, regs.rip)
+            .map_err(|e| os_err("cannot restore the client's entry point", e))?;
+        let core = core.ok_or_else(|| {
+            EngineError("cannot map the engine's core region below 2 GiB in the client".into())
+        })?;
+        let mut space = Space::new(pid, core)?;
+        space.write(core + layout::GADGET, &gadget)?;
+        space.write(core + layout::PATCH_GADGET, &layout::patch_gadget_bytes())?;
+        space.write(core + layout::SYSTAB, &interest_table())?;
+        inj.gadget = core + layout::GADGET;
+        let area = space.alloc_area(&mut inj.injector())?;
+        let body = space.ensure(regs.rip, &mut inj.injector())?;
+        self.requeue_signals(pid, inj);
+        let mut fin = regs;
+        fin.rip = body;
+        fin.gs_base = area;
+        fin.orig_rax = u64::MAX;
+        set_regs(pid, &fin)?;
+        self.add_process(
+            pid,
+            Rc::new(RefCell::new(space)),
+            false,
+            HashMap::new(),
+            area,
+        );
+        Ok(())
+    }
+}
+
+/// The syscall-interest table: one byte per syscall number, 1 for those
+/// translated code hands to the tool.
+fn interest_table() -> Vec<u8> {
+    let mut systab = vec![0u8; 0x1_0000];
+    for nr in syscalls::INTERCEPTED {
+        systab[nr] = 1;
+    }
+    systab
+}

@@ -1,0 +1,162 @@
+//! The exits of translated code to the tool, all magic syscalls stopped by
+//! seccomp: an unlinked direct branch (its target is translated and the
+//! branch linked), an indirect-branch lookup miss (the target is translated
+//! and published in the table), and a guest syscall that the interest table
+//! marks (the mmap family first drops translations of code that goes away
+//! or may change, rseq is refused, GS base writes are refused, the rest run
+//! for real from the stop; signal syscalls go to `signals`). Code and table
+//! entries that other threads may be running are patched by the stopped
+//! thread itself before it resumes.
+
+use super::inject::Injection;
+use super::{debug_enabled, get_regs, set_regs, syscalls, Tracer};
+use crate::layout;
+use crate::space::Space;
+use crate::sys::Regs;
+use crate::EngineError;
+
+/// arch_prctl's code for setting the GS base.
+const ARCH_SET_GS: u64 = 0x1001;
+
+impl Tracer<'_> {
+    /// A magic-syscall stop of translated code.
+    pub(super) fn on_magic(&mut self, tid: i32) -> Result<(), EngineError> {
+        let space = self
+            .space_of(tid)
+            .ok_or_else(|| EngineError(format!("magic stop from unknown thread {tid}")))?;
+        let mut regs = get_regs(tid)?;
+        let nr = regs.orig_rax as u32;
+        if nr == layout::MAGIC_SYSCALL {
+            let sysno = space
+                .borrow()
+                .read_u64(regs.gs_base + layout::S_RAX as u64)?;
+            if debug_enabled() {
+                eprintln!(
+                    "[engine] tid {tid} syscall {sysno} at {:#x} rsp {:#x}",
+                    regs.rip, regs.rsp
+                );
+            }
+            match sysno as usize {
+                syscalls::RT_SIGACTION => return self.on_sigaction(tid, regs),
+                syscalls::RT_SIGRETURN => return self.on_sigreturn(tid, regs, sysno),
+                _ => {}
+            }
+        }
+        let gadget = space.borrow().core + layout::GADGET;
+        let mut inj = Injection::new(tid, gadget, regs);
+        {
+            let mut sp = space.borrow_mut();
+            sp.multi = self.threads_sharing(&space) > 1;
+            if debug_enabled() {
+                eprintln!(
+                    "[engine] tid {tid} exit {:#x} rip {:#x} target/rax {:#x}",
+                    nr.wrapping_sub(layout::MAGIC_LINK),
+                    regs.rip,
+                    sp.read_u64(regs.gs_base + layout::S_TARGET as u64)
+                        .unwrap_or(0)
+                );
+            }
+            answer_exit(&mut sp, &mut inj, &mut regs, nr)?;
+        }
+        let patches = space.borrow_mut().take_live_patches();
+        if !patches.is_empty() {
+            inj.apply_live_patches(&space.borrow(), &patches)?;
+        }
+        let tgid = self.tasks.get(&tid).map_or(tid, |t| t.tgid);
+        self.requeue_signals(tgid, inj);
+        set_regs(tid, &regs)?;
+        self.resume(tid, 0)?;
+        Ok(())
+    }
+}
+
+/// Answers exit `nr` of translated code stopped with `regs`, which become
+/// the registers to resume with.
+fn answer_exit(
+    sp: &mut Space,
+    inj: &mut Injection,
+    regs: &mut Regs,
+    nr: u32,
+) -> Result<(), EngineError> {
+    let slot = regs.gs_base;
+    match nr {
+        layout::MAGIC_LINK => {
+            let target = sp
+                .stub_exit(regs.rip)
+                .map(|s| s.target)
+                .ok_or_else(|| EngineError(format!("unknown exit stub at {:#x}", regs.rip)))?;
+            let body = sp.ensure(target, &mut inj.injector())?;
+            enter_block(sp, regs, body)
+        }
+        layout::MAGIC_MISS => {
+            let target = sp.read_u64(slot + layout::S_TARGET as u64)?;
+            let body = sp.ensure(target, &mut inj.injector())?;
+            sp.publish(target)?;
+            enter_block(sp, regs, body)
+        }
+        layout::MAGIC_SYSCALL => on_syscall(sp, regs),
+        _ => Err(EngineError(format!(
+            "unexpected engine syscall {nr:#x} at {:#x}",
+            regs.rip
+        ))),
+    }
+}
+
+/// Continues at the translated block `body` with the registers the exit
+/// spilled.
+fn enter_block(sp: &Space, regs: &mut Regs, body: u64) -> Result<(), EngineError> {
+    let slot = regs.gs_base;
+    regs.rip = body;
+    regs.rax = sp.read_u64(slot + layout::S_RAX as u64)?;
+    regs.rcx = sp.read_u64(slot + layout::S_RCX as u64)?;
+    regs.r11 = sp.read_u64(slot + layout::S_R11 as u64)?;
+    regs.orig_rax = u64::MAX;
+    Ok(())
+}
+
+/// An intercepted guest syscall (other than the signal ones): answered here
+/// or run for real from the stop, as a native `syscall` would.
+fn on_syscall(sp: &mut Space, regs: &mut Regs) -> Result<(), EngineError> {
+    let site = sp
+        .syscall_site(regs.rip)
+        .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
+    let sysno = sp.read_u64(regs.gs_base + layout::S_RAX as u64)?;
+    regs.rcx = site.guest_next;
+    match sysno as usize {
+        syscalls::RSEQ => {
+            // As under Valgrind: no rseq, glibc falls back.
+            regs.rax = (-libc::ENOSYS) as i64 as u64;
+            regs.orig_rax = u64::MAX;
+            return Ok(());
+        }
+        syscalls::ARCH_PRCTL if regs.rdi == ARCH_SET_GS => {
+            return Err(EngineError(
+                "the client sets its GS base (arch_prctl ARCH_SET_GS), which the engine uses; not supported"
+                    .into(),
+            ));
+        }
+        syscalls::MMAP | syscalls::MPROTECT | syscalls::MUNMAP | syscalls::MREMAP => {
+            // Code that goes away (dlclose) or may change loses its
+            // translations first.
+            let page = 4095;
+            let start = regs.rdi & !page;
+            let end = regs.rdi.saturating_add(regs.rsi).saturating_add(page) & !page;
+            let drops = match sysno as usize {
+                syscalls::MMAP => regs.r10 & libc::MAP_FIXED as u64 != 0,
+                syscalls::MPROTECT => {
+                    regs.rdx & libc::PROT_EXEC as u64 == 0
+                        || regs.rdx & libc::PROT_WRITE as u64 != 0
+                }
+                _ => true,
+            };
+            if drops {
+                sp.invalidate(start, end)?;
+            }
+        }
+        _ => {}
+    }
+    // Run it for real, right here.
+    regs.orig_rax = sysno;
+    regs.rax = sysno;
+    Ok(())
+}

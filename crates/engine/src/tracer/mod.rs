@@ -1,0 +1,197 @@
+//! The ptrace event loop: launches the client, sets up each address space,
+//! answers the exits of translated code (unlinked branches, lookup misses,
+//! intercepted syscalls), follows threads, forks and execs, and reports
+//! each process's counts when its last thread exits.
+//!
+//! This module holds the tracer's state and the loop that dispatches each
+//! `waitpid` report; every kind of stop is handled in a module of its own:
+//!
+//! * `launch`: finding and checking the program, spawning it under ptrace
+//!   up to its exec;
+//! * `exec`: taking over a freshly exec'd image (core region, thread area,
+//!   entry block), or letting it go;
+//! * `exits`: the magic-syscall stops of translated code;
+//! * `signals`: signal delivery and the emulated rt_sigaction and
+//!   rt_sigreturn;
+//! * `tasks`: threads and processes as they are created and go away;
+//! * `inject`: running syscalls and atomic patches in a stopped thread, the
+//!   tool's only way to act inside the client;
+//! * `syscalls`: the client's syscall numbers the tracer acts on.
+
+mod exec;
+mod exits;
+mod inject;
+mod launch;
+mod signals;
+mod syscalls;
+mod tasks;
+
+use crate::space::Space;
+use crate::sys::{self, Regs, WaitStatus};
+use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use tasks::{Birth, Proc, Task};
+
+struct Tracer<'a> {
+    cfg: &'a LaunchConfig,
+    sink: &'a mut dyn ProfileSink,
+    main_pid: i32,
+    tasks: HashMap<i32, Task>,
+    procs: HashMap<i32, Proc>,
+    /// New tasks announced by their creator but not yet stopped.
+    announced: HashMap<i32, (i32, Birth)>,
+    /// New tasks that stopped before their creator's event arrived.
+    early: HashSet<i32>,
+    /// Signals that arrived during an injection, re-sent afterwards
+    /// as (tgid, tid, signal).
+    requeue: Vec<(i32, i32, i32)>,
+    outcome: Option<Outcome>,
+}
+
+/// Entry point behind [`crate::run`].
+pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, EngineError> {
+    let pid = launch::launch(cfg)?;
+    let mut tracer = Tracer {
+        cfg,
+        sink,
+        main_pid: pid,
+        tasks: HashMap::new(),
+        procs: HashMap::new(),
+        announced: HashMap::new(),
+        early: HashSet::new(),
+        requeue: Vec::new(),
+        outcome: None,
+    };
+    let started = tracer.take_over_exec(pid);
+    let result = started.and_then(|()| tracer.event_loop());
+    if let Err(e) = result {
+        tracer.kill_all();
+        return Err(e);
+    }
+    tracer
+        .outcome
+        .ok_or_else(|| EngineError("lost track of the client's exit status".into()))
+}
+
+impl Tracer<'_> {
+    fn event_loop(&mut self) -> Result<(), EngineError> {
+        loop {
+            let st = match sys::wait_any() {
+                Ok(st) => st,
+                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok(()),
+                Err(e) => return Err(os_err("waitpid", e)),
+            };
+            if debug_enabled() {
+                eprintln!("[engine] {st:?}");
+            }
+            match st {
+                WaitStatus::Exited(pid, code) => {
+                    self.on_vanished(pid)?;
+                    if pid == self.main_pid {
+                        self.outcome = Some(Outcome::Exited(code));
+                    }
+                }
+                WaitStatus::Signaled(pid, sig) => {
+                    self.on_vanished(pid)?;
+                    if pid == self.main_pid {
+                        self.outcome = Some(Outcome::Signaled(sig));
+                    }
+                }
+                WaitStatus::Event(pid, ev) => match ev {
+                    libc::PTRACE_EVENT_SECCOMP => self.on_magic(pid)?,
+                    libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
+                    libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
+                    libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Vfork)?,
+                    libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
+                    libc::PTRACE_EVENT_EXIT => {
+                        self.on_thread_exit(pid);
+                        self.resume(pid, 0)?;
+                    }
+                    _ => self.resume(pid, 0)?,
+                },
+                WaitStatus::Stopped(pid, sig) => self.on_signal(pid, sig)?,
+                WaitStatus::Syscall(pid) => self.resume(pid, 0)?,
+            }
+        }
+    }
+
+    /// The address space thread `tid` runs in.
+    fn space_of(&self, tid: i32) -> Option<Rc<RefCell<Space>>> {
+        let t = self.tasks.get(&tid)?;
+        Some(self.procs.get(&t.tgid)?.space.clone())
+    }
+
+    /// Lets a stopped task run on (delivering `sig` unless 0), after writing
+    /// out what the tool changed in its memory and re-sending the signals
+    /// held back during injections.
+    fn resume(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
+        // Code and links written for this task's address space go out now.
+        if let Some(space) = self.space_of(tid) {
+            space.borrow().flush()?;
+        }
+        // A task that vanished (killed by a sibling's exit_group) is fine.
+        let _ = sys::cont(tid, sig);
+        let requeue = std::mem::take(&mut self.requeue);
+        for (tgid, t, s) in requeue {
+            sys::tgkill(tgid, t, s);
+        }
+        Ok(())
+    }
+
+    fn kill_all(&mut self) {
+        for &tgid in self.procs.keys() {
+            sys::kill(tgid);
+        }
+        sys::kill(self.main_pid);
+        // Killed tasks still stop once at PTRACE_EVENT_EXIT: let them go.
+        while let Ok(st) = sys::wait_any() {
+            match st {
+                WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _) => {
+                    self.tasks.remove(&p);
+                }
+                WaitStatus::Event(p, _) | WaitStatus::Stopped(p, _) | WaitStatus::Syscall(p) => {
+                    let _ = sys::cont(p, 0);
+                }
+            }
+        }
+    }
+}
+
+fn os_err(what: &str, e: std::io::Error) -> EngineError {
+    EngineError(format!("{what}: {e}"))
+}
+
+/// `CACHESCOPE_ENGINE_DEBUG` set: log every exit to the tool on stderr.
+fn debug_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("CACHESCOPE_ENGINE_DEBUG").is_some())
+}
+
+// The ptrace requests of the tracer proper, failing with the user's message.
+
+/// Reads the registers of the stopped task `tid`.
+fn get_regs(tid: i32) -> Result<Regs, EngineError> {
+    sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))
+}
+
+/// Writes the registers of the stopped task `tid`.
+fn set_regs(tid: i32, regs: &Regs) -> Result<(), EngineError> {
+    sys::set_regs(tid, regs).map_err(|e| os_err("cannot set client registers", e))
+}
+
+/// Resumes `tid` until its next stop, with no signal.
+fn cont(tid: i32) -> Result<(), EngineError> {
+    sys::cont(tid, 0).map_err(|e| os_err("cannot resume the client", e))
+}
+
+/// Resumes `tid` until its next stop or syscall entry or exit, with no signal.
+fn cont_syscall(tid: i32) -> Result<(), EngineError> {
+    sys::cont_syscall(tid, 0).map_err(|e| os_err("cannot resume the client", e))
+}
+
+/// Waits for the next report about `tid`.
+fn wait_for(tid: i32) -> Result<WaitStatus, EngineError> {
+    sys::wait_pid(tid).map_err(|e| os_err("waitpid", e))
+}
