@@ -87,6 +87,7 @@ fn main() -> ExitCode {
         program,
         args: args.collect(),
         trace_children: std::env::var_os("COUNT_TRACE_CHILDREN").is_some(),
+        stats: false,
     };
     match engine::run(&cfg, &mut Print) {
         Ok(engine::Outcome::Exited(c)) => ExitCode::from(c as u8),

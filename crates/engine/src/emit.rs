@@ -1,14 +1,67 @@
-//! A byte buffer for the handful of instructions the engine emits itself
-//! (spills through GS, exits, lookups, counters). They are hand-encoded so
-//! that every branch has a fixed rel32 field the linker can patch later.
+//! The instructions the engine adds around guest code: spills through GS,
+//! exits, indirect-branch lookups, counters, syscall gates.
+//!
+//! Ordinary instructions are encoded by iced-x86; branches are encoded here
+//! because their displacement fields matter to the engine: exits between
+//! blocks are `jmp`/`jcc rel32` fields that the linker patches later (so
+//! they have a fixed size and a known address), and branches inside a
+//! sequence go to [`Label`]s resolved when the label is bound.
 
-/// General-purpose register numbers in x86 encoding order.
-#[allow(missing_docs)]
-pub mod reg {
-    pub const RAX: u8 = 0;
-    pub const RCX: u8 = 1;
-    pub const RDX: u8 = 2;
-    pub const R11: u8 = 11;
+use crate::layout;
+use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
+
+/// The 64-bit general-purpose registers in encoding order (0..16).
+pub const GPR64: [Register; 16] = [
+    Register::RAX,
+    Register::RCX,
+    Register::RDX,
+    Register::RBX,
+    Register::RSP,
+    Register::RBP,
+    Register::RSI,
+    Register::RDI,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+    Register::R12,
+    Register::R13,
+    Register::R14,
+    Register::R15,
+];
+
+/// The 16-bit general-purpose registers in encoding order.
+const GPR16: [Register; 16] = [
+    Register::AX,
+    Register::CX,
+    Register::DX,
+    Register::BX,
+    Register::SP,
+    Register::BP,
+    Register::SI,
+    Register::DI,
+    Register::R8W,
+    Register::R9W,
+    Register::R10W,
+    Register::R11W,
+    Register::R12W,
+    Register::R13W,
+    Register::R14W,
+    Register::R15W,
+];
+
+/// A position in the code being emitted, bound once; branches to it may
+/// come before or after the binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label(usize);
+
+/// A branch displacement waiting for its label.
+struct Fixup {
+    /// Offset in `bytes` just past the displacement field.
+    end: usize,
+    /// Size of the field (1 or 4 bytes).
+    size: usize,
+    label: Label,
 }
 
 /// Code being emitted at a known host address.
@@ -17,6 +70,33 @@ pub struct Emitter {
     pub base: u64,
     /// The encoded bytes.
     pub bytes: Vec<u8>,
+    encoder: Encoder,
+    labels: Vec<Option<u64>>,
+    fixups: Vec<Fixup>,
+}
+
+/// `gs:[disp]`: a slot of the current thread's area.
+fn gs(disp: u32) -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        disp as i64,
+        4,
+        false,
+        Register::GS,
+    )
+}
+
+/// `[index*scale + disp]` with an absolute 32-bit displacement (the core
+/// region lies below 2 GiB).
+fn indexed(index: Register, scale: u32, disp: u32) -> MemoryOperand {
+    MemoryOperand::with_index_scale_displ_size(index, scale, disp as i64, 4)
+}
+
+/// `[base + disp]`.
+fn based(base: Register, disp: i32) -> MemoryOperand {
+    MemoryOperand::with_base_displ(base, disp as i64)
 }
 
 impl Emitter {
@@ -25,6 +105,9 @@ impl Emitter {
         Emitter {
             base,
             bytes: Vec::with_capacity(512),
+            encoder: Encoder::new(64),
+            labels: Vec::new(),
+            fixups: Vec::new(),
         }
     }
 
@@ -33,43 +116,190 @@ impl Emitter {
         self.base + self.bytes.len() as u64
     }
 
-    /// Appends raw bytes.
+    /// Appends raw bytes (guest instructions copied as they are).
     pub fn raw(&mut self, b: &[u8]) {
         self.bytes.extend_from_slice(b);
     }
 
-    fn u32(&mut self, v: u32) {
-        self.bytes.extend_from_slice(&v.to_le_bytes());
+    /// Encodes one instruction at `here()`. The engine's own instructions
+    /// are fixed forms, so a failure is a bug in this module.
+    fn insn(&mut self, i: Result<Instruction, iced_x86::IcedError>) {
+        let i = i.expect("valid engine instruction");
+        let here = self.here();
+        self.encoder
+            .encode(&i, here)
+            .expect("encodable engine instruction");
+        let b = self.encoder.take_buffer();
+        self.bytes.extend_from_slice(&b);
     }
 
-    /// rel32 from the end of a 4-byte field starting at `here()` to `target`.
-    fn rel32_to(&self, target: u64, extra: u64) -> u32 {
-        let next = self.here() + 4 + extra;
-        let d = target.wrapping_sub(next) as i64;
-        debug_assert!(
-            d >= i32::MIN as i64 && d <= i32::MAX as i64,
-            "rel32 out of range"
-        );
-        d as i32 as u32
+    /// A label to bind later with [`Emitter::bind`].
+    pub fn new_label(&mut self) -> Label {
+        self.labels.push(None);
+        Label(self.labels.len() - 1)
     }
 
-    /// `mov gs:[disp], r64`.
-    pub fn store_gs(&mut self, r: u8, disp: u32) {
-        self.raw(&[0x65, 0x48 | ((r >> 3) << 2), 0x89, ((r & 7) << 3) | 4, 0x25]);
-        self.u32(disp);
+    /// Binds `l` here and resolves the branches already made to it.
+    pub fn bind(&mut self, l: Label) {
+        assert!(self.labels[l.0].is_none(), "label bound twice");
+        let at = self.here();
+        self.labels[l.0] = Some(at);
+        let (ready, waiting): (Vec<Fixup>, Vec<Fixup>) =
+            self.fixups.drain(..).partition(|f| f.label == l);
+        self.fixups = waiting;
+        for f in ready {
+            self.set_displacement(f.end, f.size, at);
+        }
     }
 
-    /// `mov r64, gs:[disp]`.
-    pub fn load_gs(&mut self, r: u8, disp: u32) {
-        self.raw(&[0x65, 0x48 | ((r >> 3) << 2), 0x8b, ((r & 7) << 3) | 4, 0x25]);
-        self.u32(disp);
+    /// Whether every branch to a label has been resolved.
+    pub fn is_complete(&self) -> bool {
+        self.fixups.is_empty()
     }
 
-    /// `mov eax, imm32; syscall`.
+    fn set_displacement(&mut self, end: usize, size: usize, target: u64) {
+        let d = target.wrapping_sub(self.base + end as u64) as i64;
+        let field = &mut self.bytes[end - size..end];
+        if size == 1 {
+            assert!(
+                (i8::MIN as i64..=i8::MAX as i64).contains(&d),
+                "short branch out of range"
+            );
+            field[0] = d as i8 as u8;
+        } else {
+            assert!(
+                (i32::MIN as i64..=i32::MAX as i64).contains(&d),
+                "rel32 out of range"
+            );
+            field.copy_from_slice(&(d as i32).to_le_bytes());
+        }
+    }
+
+    /// A branch whose last `size` bytes (of `opcode` plus the field) go to `l`.
+    fn branch_to(&mut self, opcode: &[u8], size: usize, l: Label) {
+        self.raw(opcode);
+        self.raw(&[0; 4][..size]);
+        let end = self.bytes.len();
+        match self.labels[l.0] {
+            Some(at) => self.set_displacement(end, size, at),
+            None => self.fixups.push(Fixup {
+                end,
+                size,
+                label: l,
+            }),
+        }
+    }
+
+    /// A short branch given by its opcode bytes (prefixes included, the
+    /// rel8 left off), to `l`: a guest `jrcxz`/`loop` retargeted.
+    pub fn short_branch(&mut self, opcode: &[u8], l: Label) {
+        self.branch_to(opcode, 1, l);
+    }
+
+    /// `jmp rel32` to `l`.
+    pub fn jmp_label(&mut self, l: Label) {
+        self.branch_to(&[0xe9], 4, l);
+    }
+
+    /// `jrcxz l`.
+    pub fn jrcxz(&mut self, l: Label) {
+        self.branch_to(&[0xe3], 1, l);
+    }
+
+    /// `jmp short l`.
+    pub fn jmp_short(&mut self, l: Label) {
+        self.branch_to(&[0xeb], 1, l);
+    }
+
+    /// `jcc short l` with condition code `cc` (0..16).
+    pub fn jcc_short(&mut self, cc: u8, l: Label) {
+        self.branch_to(&[0x70 | cc], 1, l);
+    }
+
+    /// `jmp rel32` to host address `target`; returns the address of the
+    /// rel32 field (for the linker).
+    pub fn jmp(&mut self, target: u64) -> u64 {
+        self.raw(&[0xe9, 0, 0, 0, 0]);
+        let end = self.bytes.len();
+        self.set_displacement(end, 4, target);
+        self.base + end as u64 - 4
+    }
+
+    /// `jcc rel32` with condition code `cc` (0..16) to host address
+    /// `target`; returns the address of the rel32 field.
+    pub fn jcc(&mut self, cc: u8, target: u64) -> u64 {
+        self.raw(&[0x0f, 0x80 | cc, 0, 0, 0, 0]);
+        let end = self.bytes.len();
+        self.set_displacement(end, 4, target);
+        self.base + end as u64 - 4
+    }
+
+    /// Bytes of [`Emitter::jmp_far`].
+    pub const JMP_FAR_BYTES: u64 = 14;
+
+    /// `jmp [rip+0]; dq dest`: a jump to anywhere (rel32 overflow).
+    pub fn jmp_far(&mut self, dest: u64) {
+        let lit = self.here() + 6;
+        self.insn(Instruction::with1(
+            Code::Jmp_rm64,
+            MemoryOperand::with_base_displ(Register::RIP, lit as i64),
+        ));
+        self.raw(&dest.to_le_bytes());
+    }
+
+    /// `mov gs:[disp], r`.
+    pub fn store_gs(&mut self, r: Register, disp: u32) {
+        self.insn(Instruction::with2(Code::Mov_rm64_r64, gs(disp), r));
+    }
+
+    /// `mov r, gs:[disp]`.
+    pub fn load_gs(&mut self, r: Register, disp: u32) {
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, r, gs(disp)));
+    }
+
+    /// `lea dst, [mem]`.
+    fn lea(&mut self, dst: Register, mem: MemoryOperand) {
+        self.insn(Instruction::with2(Code::Lea_r64_m, dst, mem));
+    }
+
+    /// `lea r, [r + 1]`: a flag-free increment.
+    fn inc_flag_free(&mut self, r: Register) {
+        self.lea(r, based(r, 1));
+    }
+
+    /// `not r` (flag-free).
+    fn not(&mut self, r: Register) {
+        self.insn(Instruction::with1(Code::Not_rm64, r));
+    }
+
+    /// `mov dst, src`.
+    fn mov(&mut self, dst: Register, src: Register) {
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, dst, src));
+    }
+
+    /// `mov dst, [mem]`.
+    fn load(&mut self, dst: Register, mem: MemoryOperand) {
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, dst, mem));
+    }
+
+    /// `movzx dst32, src16`: the low 16 bits of a 64-bit register.
+    fn movzx16(&mut self, dst: Register, src: Register) {
+        self.insn(Instruction::with2(
+            Code::Movzx_r32_rm16,
+            dst.full_register32(),
+            GPR16[src.number()],
+        ));
+    }
+
+    /// `mov eax, nr; syscall`: an exit to the tool (seccomp traps `nr`).
     pub fn magic_syscall(&mut self, nr: u32) {
-        self.raw(&[0xb8]);
-        self.u32(nr);
-        self.raw(&[0x0f, 0x05]);
+        self.insn(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, nr));
+        self.syscall();
+    }
+
+    /// `syscall`.
+    fn syscall(&mut self) {
+        self.insn(Ok(Instruction::with(Code::Syscall)));
     }
 
     /// Pads with `nop`s so that a rel32 field `opcode_len` bytes from here
@@ -86,97 +316,154 @@ impl Emitter {
         }
     }
 
-    /// `jmp rel32`; returns the host address of the rel32 field.
-    pub fn jmp(&mut self, target: u64) -> u64 {
-        self.raw(&[0xe9]);
-        let at = self.here();
-        let r = self.rel32_to(target, 0);
-        self.u32(r);
-        at
-    }
-
-    /// `jcc rel32` with condition code `cc` (0..16); returns the rel32 field.
-    pub fn jcc(&mut self, cc: u8, target: u64) -> u64 {
-        self.raw(&[0x0f, 0x80 | cc]);
-        let at = self.here();
-        let r = self.rel32_to(target, 0);
-        self.u32(r);
-        at
-    }
-
-    /// `push qword [rip+disp]` addressing `lit`.
+    /// `push qword [rip+disp]` addressing the literal at `lit`.
     pub fn push_rip(&mut self, lit: u64) {
-        self.raw(&[0xff, 0x35]);
-        let r = self.rel32_to(lit, 0);
-        self.u32(r);
+        self.insn(Instruction::with1(
+            Code::Push_rm64,
+            MemoryOperand::with_base_displ(Register::RIP, lit as i64),
+        ));
     }
 
     /// `add qword gs:[off], 1`: a per-thread counter (clobbers flags).
     pub fn add_counter(&mut self, off: u32) {
-        self.raw(&[0x65, 0x48, 0x83, 0x04, 0x25]);
-        self.u32(off);
-        self.raw(&[0x01]);
+        self.insn(Instruction::with2(Code::Add_rm64_imm8, gs(off), 1i32));
     }
 
     /// Flag-free counter increment through register `r`, which is dead.
-    pub fn add_counter_via(&mut self, r: u8, off: u32) {
+    pub fn add_counter_via(&mut self, r: Register, off: u32) {
         self.load_gs(r, off);
-        // lea r, [r+1]
-        let ext = r >> 3;
-        let low = r & 7;
-        self.raw(&[0x48 | (ext << 2) | ext, 0x8d, 0x40 | (low << 3) | low]);
-        if low == 4 {
-            self.raw(&[0x24]); // SIB for r12 as base
-        }
-        self.raw(&[0x01]);
+        self.inc_flag_free(r);
         self.store_gs(r, off);
     }
 
-    /// Flag-preserving counter increment: through RAX, spilled to the slot.
+    /// Flag-preserving counter increment: through RAX, spilled to its slot.
     pub fn add_counter_keep_flags(&mut self, off: u32) {
-        self.store_gs(reg::RAX, crate::layout::S_RAX);
-        self.load_gs(reg::RAX, off);
-        self.raw(&[0x48, 0x8d, 0x40, 0x01]); // lea rax,[rax+1]
-        self.store_gs(reg::RAX, off);
-        self.load_gs(reg::RAX, crate::layout::S_RAX);
+        self.store_gs(Register::RAX, layout::S_RAX);
+        self.add_counter_via(Register::RAX, off);
+        self.load_gs(Register::RAX, layout::S_RAX);
     }
 
-    /// Looks up the guest address in RCX in the indirect-branch table and
-    /// jumps to its translation; on a miss jumps to `miss` with the target
-    /// still in RCX. The client's RAX and RCX must already be in the slot;
-    /// flags are untouched (only `lea`, `not`, `movzx`, `jrcxz`).
-    pub fn lookup(&mut self, htab: u32, miss: u64) {
-        self.raw(&[0x0f, 0xb7, 0xc1]); // movzx eax, cx
-        self.raw(&[0x48, 0x8d, 0x04, 0x00]); // lea rax,[rax+rax]
-        self.raw(&[0x48, 0x8b, 0x04, 0xc5]); // mov rax,[rax*8+htab]
-        self.u32(htab);
-        self.raw(&[0x48, 0xf7, 0xd0]); // not rax
-        self.raw(&[0x48, 0x8d, 0x4c, 0x01, 0x01]); // lea rcx,[rcx+rax+1]
-        self.raw(&[0xe3, 0x0c]); // jrcxz hit (+12)
-        self.raw(&[0x48, 0xf7, 0xd0]); // not rax            (3)
-        self.raw(&[0x48, 0x8d, 0x0c, 0x01]); // lea rcx,[rcx+rax] (4)
-        self.jmp(miss); //                                      (5)
-                        // hit:
-        self.raw(&[0x48, 0xf7, 0xd0]); // not rax
-        self.raw(&[0x0f, 0xb7, 0xc8]); // movzx ecx, ax
-        self.raw(&[0x48, 0x8d, 0x0c, 0x09]); // lea rcx,[rcx+rcx]
-        self.raw(&[0xff, 0x24, 0xcd]); // jmp [rcx*8+htab+8]
-        self.u32(htab + 8);
+    /// `rcx -= key` where `key_not` holds `!key`, then `jrcxz hit`; on a
+    /// mismatch RCX is the target again. Flag-free (`lea`, `not`, `jrcxz`).
+    fn compare_rcx(&mut self, key_not: Register, hit: Label) {
+        self.not(key_not);
+        self.lea(
+            Register::RCX,
+            MemoryOperand::with_base_index_scale_displ_size(Register::RCX, key_not, 1, 1, 1),
+        );
+        self.jrcxz(hit);
+        self.not(key_not);
+        self.lea(
+            Register::RCX,
+            MemoryOperand::with_base_index(Register::RCX, key_not),
+        );
+    }
+
+    /// Looks up the guest address in RCX in the first
+    /// [`layout::INLINE_WAYS`] ways of its home bucket of the
+    /// indirect-branch table (at absolute `htab`) and jumps to its entry
+    /// with the target in RAX; otherwise jumps to `probe` (the chunk's probe
+    /// stub) with the target still in RCX. The client's RAX and RCX must
+    /// already be in their slots; flags are untouched. Each way has its own
+    /// dispatching `jmp`, so the processor predicts each site's targets
+    /// separately. With `count_hits`, hits are counted in the thread area
+    /// (`--stats=yes`).
+    pub fn lookup(&mut self, htab: u32, probe: u64, count_hits: bool) {
+        let hits: Vec<Label> = (0..layout::INLINE_WAYS).map(|_| self.new_label()).collect();
+        for (way, &hit) in hits.iter().enumerate() {
+            // rax = home bucket index * 8; the bucket is at htab + rax * 8.
+            self.movzx16(Register::RAX, Register::RCX);
+            self.lea(Register::RAX, indexed(Register::RAX, 8, 0));
+            self.load(
+                Register::RAX,
+                indexed(Register::RAX, 8, htab + way as u32 * 16),
+            );
+            self.compare_rcx(Register::RAX, hit);
+        }
+        self.jmp(probe);
+        for (way, hit) in hits.into_iter().enumerate() {
+            self.bind(hit);
+            // rax = !key, rcx = 0.
+            self.not(Register::RAX);
+            if count_hits {
+                self.add_counter_via(Register::RCX, layout::S_STAT_INLINE_HITS);
+            }
+            self.movzx16(Register::RCX, Register::RAX);
+            self.lea(Register::RCX, indexed(Register::RCX, 8, 0));
+            self.insn(Instruction::with1(
+                Code::Jmp_rm64,
+                indexed(Register::RCX, 8, htab + way as u32 * 16 + 8),
+            ));
+        }
+    }
+
+    /// The probe stub of a chunk, reached from [`Emitter::lookup`] when the
+    /// inline-checked ways of the home bucket do not hold the target (in RCX; the client's
+    /// RAX and RCX in their slots): checks the bucket's other ways, then
+    /// the chained overflow buckets, and jumps to the entry found with the
+    /// target in RAX, or to `miss` with the target in RCX. Flag-free; R11
+    /// is used and restored. This keeps every published target reachable
+    /// without an exit, however many targets share a home bucket.
+    pub fn probe_stub(&mut self, htab: u32, miss: u64) {
+        let (r11, rax, rcx) = (Register::R11, Register::RAX, Register::RCX);
+        self.store_gs(r11, layout::S_R11);
+        self.store_gs(rcx, layout::S_TARGET);
+        self.add_counter_via(r11, layout::S_STAT_PROBES);
+        let bucket = self.new_label();
+        let first = self.new_label();
+        let missed = self.new_label();
+        // r11 = home bucket; its first ways were checked inline.
+        self.movzx16(r11, rcx);
+        self.lea(r11, indexed(r11, 8, 0));
+        self.lea(r11, indexed(r11, 8, htab));
+        self.jmp_label(first);
+        self.bind(bucket);
+        for way in 0..layout::BUCKET_WAYS as i32 {
+            if way == layout::INLINE_WAYS as i32 {
+                self.bind(first);
+            }
+            let (hit, next) = (self.new_label(), self.new_label());
+            self.load(rax, based(r11, way * 16));
+            self.compare_rcx(rax, hit);
+            self.jmp_short(next);
+            self.bind(hit);
+            // rax = !key, rcx = 0.
+            self.not(rax);
+            self.load(rcx, based(r11, way * 16 + 8));
+            self.add_counter_via(r11, layout::S_STAT_PROBE_HITS);
+            self.load_gs(r11, layout::S_R11);
+            self.insn(Instruction::with1(Code::Jmp_rm64, rcx));
+            self.bind(next);
+        }
+        // The next bucket of the chain, if any.
+        self.load(rax, based(r11, layout::BUCKET_NEXT as i32));
+        self.mov(rcx, rax);
+        self.jrcxz(missed);
+        self.mov(r11, rcx);
+        self.load_gs(rcx, layout::S_TARGET);
+        self.jmp_label(bucket);
+        self.bind(missed);
+        self.load_gs(rcx, layout::S_TARGET);
+        self.load_gs(r11, layout::S_R11);
+        self.jmp(miss);
     }
 
     /// The entry of a block reached through the indirect-branch table, with
-    /// the target in RAX (see [`Emitter::lookup`]): if it is not `guest`,
-    /// goes to the miss stub with the target in RCX; else restores the
-    /// lookup's scratch registers and jumps to `body`. Flags untouched.
+    /// the target in RAX: if it is not `guest`, goes to `miss` with the
+    /// target in RCX; else restores the lookup's scratch registers and jumps
+    /// to `body`. Flags untouched. (A table entry may change between the
+    /// lookup's loads of key and entry; this check makes that harmless.)
     pub fn checked_entry(&mut self, guest: u64, body: u64, miss: u64) {
-        self.raw(&[0x48, 0xb9]); // mov rcx, imm64
-        self.raw(&guest.to_le_bytes());
-        self.raw(&[0x48, 0xf7, 0xd1]); // not rcx
-        self.raw(&[0x48, 0x8d, 0x4c, 0x01, 0x01]); // lea rcx,[rcx+rax+1]
-        self.raw(&[0xe3, 3 + 5]); // jrcxz ok
-        self.raw(&[0x48, 0x89, 0xc1]); // mov rcx, rax
+        let ok = self.new_label();
+        self.insn(Instruction::with2(
+            Code::Mov_r64_imm64,
+            Register::RCX,
+            guest,
+        ));
+        self.compare_rcx(Register::RAX, ok);
+        self.mov(Register::RCX, Register::RAX);
         self.jmp(miss);
-        // ok:
+        self.bind(ok);
         self.lookup_entry();
         self.jmp(body);
     }
@@ -184,36 +471,126 @@ impl Emitter {
     /// Restores the lookup scratch registers (the entry of a block reached
     /// through the table).
     pub fn lookup_entry(&mut self) {
-        self.load_gs(reg::RCX, crate::layout::S_RCX);
-        self.load_gs(reg::RAX, crate::layout::S_RAX);
+        self.load_gs(Register::RCX, layout::S_RCX);
+        self.load_gs(Register::RAX, layout::S_RAX);
     }
 
     /// Spills RAX and RCX before an indirect transfer.
     pub fn spill_rax_rcx(&mut self) {
-        self.store_gs(reg::RCX, crate::layout::S_RCX);
-        self.store_gs(reg::RAX, crate::layout::S_RAX);
+        self.store_gs(Register::RCX, layout::S_RCX);
+        self.store_gs(Register::RAX, layout::S_RAX);
+    }
+
+    /// `mov rcx, imm64`: a known target for [`Emitter::lookup`].
+    pub fn target_rcx(&mut self, guest: u64) {
+        self.insn(Instruction::with2(
+            Code::Mov_r64_imm64,
+            Register::RCX,
+            guest,
+        ));
     }
 
     /// `mov rcx, [rsp]; lea rsp, [rsp + 8 + pop]`: a return's target and pop.
     pub fn pop_return(&mut self, pop: u32) {
-        self.raw(&[0x48, 0x8b, 0x0c, 0x24]);
-        self.raw(&[0x48, 0x8d, 0xa4, 0x24]);
-        self.u32(8 + pop);
+        self.load(Register::RCX, based(Register::RSP, 0));
+        self.lea(Register::RSP, based(Register::RSP, 8 + pop as i32));
     }
 
     /// An exit stub: saves RAX, RCX, R11 and makes the magic syscall `nr`.
     pub fn exit_stub(&mut self, nr: u32) {
-        self.store_gs(reg::RAX, crate::layout::S_RAX);
-        self.store_gs(reg::RCX, crate::layout::S_RCX);
-        self.store_gs(reg::R11, crate::layout::S_R11);
+        self.store_gs(Register::RAX, layout::S_RAX);
+        self.store_gs(Register::RCX, layout::S_RCX);
+        self.store_gs(Register::R11, layout::S_R11);
         self.magic_syscall(nr);
     }
 
     /// The shared miss stub: target in RCX (RAX/RCX already spilled).
     pub fn miss_stub(&mut self, nr: u32) {
-        self.store_gs(reg::RCX, crate::layout::S_TARGET);
-        self.store_gs(reg::R11, crate::layout::S_R11);
+        self.store_gs(Register::RCX, layout::S_TARGET);
+        self.store_gs(Register::R11, layout::S_R11);
         self.magic_syscall(nr);
+    }
+
+    /// A guest `syscall`: the number's byte in the interest table at
+    /// absolute `systab` says whether the tool wants to see it (then a
+    /// magic exit, with the number in the RAX slot) or it runs natively
+    /// right here. RCX and R11 are free (the syscall clobbers them); flags
+    /// are preserved. Returns the host address where the tool's stop is
+    /// seen (just after the magic syscall); the tool either turns the magic
+    /// syscall into the real one, which then returns there, or sets RIP.
+    pub fn syscall_gate(&mut self, systab: u32, nr: u32) -> u64 {
+        let (native, done) = (self.new_label(), self.new_label());
+        self.movzx16(Register::R11, Register::RAX);
+        self.insn(Instruction::with2(
+            Code::Movzx_r32_rm8,
+            Register::R11D,
+            MemoryOperand::with_base_displ_size(Register::R11, systab as i64, 8),
+        ));
+        self.mov(Register::RCX, Register::R11);
+        self.jrcxz(native);
+        self.store_gs(Register::RAX, layout::S_RAX);
+        self.magic_syscall(nr);
+        let stop = self.here();
+        self.jmp_short(done);
+        self.bind(native);
+        self.syscall();
+        self.bind(done);
+        stop
+    }
+
+    /// Before `rep movs/stos/lods/ins/outs`: adds RCX + 1 (Cachegrind's
+    /// count, known before it runs) to the counter at `ctr`. Flag-free.
+    pub fn count_rep(&mut self, ctr: u32) {
+        self.store_gs(Register::RAX, layout::S_RAX);
+        self.load_gs(Register::RAX, ctr);
+        self.lea(
+            Register::RAX,
+            MemoryOperand::with_base_index_scale_displ_size(Register::RAX, Register::RCX, 1, 1, 1),
+        );
+        self.store_gs(Register::RAX, ctr);
+        self.load_gs(Register::RAX, layout::S_RAX);
+    }
+
+    /// Before `repe/repne cmps/scas`: keeps RCX for [`Emitter::count_cond_rep_after`].
+    pub fn count_cond_rep_before(&mut self) {
+        self.store_gs(Register::RCX, layout::S_RCX0);
+    }
+
+    /// After `repe/repne cmps/scas` (`repe` says which): adds Cachegrind's
+    /// count to the counter at `ctr`: the k iterations that ran, plus one
+    /// when it stopped on RCX = 0 with the condition still holding (or
+    /// never ran). Flag-free; RAX and RDX are restored.
+    pub fn count_cond_rep_after(&mut self, ctr: u32, repe: bool) {
+        let (rax, rcx, rdx) = (Register::RAX, Register::RCX, Register::RDX);
+        let (exhausted, extra, add) = (self.new_label(), self.new_label(), self.new_label());
+        self.store_gs(rax, layout::S_RAX);
+        self.store_gs(rdx, layout::S_RDX);
+        // k = rcx0 - rcx = rcx0 + !rcx + 1.
+        self.load_gs(rax, layout::S_RCX0);
+        self.mov(rdx, rcx);
+        self.not(rdx);
+        self.lea(
+            rax,
+            MemoryOperand::with_base_index_scale_displ_size(rax, rdx, 1, 1, 1),
+        );
+        self.jrcxz(exhausted);
+        self.jmp_short(add);
+        self.bind(exhausted);
+        // RCX = 0: one more unless the condition failed on the last
+        // iteration (k = 0 means it never ran: one more too).
+        self.mov(rcx, rax);
+        self.jrcxz(extra);
+        self.insn(Instruction::with2(Code::Mov_r32_imm32, Register::ECX, 0u32));
+        self.jcc_short(if repe { 4 } else { 5 }, extra); // jz / jnz: condition held
+        self.jmp_short(add);
+        self.bind(extra);
+        self.inc_flag_free(rax);
+        self.bind(add);
+        self.load_gs(rdx, ctr);
+        self.lea(rdx, MemoryOperand::with_base_index(rdx, rax));
+        self.store_gs(rdx, ctr);
+        self.load_gs(rdx, layout::S_RDX);
+        self.load_gs(rax, layout::S_RAX);
     }
 
     /// Pads with `int3` to an 8-byte boundary (literals are aligned).
@@ -225,12 +602,14 @@ impl Emitter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
 
-    fn disasm(e: &Emitter) -> Vec<String> {
-        let mut d = Decoder::with_ip(64, &e.bytes, e.base, DecoderOptions::NONE);
+    /// Intel-syntax lines of `bytes` at `base` (for tests here and in
+    /// `translate`).
+    pub(crate) fn disasm_at(bytes: &[u8], base: u64) -> Vec<String> {
+        let mut d = Decoder::with_ip(64, bytes, base, DecoderOptions::NONE);
         let mut f = IntelFormatter::new();
         let mut out = Vec::new();
         for i in &mut d {
@@ -241,20 +620,103 @@ mod tests {
         out
     }
 
+    fn disasm(e: &Emitter) -> Vec<String> {
+        assert!(e.is_complete());
+        disasm_at(&e.bytes, e.base)
+    }
+
+    /// Address of the first instruction whose text starts with `prefix`.
+    fn addr_of(e: &Emitter, prefix: &str) -> u64 {
+        let mut d = Decoder::with_ip(64, &e.bytes, e.base, DecoderOptions::NONE);
+        let mut f = IntelFormatter::new();
+        for i in &mut d {
+            let mut s = String::new();
+            f.format(&i, &mut s);
+            if s.starts_with(prefix) {
+                return i.ip();
+            }
+        }
+        panic!("no {prefix}");
+    }
+
     #[test]
-    fn lookup_sequence_decodes_as_intended() {
+    fn labels_resolve_forward_and_backward() {
         let mut e = Emitter::new(0x1000);
-        e.lookup(0x7002_0000, 0x2000);
+        let back = e.new_label();
+        let fwd = e.new_label();
+        e.bind(back);
+        e.jrcxz(fwd);
+        e.jmp_short(back);
+        e.bind(fwd);
+        assert_eq!(
+            disasm(&e),
+            vec!["jrcxz 0000000000001004h", "jmp short 0000000000001000h"]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "short branch out of range")]
+    fn short_branch_range_is_checked() {
+        let mut e = Emitter::new(0x1000);
+        let l = e.new_label();
+        e.jrcxz(l);
+        e.raw(&[0x90; 200]);
+        e.bind(l);
+    }
+
+    #[test]
+    fn lookup_checks_the_inline_ways_and_dispatches_through_the_bucket() {
+        let mut e = Emitter::new(0x1000);
+        e.lookup(0x7010_0000, 0x2000, false);
         let d = disasm(&e);
         assert_eq!(d[0], "movzx eax,cx");
-        assert_eq!(d[2], "mov rax,[rax*8+70020000h]");
-        assert_eq!(d[5], "jrcxz 0000000000001025h");
-        // The jrcxz must land on the `not rax` after the miss jump.
+        assert_eq!(d[1], "lea rax,[rax*8]");
+        assert_eq!(d[2], "mov rax,[rax*8+70100000h]");
+        assert_eq!(d[3], "not rax");
+        assert_eq!(d[4], "lea rcx,[rcx+rax+1]");
+        assert!(d[5].starts_with("jrcxz"));
+        assert_eq!(d[10], "mov rax,[rax*8+70100010h]");
+        assert!(d[13].starts_with("jrcxz"));
+        assert_eq!(d[16], "jmp 0000000000002000h");
         let mut dec = Decoder::with_ip(64, &e.bytes, e.base, DecoderOptions::NONE);
-        let ips: Vec<u64> = (&mut dec).into_iter().map(|i| i.ip()).collect();
-        assert!(ips.contains(&0x1025));
-        assert_eq!(d[9], "not rax");
-        assert_eq!(d[12], "jmp qword ptr [rcx*8+70020008h]");
+        let insns: Vec<_> = (&mut dec).into_iter().collect();
+        // Each jrcxz lands on its own way's dispatch.
+        assert_eq!(insns[17].ip(), insns[5].near_branch_target());
+        assert_eq!(d[17], "not rax");
+        assert_eq!(d[20], "jmp qword ptr [rcx*8+70100008h]");
+        assert_eq!(insns[21].ip(), insns[13].near_branch_target());
+        assert_eq!(d[24], "jmp qword ptr [rcx*8+70100018h]");
+    }
+
+    #[test]
+    fn lookup_counts_hits_only_when_asked() {
+        let mut e = Emitter::new(0x1000);
+        e.lookup(0x7010_0000, 0x2000, true);
+        assert!(disasm(&e).iter().any(|l| l == "mov gs:[100h],rcx"));
+        let mut e = Emitter::new(0x1000);
+        e.lookup(0x7010_0000, 0x2000, false);
+        assert!(!disasm(&e).iter().any(|l| l.contains("gs:[100h]")));
+    }
+
+    #[test]
+    fn probe_stub_walks_ways_and_chain_without_touching_flags() {
+        let mut e = Emitter::new(0x1000);
+        e.probe_stub(0x7010_0000, 0x3000);
+        let d = disasm(&e);
+        // Only flag-free instructions.
+        for l in &d {
+            let m = l.split_whitespace().next().unwrap();
+            assert!(
+                ["mov", "lea", "not", "movzx", "jrcxz", "jmp"].contains(&m),
+                "{l}"
+            );
+        }
+        assert!(d.contains(&"mov rax,[r11+10h]".to_string()));
+        assert!(d.contains(&"mov rax,[r11+20h]".to_string()));
+        assert!(d.contains(&"mov rax,[r11]".to_string()));
+        assert!(d.contains(&"mov rax,[r11+30h]".to_string()));
+        assert!(d.contains(&"jmp 0000000000003000h".to_string()));
+        assert_eq!(d.iter().filter(|l| *l == "jmp rcx").count(), 3);
     }
 
     #[test]
@@ -263,25 +725,60 @@ mod tests {
         e.checked_entry(0x4444_5555, 0x9000, 0x2000);
         let d = disasm(&e);
         assert_eq!(d[0], "mov rcx,44445555h");
-        assert_eq!(d[3], "jrcxz 000000000000101Ch");
-        assert_eq!(d[5], "jmp 0000000000002000h");
-        // jrcxz lands on the register restore.
-        let mut dec = Decoder::with_ip(64, &e.bytes, e.base, DecoderOptions::NONE);
-        let at: Vec<u64> = (&mut dec).into_iter().map(|i| i.ip()).collect();
-        assert_eq!(at[6], 0x101c);
-        assert_eq!(d[6], "mov rcx,gs:[8]");
-        assert_eq!(d[8], "jmp 0000000000009000h");
+        assert!(d[3].starts_with("jrcxz"));
+        assert_eq!(d[7], "jmp 0000000000002000h");
+        assert_eq!(d[8], "mov rcx,gs:[8]");
+        assert_eq!(d[10], "jmp 0000000000009000h");
+        let ok = addr_of(&e, "mov rcx,gs:[8]");
+        assert!(d[3].ends_with(&format!("{ok:016X}h")), "{}", d[3]);
+    }
+
+    #[test]
+    fn syscall_gate_reaches_native_syscall_or_exit() {
+        let mut e = Emitter::new(0x1000);
+        let stop = e.syscall_gate(0x7000_0000, 0xc05c02);
+        let d = disasm(&e);
+        assert_eq!(d[0], "movzx r11d,ax");
+        assert_eq!(d[1], "movzx r11d,byte ptr [r11+70000000h]");
+        assert!(d[3].starts_with("jrcxz"));
+        let native = addr_of(&e, "syscall");
+        // The first syscall is the magic one; the native one follows the jmp.
+        assert_eq!(native + 2, stop);
+        assert!(d.last().unwrap() == "syscall");
+    }
+
+    #[test]
+    fn far_jump_reads_the_following_literal() {
+        let mut e = Emitter::new(0x1000);
+        e.jmp_far(0x1122_3344_5566);
+        assert_eq!(e.bytes.len() as u64, Emitter::JMP_FAR_BYTES);
+        assert_eq!(disasm_at(&e.bytes[..6], 0x1000), ["jmp qword ptr [1006h]"]);
+        assert_eq!(e.bytes[6..], 0x1122_3344_5566u64.to_le_bytes());
     }
 
     #[test]
     fn gs_spills_and_counters() {
         let mut e = Emitter::new(0x1000);
-        e.store_gs(reg::R11, 16);
-        e.load_gs(reg::RCX, 8);
+        e.store_gs(Register::R11, 16);
+        e.load_gs(Register::RCX, 8);
         e.add_counter(0x3000);
+        e.add_counter_via(Register::R12, 0x3008);
         let d = disasm(&e);
         assert_eq!(d[0], "mov gs:[10h],r11");
         assert_eq!(d[1], "mov rcx,gs:[8]");
         assert_eq!(d[2], "add qword ptr gs:[3000h],1");
+        assert_eq!(d[3], "mov r12,gs:[3008h]");
+        assert_eq!(d[4], "lea r12,[r12+1]");
+        assert_eq!(d[5], "mov gs:[3008h],r12");
+    }
+
+    #[test]
+    fn conditional_rep_count_assembles() {
+        let mut e = Emitter::new(0x1000);
+        e.count_cond_rep_before();
+        e.count_cond_rep_after(0x2000, true);
+        let d = disasm(&e);
+        assert!(d.iter().any(|l| l.starts_with("je short")), "{d:?}");
+        assert!(d.iter().any(|l| l == "lea rdx,[rdx+rax]"), "{d:?}");
     }
 }

@@ -9,7 +9,7 @@
 //! |-------------|---------|---------------------------------------------------|
 //! | `SYSTAB`    | 64 KiB  | one byte per syscall number (low 16 bits): 1 = the tool wants to see it |
 //! | `GADGET`    | 4 KiB   | `syscall; mov rdi, rax; mov eax, MAGIC_INJECT; syscall` for syscall injection |
-//! | `HTAB`      | 1 MiB   | indirect-branch table: 65536 × {guest key, host entry} |
+//! | `HTAB`      | 8 MiB   | indirect-branch table: 65536 home buckets of 64 bytes, then 65536 overflow buckets |
 //!
 //! Each client thread has its own *thread area* (a separate private mapping
 //! of [`AREA_SIZE`] bytes, reserved lazily) whose address is the thread's GS
@@ -25,16 +25,32 @@ use crate::sys::MAGIC_LO;
 
 /// Preferred base addresses of the core region (first that maps wins).
 pub const CORE_CANDIDATES: [u64; 4] = [0x7000_0000, 0x6000_0000, 0x5000_0000, 0x3800_0000];
-/// Size of the core region.
-pub const CORE_SIZE: u64 = 0x0020_0000;
+/// Size of the core region (address space; pages are touched as used).
+pub const CORE_SIZE: u64 = 0x0100_0000;
 /// Offset of the syscall-interest table.
 pub const SYSTAB: u64 = 0;
 /// Offset of the injection gadget.
 pub const GADGET: u64 = 0x1_0000;
-/// Offset of the indirect-branch hash table.
-pub const HTAB: u64 = 0x2_0000;
-/// Number of hash-table entries (indexed by the low 16 bits of the target).
-pub const HTAB_ENTRIES: u64 = 0x1_0000;
+/// Offset of the indirect-branch table: [`HTAB_SETS`] home buckets, then
+/// [`HTAB_OVERFLOW_BUCKETS`] overflow buckets (see `ibtable`).
+pub const HTAB: u64 = 0x10_0000;
+/// Number of home buckets (indexed by the low 16 bits of the target, which
+/// one flag-free `movzx` extracts).
+pub const HTAB_SETS: u64 = 0x1_0000;
+/// Bytes per bucket: [`BUCKET_WAYS`] {guest key, host entry} pairs, the
+/// address of the next bucket of the chain (0: none), 8 unused bytes. One
+/// cache line.
+pub const BUCKET_BYTES: u64 = 64;
+/// {key, entry} pairs per bucket.
+pub const BUCKET_WAYS: u64 = 3;
+/// Ways of the home bucket that translated code checks inline; the probe
+/// stub checks the others and the chain.
+pub const INLINE_WAYS: u64 = 2;
+/// Offset in a bucket of the next-bucket address.
+pub const BUCKET_NEXT: u64 = BUCKET_WAYS * 16;
+/// Overflow buckets after the home buckets (chained when a home bucket
+/// is full, so that aliasing targets never evict each other).
+pub const HTAB_OVERFLOW_BUCKETS: u64 = 0x1_0000;
 /// Size of one thread area (address space only; pages are touched as used).
 pub const AREA_SIZE: u64 = 32 << 20;
 /// Where thread areas are asked to go (a hint): well away from the code,
@@ -62,6 +78,18 @@ pub const S_TARGET: u32 = 24;
 pub const S_RCX0: u32 = 32;
 /// Slot offset: the client's RDX.
 pub const S_RDX: u32 = 40;
+/// Bytes of spill slots at the start of a thread area (saved and restored
+/// around signal handlers, which reuse them).
+pub const SPILL_BYTES: u64 = 64;
+/// Thread-area offset of the `--stats=yes` counter of indirect transfers
+/// resolved by the inline lookup (way 0 of the home bucket). Outside the
+/// spill slots: a signal handler's return must not roll it back.
+pub const S_STAT_INLINE_HITS: u32 = 0x100;
+/// Thread-area offset of the count of lookups that went on to the probe
+/// stub (inline miss); always counted (the probe is the slow path).
+pub const S_STAT_PROBES: u32 = 0x108;
+/// Thread-area offset of the count of probes that found their target.
+pub const S_STAT_PROBE_HITS: u32 = 0x110;
 
 /// Exit: an unlinked direct branch (the stub is identified by its address).
 pub const MAGIC_LINK: u32 = MAGIC_LO;

@@ -31,7 +31,9 @@
 // block); anywhere else in the engine it does not compile.
 #![deny(unsafe_code)]
 
+mod client_mem;
 mod emit;
+mod ibtable;
 mod layout;
 mod space;
 mod sys;
@@ -53,6 +55,45 @@ pub struct LaunchConfig {
     /// `--trace-children=yes`: follow `execve`. With `false`, an exec'd
     /// image runs natively and unprofiled.
     pub trace_children: bool,
+    /// `--stats=yes`: gather [`EngineStats`] (translated code also counts
+    /// its inline lookups, which costs a little).
+    pub stats: bool,
+}
+
+/// Where the engine's time went in one process (`--stats=yes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Guest blocks translated (eagerly or on demand).
+    pub blocks_translated: u64,
+    /// Guest instructions in those blocks.
+    pub guest_instructions_translated: u64,
+    /// Time spent translating (including eager translation and linking).
+    pub translation_time: std::time::Duration,
+    /// Exits to the tool because a direct branch's target had no
+    /// translation yet.
+    pub exits_link: u64,
+    /// Exits to the tool because an indirect target was not in the table.
+    pub exits_lookup_miss: u64,
+    /// Exits for a system call the tool handles (mmap family, signals,
+    /// exec, ...).
+    pub exits_syscall: u64,
+    /// Indirect transfers resolved inline (way 0 of the home bucket);
+    /// counted only with `--stats=yes`.
+    pub lookup_inline_hits: u64,
+    /// Indirect transfers that went on to the probe stub.
+    pub lookup_probes: u64,
+    /// Probes that found their target in the table (the rest exited).
+    pub lookup_probe_hits: u64,
+    /// Targets published in the indirect-branch table at exit.
+    pub table_targets: u64,
+    /// Overflow buckets chained in the table at exit.
+    pub table_overflow_buckets: u64,
+    /// Targets evicted from the table because it was full.
+    pub table_evictions: u64,
+    /// Bytes of code cache used (block bodies and aux areas).
+    pub code_cache_bytes: u64,
+    /// Code-cache chunks mapped.
+    pub code_cache_chunks: u64,
 }
 
 /// An executable mapping of the client, recorded when code in it was first
@@ -69,6 +110,58 @@ pub struct ModuleRecord {
     pub file_offset: u64,
 }
 
+impl EngineStats {
+    /// Counts an exit of translated code by its magic number.
+    pub(crate) fn count_exit(&mut self, magic: u32) {
+        match magic {
+            layout::MAGIC_LINK => self.exits_link += 1,
+            layout::MAGIC_MISS => self.exits_lookup_miss += 1,
+            layout::MAGIC_SYSCALL => self.exits_syscall += 1,
+            _ => {}
+        }
+    }
+
+    /// Exits to the tool in all.
+    pub fn exits(&self) -> u64 {
+        self.exits_link + self.exits_lookup_miss + self.exits_syscall
+    }
+
+    /// The report `--stats=yes` prints, one line per subject.
+    pub fn report(&self) -> Vec<String> {
+        let lookups = self.lookup_inline_hits + self.lookup_probes;
+        vec![
+            format!(
+                "engine: translated {} blocks ({} instructions) in {:.3} s",
+                self.blocks_translated,
+                self.guest_instructions_translated,
+                self.translation_time.as_secs_f64()
+            ),
+            format!(
+                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {})",
+                self.exits(),
+                self.exits_link,
+                self.exits_lookup_miss,
+                self.exits_syscall
+            ),
+            format!(
+                "engine: indirect lookups: {lookups} ({} inline hits, {} probed: {} found, {} missed)",
+                self.lookup_inline_hits,
+                self.lookup_probes,
+                self.lookup_probe_hits,
+                self.lookup_probes - self.lookup_probe_hits.min(self.lookup_probes)
+            ),
+            format!(
+                "engine: lookup table: {} targets, {} overflow buckets, {} evicted",
+                self.table_targets, self.table_overflow_buckets, self.table_evictions
+            ),
+            format!(
+                "engine: code cache: {} bytes in {} chunks",
+                self.code_cache_bytes, self.code_cache_chunks
+            ),
+        ]
+    }
+}
+
 /// The counts gathered for one client process (all its threads).
 #[derive(Debug, Clone, Default)]
 pub struct ProcessProfile {
@@ -78,6 +171,8 @@ pub struct ProcessProfile {
     pub instr_counts: HashMap<u64, u64>,
     /// Every executable mapping that code was translated from.
     pub modules: Vec<ModuleRecord>,
+    /// What `--stats=yes` reports (gathered only when asked for).
+    pub stats: Option<EngineStats>,
     /// Counts of code that was unmapped before the process ended (dlclose),
     /// each with the mapping it ran from; `instr_counts` holds the rest.
     /// (Another module may have been mapped at the same addresses since.)

@@ -5,7 +5,9 @@
 //! All client memory is read and written through `/proc/PID/mem`, which
 //! works whatever the page protections are.
 
+use crate::client_mem::{ClientMemory, WriteQueue};
 use crate::emit::Emitter;
+use crate::ibtable::IbTable;
 use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
 use crate::translate::{self, SyscallSite, TransCtx};
 use crate::{EngineError, ModuleRecord, ProcessProfile, UnmappedCode};
@@ -28,8 +30,10 @@ struct Chunk {
     /// trampolines grow down from the end, out of the way of fall-through
     /// chains of bodies).
     aux_low: u64,
-    /// The shared lookup-miss stub.
+    /// The shared lookup-miss stub (exits to the tool).
     miss_stub: u64,
+    /// The shared probe stub (the rest of the indirect-branch table).
+    probe_stub: u64,
 }
 
 impl Chunk {
@@ -128,18 +132,24 @@ pub struct Space {
     successors: HashMap<u64, Vec<u64>>,
     /// Signal-handler trampolines by guest handler address.
     trampolines: HashMap<u64, u64>,
-    /// Writes to client memory not yet made: they go out in one
-    /// `process_vm_writev` before the client runs again (see [`Space::flush`]).
-    pending_writes: std::cell::RefCell<Vec<(u64, Vec<u8>)>>,
-    /// Other threads may run code of this space while the tool works: then
-    /// live code and table entries change only through atomic stores.
-    pub multi: bool,
-    /// Queued atomic stores: (address, value, 4 or 8 bytes).
-    live_patches: Vec<(u64, u64, u32)>,
+    /// Writes to client memory not yet made: plain ones go out in one
+    /// `process_vm_writev` before the client runs again (see
+    /// [`Space::flush`]), live ones through the patch gadget.
+    out: WriteQueue,
     /// Blocks translated during the current `ensure` (for eager BFS).
     fresh: Vec<u64>,
-    /// What the indirect-branch table holds: its keys, as last written.
-    htab_keys: Vec<u64>,
+    /// The indirect-branch table, as the client has it.
+    ibt: IbTable,
+    /// Targets of direct calls not translated yet: function entries, likely
+    /// indirect targets too (through PLTs, pointers, vtables), published
+    /// when translated if their home bucket has room.
+    call_targets: HashSet<u64>,
+    /// Lookup counters of exited threads (see `layout::S_STAT_INLINE_HITS`).
+    lookup_totals: [u64; 3],
+    /// Whether translated code counts inline lookup hits (`--stats=yes`).
+    pub count_lookups: bool,
+    /// What `--stats=yes` reports.
+    pub stats: crate::EngineStats,
     /// Return addresses of translated calls whose block is not translated
     /// yet: published in the table when it is.
     return_sites: HashSet<u64>,
@@ -179,11 +189,13 @@ impl Space {
             totals: Vec::new(),
             successors: HashMap::new(),
             trampolines: HashMap::new(),
-            pending_writes: Default::default(),
+            out: WriteQueue::default(),
             return_sites: HashSet::new(),
-            htab_keys: vec![0; layout::HTAB_ENTRIES as usize],
-            multi: false,
-            live_patches: Vec::new(),
+            ibt: IbTable::new(core + layout::HTAB),
+            call_targets: HashSet::new(),
+            count_lookups: false,
+            stats: Default::default(),
+            lookup_totals: [0; 3],
             fresh: Vec::new(),
             pages: HashMap::new(),
         })
@@ -214,11 +226,13 @@ impl Space {
             totals: self.totals.clone(),
             successors: self.successors.clone(),
             trampolines: self.trampolines.clone(),
-            pending_writes: Default::default(),
+            out: WriteQueue::default(),
             return_sites: self.return_sites.clone(),
-            htab_keys: self.htab_keys.clone(),
-            multi: false,
-            live_patches: Vec::new(),
+            ibt: self.ibt.clone(),
+            call_targets: self.call_targets.clone(),
+            count_lookups: self.count_lookups,
+            stats: self.stats.clone(),
+            lookup_totals: self.lookup_totals,
             fresh: Vec::new(),
             pages: self.pages.clone(),
         })
@@ -227,21 +241,21 @@ impl Space {
     /// Writes client memory.
     /// (Queued until [`Space::flush`]; reads flush first.)
     pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), EngineError> {
-        let mut pending = self.pending_writes.borrow_mut();
-        if let Some((at, buf)) = pending.last_mut() {
-            if *at + buf.len() as u64 == addr {
-                buf.extend_from_slice(bytes);
-                return Ok(());
-            }
-        }
-        pending.push((addr, bytes.to_vec()));
+        self.out.push(addr, bytes);
         Ok(())
+    }
+
+    /// Whether other threads may run code of this space while the tool
+    /// works (then live code and table entries change only through atomic
+    /// stores).
+    pub fn set_multi(&mut self, multi: bool) {
+        self.out.multi = multi;
     }
 
     /// Makes the queued writes, in order: one `process_vm_writev` for
     /// all of them (our regions are writable), else one `pwrite` each.
     pub fn flush(&self) -> Result<(), EngineError> {
-        let pending = std::mem::take(&mut *self.pending_writes.borrow_mut());
+        let pending = self.out.take_plain();
         for batch in pending.chunks(512) {
             let parts: Vec<(u64, &[u8])> = batch.iter().map(|(a, b)| (*a, b.as_slice())).collect();
             let total: usize = batch.iter().map(|(_, b)| b.len()).sum();
@@ -352,6 +366,9 @@ impl Space {
         }
         let counts = self.read_area(area);
         add_into(&mut self.totals, &counts);
+        let lookups = self.read_lookup_counts(area);
+        add_lookup_counts(&mut self.lookup_totals, &lookups);
+        let _ = self.write(area + u64::from(layout::S_STAT_INLINE_HITS), &[0; 24]);
         let zeros = vec![0u8; self.counters_len()];
         if self
             .write(area + layout::AREA_COUNTERS as u64, &zeros)
@@ -458,12 +475,16 @@ impl Space {
         let mut e = Emitter::new(base);
         e.miss_stub(layout::MAGIC_MISS);
         e.align8();
+        let probe_stub = e.here();
+        e.probe_stub((self.core + layout::HTAB) as u32, base);
+        e.align8();
         self.write(base, &e.bytes)?;
         self.chunks.push(Chunk {
             base,
             code_next: e.here(),
             aux_low: base + CHUNK_SIZE,
             miss_stub: base,
+            probe_stub,
         });
         Ok(self.chunks.len() - 1)
     }
@@ -487,10 +508,10 @@ impl Space {
 
     /// A far jump to `dest` placed in chunk `ci` (for rel32 overflow).
     fn trampoline(&mut self, ci: usize, dest: u64) -> Result<u64, EngineError> {
-        let mut b = vec![0xff, 0x25, 0, 0, 0, 0];
-        b.extend_from_slice(&dest.to_le_bytes());
-        let at = self.chunks[ci].aux(b.len() as u64);
-        self.write(at, &b)?;
+        let at = self.chunks[ci].aux(Emitter::JMP_FAR_BYTES);
+        let mut e = Emitter::new(at);
+        e.jmp_far(dest);
+        self.write(at, &e.bytes)?;
         Ok(at)
     }
 
@@ -517,17 +538,14 @@ impl Space {
     /// for the patch gadget (one atomic store each, after all other writes
     /// of this stop); alone, a plain write will do.
     fn write_live(&mut self, addr: u64, value: u64, size: u32) -> Result<(), EngineError> {
-        if !self.multi {
-            return self.write(addr, &value.to_le_bytes()[..size as usize]);
-        }
-        self.live_patches.push((addr, value, size));
+        self.out.write_live(addr, value, size);
         Ok(())
     }
 
     /// The queued live patches (see [`Space::write_live`]); the caller runs
     /// the patch gadget with them before the client continues.
     pub fn take_live_patches(&mut self) -> Vec<(u64, u64, u32)> {
-        std::mem::take(&mut self.live_patches)
+        self.out.take_live()
     }
 
     /// Host body of the translation of `guest`, translating it (and some of
@@ -536,6 +554,14 @@ impl Space {
         if let Some(b) = self.blocks.get(&guest) {
             return Ok(b.body);
         }
+        let started = std::time::Instant::now();
+        let result = self.ensure_new(guest, inj);
+        self.stats.translation_time += started.elapsed();
+        result
+    }
+
+    /// [`Space::ensure`] for a block not translated yet.
+    fn ensure_new(&mut self, guest: u64, inj: &mut Injector) -> Result<u64, EngineError> {
         self.fresh.clear();
         let body = self.translate_one(guest, inj)?;
         // Eager translation of nearby successors saves one tool exit each;
@@ -611,6 +637,7 @@ impl Space {
         let mut ctx = Ctx {
             chunk: &mut self.chunks[ci],
             core: self.core,
+            count_lookups: self.count_lookups,
             next_counter: &mut self.next_counter,
             writes: &mut aux_writes,
         };
@@ -694,6 +721,15 @@ impl Space {
                 self.return_sites.insert(r);
             }
         }
+        for &c in &t.call_targets {
+            if self.blocks.contains_key(&c) {
+                self.publish_if_room(c)?;
+            } else {
+                self.call_targets.insert(c);
+            }
+        }
+        self.stats.blocks_translated += 1;
+        self.stats.guest_instructions_translated += t.counted.len() as u64 + t.reps.len() as u64;
         self.blocks.insert(
             guest,
             Block {
@@ -710,8 +746,8 @@ impl Space {
         self.fresh.push(guest);
         if self.return_sites.remove(&guest) {
             self.publish(guest)?;
-        } else {
-            self.publish_if_free(guest)?;
+        } else if self.call_targets.remove(&guest) {
+            self.publish_if_room(guest)?;
         }
         for old in self.retired_bodies.remove(&guest).unwrap_or_default() {
             // The old body starts with `jmp rel32`: retarget it.
@@ -766,15 +802,10 @@ impl Space {
             self.successors.remove(&g);
             let ci = self.chunk_of(b.body);
             let stub = self.stub(ci, g)?;
-            let mut jmp = vec![0xe9];
-            jmp.extend_from_slice(&(stub.wrapping_sub(b.body + 5) as i32).to_le_bytes());
-            self.write(b.body, &jmp)?;
-            let idx = (g & (layout::HTAB_ENTRIES - 1)) as usize;
-            if self.htab_keys[idx] == g {
-                self.htab_keys[idx] = 0;
-                let slot = self.core + layout::HTAB + idx as u64 * 16;
-                self.write_live(slot, 0, 8)?;
-            }
+            let mut e = Emitter::new(b.body);
+            e.jmp(stub);
+            self.write(b.body, &e.bytes)?;
+            self.ibt.remove(g, &mut self.out);
             self.retired_bodies.entry(g).or_default().push(b.body);
             self.retired.push(b);
         }
@@ -804,18 +835,18 @@ impl Space {
         }
         let ci = self.chunk_near(guest, inj)?;
         let htab = (self.core + layout::HTAB) as u32;
-        let emit = |e: &mut Emitter, miss: u64| {
+        let count = self.count_lookups;
+        let emit = |e: &mut Emitter, probe: u64| {
             e.spill_rax_rcx();
-            e.raw(&[0x48, 0xb9]); // mov rcx, imm64
-            e.raw(&guest.to_le_bytes());
-            e.lookup(htab, miss);
+            e.target_rcx(guest);
+            e.lookup(htab, probe, count);
         };
-        let miss = self.chunks[ci].miss_stub;
-        let mut sizing = Emitter::new(miss);
-        emit(&mut sizing, miss);
+        let probe = self.chunks[ci].probe_stub;
+        let mut sizing = Emitter::new(probe);
+        emit(&mut sizing, probe);
         let at = self.chunks[ci].aux(sizing.bytes.len() as u64);
         let mut e = Emitter::new(at);
-        emit(&mut e, miss);
+        emit(&mut e, probe);
         self.write(e.base, &e.bytes)?;
         self.trampolines.insert(guest, e.base);
         Ok(e.base)
@@ -827,26 +858,53 @@ impl Space {
             Some(b) => b.entry,
             None => return Ok(()),
         };
-        let idx = (guest & (layout::HTAB_ENTRIES - 1)) as usize;
-        if self.htab_keys[idx] == guest {
-            return Ok(());
+        if !self.ibt.contains(guest) {
+            self.ibt.insert(guest, entry, &mut self.out);
         }
-        self.htab_keys[idx] = guest;
-        let slot = self.core + layout::HTAB + idx as u64 * 16;
-        // Invalidate, then value, then key: a racing reader never pairs a
-        // key with another block's value.
-        self.write_live(slot, 0, 8)?;
-        self.write_live(slot + 8, entry, 8)?;
-        self.write_live(slot, guest, 8)
+        Ok(())
     }
 
-    /// Publishes `guest` if its table entry is free (never evicts: blocks
-    /// published this way are only likely, not known, indirect targets).
-    fn publish_if_free(&mut self, guest: u64) -> Result<(), EngineError> {
-        if self.htab_keys[(guest & (layout::HTAB_ENTRIES - 1)) as usize] == 0 {
+    /// Publishes `guest` if its home bucket has room: blocks published this
+    /// way are only likely, not known, indirect targets, and must not push
+    /// known ones out of the inline-checked way.
+    fn publish_if_room(&mut self, guest: u64) -> Result<(), EngineError> {
+        if self.ibt.home_has_room(guest) {
             self.publish(guest)?;
         }
         Ok(())
+    }
+
+    /// The `--stats=yes` figures, with what translated code counted in the
+    /// thread areas still alive.
+    fn stats_at_exit(&self) -> crate::EngineStats {
+        let mut s = self.stats.clone();
+        let mut lookups = self.lookup_totals;
+        for &area in &self.areas {
+            add_lookup_counts(&mut lookups, &self.read_lookup_counts(area));
+        }
+        [s.lookup_inline_hits, s.lookup_probes, s.lookup_probe_hits] = lookups;
+        s.table_targets = self.ibt.len() as u64;
+        s.table_overflow_buckets = self.ibt.overflow_buckets() as u64;
+        s.table_evictions = self.ibt.evictions();
+        s.code_cache_chunks = self.chunks.len() as u64;
+        s.code_cache_bytes = self
+            .chunks
+            .iter()
+            .map(|c| (c.code_next - c.base) + (c.base + CHUNK_SIZE - c.aux_low))
+            .sum();
+        s
+    }
+
+    /// The lookup counters of the thread area at `area` (see
+    /// `layout::S_STAT_INLINE_HITS`).
+    fn read_lookup_counts(&self, area: u64) -> [u64; 3] {
+        let mut out = [0; 3];
+        if let Ok(bytes) = self.read(area + u64::from(layout::S_STAT_INLINE_HITS), 24) {
+            for (o, w) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                *o = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            }
+        }
+        out
     }
 
     /// Reads every counter and attributes it to guest instructions.
@@ -904,10 +962,17 @@ impl Space {
         unmapped.sort_by_key(|u| u.module.as_ref().map(|m| (m.start, m.path.clone())));
         ProcessProfile {
             pid,
+            stats: self.count_lookups.then(|| self.stats_at_exit()),
             instr_counts,
             modules: self.modules.clone(),
             unmapped,
         }
+    }
+}
+
+fn add_lookup_counts(total: &mut [u64; 3], add: &[u64; 3]) {
+    for (t, a) in total.iter_mut().zip(add) {
+        *t += a;
     }
 }
 
@@ -923,6 +988,7 @@ fn add_into(total: &mut Vec<u64>, add: &[u64]) {
 struct Ctx<'a> {
     chunk: &'a mut Chunk,
     core: u64,
+    count_lookups: bool,
     next_counter: &'a mut u32,
     /// Aux-area bytes to write once translation succeeded.
     writes: &'a mut Vec<(u64, Vec<u8>)>,
@@ -934,8 +1000,11 @@ impl TransCtx for Ctx<'_> {
         *self.next_counter += 8;
         c
     }
-    fn miss_stub(&self) -> u64 {
-        self.chunk.miss_stub
+    fn probe_stub(&self) -> u64 {
+        self.chunk.probe_stub
+    }
+    fn count_lookups(&self) -> bool {
+        self.count_lookups
     }
     fn literal(&mut self, value: u64) -> u64 {
         let at = self.chunk.aux(8);

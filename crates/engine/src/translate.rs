@@ -8,7 +8,7 @@
 //! One counter per block counts its executions; rep-prefixed string
 //! instructions get their own counter with Cachegrind's n+1 rule.
 
-use crate::emit::{reg, Emitter};
+use crate::emit::{Emitter, GPR64};
 use crate::layout::{self, MAX_BLOCK_INSNS};
 use iced_x86::{
     Code, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Instruction,
@@ -26,8 +26,13 @@ const MAGIC_REQUEST: [u8; 3] = [0x48, 0x87, 0xdb];
 pub trait TransCtx {
     /// A fresh 8-byte counter: its offset in every thread's area (GS).
     fn alloc_counter(&mut self) -> u32;
-    /// Host address of the shared lookup-miss stub near the block.
-    fn miss_stub(&self) -> u64;
+    /// Host address of the probe stub near the block, where an inline
+    /// indirect-branch lookup goes when way 0 of the home bucket misses.
+    fn probe_stub(&self) -> u64;
+    /// Whether inline lookup hits are counted (`--stats=yes`).
+    fn count_lookups(&self) -> bool {
+        false
+    }
     /// Places an 8-byte literal (a return address pushed by call emulation)
     /// within rel32 reach of the block; returns its address.
     fn literal(&mut self, value: u64) -> u64;
@@ -75,6 +80,8 @@ pub struct Translation {
     pub call_returns: Vec<u64>,
     /// Direct successors (for eager translation).
     pub successors: Vec<u64>,
+    /// Targets of direct calls of this block.
+    pub call_targets: Vec<u64>,
 }
 
 /// Why a block could not be translated: the message names the instruction.
@@ -244,14 +251,13 @@ enum Placement {
     DeadFlags(usize),
     /// Before item `n`, which overwrites this register without reading it:
     /// the update goes through the register (`mov`/`lea`/`mov`, flag-free).
-    DeadRegister(usize, u8),
+    DeadRegister(usize, Register),
     /// At the start, spilling RAX.
     Spill,
 }
 
-/// The register number (0..16) of a 64-bit GPR that `i` overwrites as a
-/// whole without reading it, if any.
-fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<u8> {
+/// A 64-bit GPR that `i` overwrites as a whole without reading it, if any.
+fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<Register> {
     let used = info.info(i).used_registers().to_vec();
     let full = |r: Register| r.full_register();
     used.iter().find_map(|u| {
@@ -266,7 +272,7 @@ fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<u
         if read {
             return None;
         }
-        Some((full(r) as u32 - Register::RAX as u32) as u8)
+        Some(GPR64[full(r).number()])
     })
 }
 
@@ -324,14 +330,23 @@ struct Builder<'a> {
     enc: Encoder,
     t: Translation,
     ctx: &'a mut dyn TransCtx,
+    /// The last `jmp rel32` exit: (host address past it, guest target).
+    tail_jmp: Option<(u64, u64)>,
 }
 
 impl Builder<'_> {
     fn exit_jmp(&mut self, guest_target: u64) {
         self.e.align_rel32(1);
+        self.exit_jmp_unaligned(guest_target);
+    }
+
+    /// An exit `jmp rel32` right here (the caller keeps its field within a
+    /// cache line).
+    fn exit_jmp_unaligned(&mut self, guest_target: u64) {
         let site = self.e.jmp(self.e.here());
         self.t.exits.push((site, guest_target));
         self.t.successors.push(guest_target);
+        self.tail_jmp = Some((self.e.here(), guest_target));
     }
 
     fn exit_jcc(&mut self, cc: u8, guest_target: u64) {
@@ -403,8 +418,9 @@ impl Builder<'_> {
 
     fn lookup(&mut self) {
         let htab = (self.ctx.core() + layout::HTAB) as u32;
-        let miss = self.ctx.miss_stub();
-        self.e.lookup(htab, miss);
+        let probe = self.ctx.probe_stub();
+        let count = self.ctx.count_lookups();
+        self.e.lookup(htab, probe, count);
     }
 
     fn terminator(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
@@ -417,21 +433,18 @@ impl Builder<'_> {
                 | Mnemonic::Loop
                 | Mnemonic::Loope
                 | Mnemonic::Loopne => {
-                    // Short-only forms: `op +5` over a jmp to the fall-through,
-                    // landing on a jmp to the target.
+                    // Short-only forms: the guest instruction, retargeted
+                    // over a jmp to the fall-through, lands on a jmp to the
+                    // target. Both jumps' rel32 fields in one cache line, no
+                    // padding between them.
+                    self.e.align_span(i.len() as u64 + 10);
+                    let taken = self.e.new_label();
                     let off = (i.ip() - guest) as usize;
-                    let mut b = code[off..off + i.len()].to_vec();
-                    *b.last_mut().expect("non-empty") = 5;
-                    // Both jumps' rel32 fields in one cache line, no padding
-                    // between them (the short branch skips exactly 5 bytes).
-                    self.e.align_span(b.len() as u64 + 10);
-                    self.e.raw(&b);
-                    let site = self.e.jmp(self.e.here());
-                    self.t.exits.push((site, next));
-                    self.t.successors.push(next);
-                    let site = self.e.jmp(self.e.here());
-                    self.t.exits.push((site, i.near_branch_target()));
-                    self.t.successors.push(i.near_branch_target());
+                    // Its opcode (and prefixes) as they are; the rel8 is the last byte.
+                    self.e.short_branch(&code[off..off + i.len() - 1], taken);
+                    self.exit_jmp_unaligned(next);
+                    self.e.bind(taken);
+                    self.exit_jmp_unaligned(i.near_branch_target());
                 }
                 _ => {
                     let cc = condition_code(i).ok_or_else(|| {
@@ -453,6 +466,7 @@ impl Builder<'_> {
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 self.exit_jmp(i.near_branch_target());
+                self.t.call_targets.push(i.near_branch_target());
             }
             FlowControl::IndirectCall => {
                 self.e.spill_rax_rcx();
@@ -492,22 +506,10 @@ impl Builder<'_> {
     }
 
     /// A guest `syscall`: numbers marked in the core's table go to the tool,
-    /// the rest run natively right here. RCX and R11 are free (the syscall
-    /// clobbers them), flags are preserved.
+    /// the rest run natively right here.
     fn syscall(&mut self, guest_next: u64) {
         let systab = (self.ctx.core() + layout::SYSTAB) as u32;
-        self.e.raw(&[0x44, 0x0f, 0xb7, 0xd8]); // movzx r11d, ax
-        self.e.raw(&[0x45, 0x0f, 0xb6, 0x9b]); // movzx r11d, byte [r11+systab]
-        self.e.raw(&systab.to_le_bytes());
-        self.e.raw(&[0x4c, 0x89, 0xd9]); // mov rcx, r11
-        self.e.raw(&[0xe3, 9 + 7 + 2]); // jrcxz native
-        self.e.store_gs(reg::RAX, layout::S_RAX); // 9
-        self.e.magic_syscall(layout::MAGIC_SYSCALL); // 7
-                                                     // The tool either turns the magic syscall into the real one (which
-                                                     // then returns here) or sets RIP itself.
-        let stop_rip = self.e.here();
-        self.e.raw(&[0xeb, 0x02]); // jmp over the native syscall
-        self.e.raw(&[0x0f, 0x05]);
+        let stop_rip = self.e.syscall_gate(systab, layout::MAGIC_SYSCALL);
         self.t.syscalls.push(SyscallSite {
             stop_rip,
             guest_next,
@@ -518,40 +520,12 @@ impl Builder<'_> {
         let ctr = self.ctx.alloc_counter();
         self.t.reps.push((i.ip(), ctr));
         if !is_cond_rep(i) {
-            // Ir = RCX + 1, known before the instruction runs.
-            self.e.store_gs(reg::RAX, layout::S_RAX);
-            self.e.load_gs(reg::RAX, ctr);
-            self.e.raw(&[0x48, 0x8d, 0x44, 0x08, 0x01]); // lea rax,[rax+rcx+1]
-            self.e.store_gs(reg::RAX, ctr);
-            self.e.load_gs(reg::RAX, layout::S_RAX);
+            self.e.count_rep(ctr);
             return self.copy(i, code, guest);
         }
-        // repe/repne: k iterations, plus one if it ended on RCX == 0 with
-        // the condition still holding (or never ran).
-        self.e.store_gs(reg::RCX, layout::S_RCX0);
+        self.e.count_cond_rep_before();
         self.copy(i, code, guest)?;
-        self.e.store_gs(reg::RAX, layout::S_RAX);
-        self.e.store_gs(reg::RDX, layout::S_RDX);
-        self.e.load_gs(reg::RAX, layout::S_RCX0);
-        self.e.raw(&[0x48, 0x89, 0xca]); // mov rdx, rcx
-        self.e.raw(&[0x48, 0xf7, 0xd2]); // not rdx
-        self.e.raw(&[0x48, 0x8d, 0x44, 0x10, 0x01]); // lea rax,[rax+rdx+1]  (k)
-        let held: u8 = if i.has_repe_prefix() { 0x74 } else { 0x75 }; // jz / jnz
-                                                                      // jrcxz L1 ; jmp ADD ; L1: mov rcx,rax ; jrcxz EXTRA ; mov ecx,0 ;
-                                                                      // j<held> EXTRA ; jmp ADD ; EXTRA: lea rax,[rax+1] ; ADD:
-        self.e.raw(&[0xe3, 0x02]); // jrcxz L1
-        self.e.raw(&[0xeb, 3 + 2 + 5 + 2 + 2 + 4]); // jmp ADD
-        self.e.raw(&[0x48, 0x89, 0xc1]); // L1: mov rcx, rax
-        self.e.raw(&[0xe3, 5 + 2 + 2]); // jrcxz EXTRA
-        self.e.raw(&[0xb9, 0, 0, 0, 0]); // mov ecx, 0
-        self.e.raw(&[held, 0x02]); // j<held> EXTRA
-        self.e.raw(&[0xeb, 0x04]); // jmp ADD
-        self.e.raw(&[0x48, 0x8d, 0x40, 0x01]); // EXTRA: lea rax,[rax+1]
-        self.e.load_gs(reg::RDX, ctr); // ADD:
-        self.e.raw(&[0x48, 0x8d, 0x14, 0x02]); // lea rdx,[rdx+rax]
-        self.e.store_gs(reg::RDX, ctr);
-        self.e.load_gs(reg::RDX, layout::S_RDX);
-        self.e.load_gs(reg::RAX, layout::S_RAX);
+        self.e.count_cond_rep_after(ctr, i.has_repe_prefix());
         Ok(())
     }
 }
@@ -598,6 +572,7 @@ pub fn translate(
             ..Default::default()
         },
         ctx,
+        tail_jmp: None,
     };
     b.t.body = b.e.here();
     let placement = counter_position(&items);
@@ -638,14 +613,11 @@ pub fn translate(
         b.exit_jmp(next);
     }
     // A final `jmp rel32` exit: its target may be placed right after.
-    b.t.tail = match b.t.exits.last() {
-        Some(&(site, target))
-            if site + 4 == b.e.here() && b.e.bytes[b.e.bytes.len() - 5] == 0xe9 =>
-        {
-            Some(target)
-        }
+    b.t.tail = match b.tail_jmp {
+        Some((end, target)) if end == b.e.here() => Some(target),
         _ => None,
     };
+    debug_assert!(b.e.is_complete());
     b.t.guest_end = end;
     b.t.code = std::mem::take(&mut b.e.bytes);
     Ok(b.t)
@@ -663,7 +635,7 @@ mod tests {
             self.next += 8;
             self.next
         }
-        fn miss_stub(&self) -> u64 {
+        fn probe_stub(&self) -> u64 {
             0x50_0000
         }
         fn literal(&mut self, _value: u64) -> u64 {
@@ -728,16 +700,7 @@ mod tests {
     }
 
     fn disasm(t: &Translation) -> Vec<String> {
-        use iced_x86::{Formatter, IntelFormatter};
-        let mut d = Decoder::with_ip(64, &t.code, t.host, DecoderOptions::NONE);
-        let mut f = IntelFormatter::new();
-        let mut out = Vec::new();
-        for i in &mut d {
-            let mut s = String::new();
-            f.format(&i, &mut s);
-            out.push(s);
-        }
-        out
+        crate::emit::tests::disasm_at(&t.code, t.host)
     }
 
     #[test]

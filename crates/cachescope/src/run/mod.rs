@@ -90,6 +90,7 @@ fn run(opts: &RunOptions) -> ExitCode {
         program: opts.program.clone(),
         args: opts.args.clone(),
         trace_children: opts.trace_children,
+        stats: opts.stats,
     };
     let result = engine::run(&config, &mut sink);
     // Freeing the symbol tables of big objects (hundreds of thousands of
@@ -265,6 +266,14 @@ impl ProfileSink for CgSink<'_> {
         }
         if self.opts.verbosity > 0 {
             for l in summary_lines(&totals, false, false) {
+                self.log.umsg(pid, &l);
+            }
+        }
+        // Like Valgrind's core statistics: after the tool's summary, even
+        // with -q.
+        if let Some(stats) = &proc_profile.stats {
+            self.log.umsg(pid, "");
+            for l in stats.report() {
                 self.log.umsg(pid, &l);
             }
         }

@@ -23,6 +23,8 @@ pub struct RunOptions {
     /// accepted but not applied: with `yes`, every exec'd program is
     /// profiled).
     pub trace_children: bool,
+    /// `--stats=yes|no`: the engine's statistics at each process's exit.
+    pub stats: bool,
     /// `--cachegrind-out-file=` pattern (unexpanded).
     pub out_file: String,
     /// `--demangle` and `--show-below-main`.
@@ -82,6 +84,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         verbosity: 1,
         log_file: None,
         trace_children: false,
+        stats: false,
         out_file: DEFAULT_OUT_FILE.to_string(),
         names: symbols::NameOptions::default(),
         sim: SimOptions::new(false),
@@ -123,6 +126,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             }
             ("--log-file", Some(f)) => opts.log_file = Some(f.to_string()),
             ("--trace-children", Some(v)) => opts.trace_children = yes_no(arg, v)?,
+            ("--stats", Some(v)) => opts.stats = yes_no(arg, v)?,
             ("--cachegrind-out-file", Some(f)) => opts.out_file = f.to_string(),
             ("--demangle", Some(v)) => opts.names.demangle = yes_no(arg, v)?,
             ("--show-below-main", Some(v)) => opts.names.rename_below_main = !yes_no(arg, v)?,
@@ -229,6 +233,8 @@ mod tests {
         assert_eq!(r.out_file, DEFAULT_OUT_FILE);
         assert!(!r.trace_children);
         assert!(run(&["--trace-children=yes", "ls"]).trace_children);
+        assert!(!r.stats);
+        assert!(run(&["--stats=yes", "ls"]).stats);
     }
 
     #[test]

@@ -95,6 +95,7 @@ impl Tracer<'_> {
             EngineError("cannot map the engine's core region below 2 GiB in the client".into())
         })?;
         let mut space = Space::new(pid, core)?;
+        space.count_lookups = self.cfg.stats;
         space.write(core + layout::GADGET, &gadget)?;
         space.write(core + layout::PATCH_GADGET, &layout::patch_gadget_bytes())?;
         space.write(core + layout::SYSTAB, &interest_table())?;

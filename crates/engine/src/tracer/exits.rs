@@ -26,6 +26,7 @@ impl Tracer<'_> {
             .ok_or_else(|| EngineError(format!("magic stop from unknown thread {tid}")))?;
         let mut regs = get_regs(tid)?;
         let nr = regs.orig_rax as u32;
+        space.borrow_mut().stats.count_exit(nr);
         if nr == layout::MAGIC_SYSCALL {
             let sysno = space
                 .borrow()
@@ -46,7 +47,7 @@ impl Tracer<'_> {
         let mut inj = Injection::new(tid, gadget, regs);
         {
             let mut sp = space.borrow_mut();
-            sp.multi = self.threads_sharing(&space) > 1;
+            sp.set_multi(self.threads_sharing(&space) > 1);
             if debug_enabled() {
                 eprintln!(
                     "[engine] tid {tid} exit {:#x} rip {:#x} target/rax {:#x}",

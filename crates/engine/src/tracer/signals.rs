@@ -11,8 +11,6 @@ use crate::layout;
 use crate::sys::{self, Regs, WaitStatus};
 use crate::EngineError;
 
-/// Bytes of spill slots at the start of a thread area.
-const SPILL_BYTES: usize = 64;
 /// Offset in the thread area of scratch memory for a rewritten sigaction.
 const SIGACTION_SCRATCH: u64 = 0x800;
 /// Most spill sets kept per thread (handlers that longjmp'd out never
@@ -43,7 +41,9 @@ impl Tracer<'_> {
     fn save_spills(&mut self, tid: i32) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
         let task = self.tasks.get_mut(&tid).expect("known task");
-        let saved = space.borrow().read(task.area, SPILL_BYTES)?;
+        let saved = space
+            .borrow()
+            .read(task.area, layout::SPILL_BYTES as usize)?;
         if task.sig_spills.len() >= MAX_NESTED {
             // Handlers that longjmp'd out never returned: forget the oldest.
             task.sig_spills.remove(0);
