@@ -361,47 +361,62 @@ impl Emitter {
 
     /// Looks up the guest address in RCX in the first
     /// [`layout::INLINE_WAYS`] ways of its home bucket of the
-    /// indirect-branch table (at absolute `htab`) and jumps to its entry
-    /// with the target in RAX; otherwise jumps to `probe` (the chunk's probe
-    /// stub) with the target still in RCX. The client's RAX and RCX must
-    /// already be in their slots; flags are untouched. Each way has its own
-    /// dispatching `jmp`, so the processor predicts each site's targets
-    /// separately. With `count_hits`, hits are counted in the thread area
-    /// (`--stats=yes`).
+    /// indirect-branch table (at absolute `htab`) and jumps to the
+    /// translation found there, with the client's RAX and RCX restored;
+    /// otherwise jumps to `probe` (the chunk's probe stub) with the target
+    /// still in RCX. The client's RAX and RCX must already be in their
+    /// slots; flags are untouched. Each site has its own dispatching `jmp`,
+    /// so the processor predicts each site's targets separately. With
+    /// `count_hits`, hits are counted in the thread area (`--stats=yes`).
     pub fn lookup(&mut self, htab: u32, probe: u64, count_hits: bool) {
+        let (rax, rcx) = (Register::RAX, Register::RCX);
         let hits: Vec<Label> = (0..layout::INLINE_WAYS).map(|_| self.new_label()).collect();
         for (way, &hit) in hits.iter().enumerate() {
             // rax = home bucket index * 8; the bucket is at htab + rax * 8.
-            self.movzx16(Register::RAX, Register::RCX);
-            self.lea(Register::RAX, indexed(Register::RAX, 8, 0));
-            self.load(
-                Register::RAX,
-                indexed(Register::RAX, 8, htab + way as u32 * 16),
-            );
-            self.compare_rcx(Register::RAX, hit);
+            self.movzx16(rax, rcx);
+            self.lea(rax, indexed(rax, 8, 0));
+            self.load(rax, indexed(rax, 8, htab + way as u32 * 16));
+            self.compare_rcx(rax, hit);
         }
         self.jmp(probe);
-        for (way, hit) in hits.into_iter().enumerate() {
+        // A hit in way k: rax = !key, rcx = 0; rcx becomes the way's offset.
+        let dispatch = self.new_label();
+        for (way, hit) in hits.into_iter().enumerate().rev() {
             self.bind(hit);
-            // rax = !key, rcx = 0.
-            self.not(Register::RAX);
-            if count_hits {
-                self.add_counter_via(Register::RCX, layout::S_STAT_INLINE_HITS);
+            if way > 0 {
+                self.lea(rcx, based(rcx, way as i32 * 16));
+                if way > 1 {
+                    self.jmp_short(dispatch);
+                }
             }
-            self.movzx16(Register::RCX, Register::RAX);
-            self.lea(Register::RCX, indexed(Register::RCX, 8, 0));
-            self.insn(Instruction::with1(
-                Code::Jmp_rm64,
-                indexed(Register::RCX, 8, htab + way as u32 * 16 + 8),
-            ));
         }
+        self.bind(dispatch);
+        self.not(rax);
+        self.movzx16(rax, rax);
+        self.lea(rax, indexed(rax, 8, 0));
+        self.lea(rax, MemoryOperand::with_base_index_scale(rcx, rax, 8));
+        self.load(rax, based(rax, (htab + 8) as i32));
+        self.store_gs(rax, layout::S_TARGET);
+        if count_hits {
+            self.add_counter_via(rax, layout::S_STAT_INLINE_HITS);
+        }
+        self.lookup_entry();
+        self.jmp_slot();
+    }
+
+    /// `jmp gs:[S_TARGET]`: to the translation a lookup found, once the
+    /// scratch registers are restored. (The slot is a spill slot, saved
+    /// around signal handlers like the others.)
+    fn jmp_slot(&mut self) {
+        self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_TARGET)));
     }
 
     /// The probe stub of a chunk, reached from [`Emitter::lookup`] when the
     /// inline-checked ways of the home bucket do not hold the target (in RCX; the client's
     /// RAX and RCX in their slots): checks the bucket's other ways, then
-    /// the chained overflow buckets, and jumps to the entry found with the
-    /// target in RAX, or to `miss` with the target in RCX. Flag-free; R11
+    /// the chained overflow buckets, and jumps to the translation found
+    /// with the client's registers restored, or to `miss` with the target
+    /// in RCX. Flag-free; R11
     /// is used and restored. This keeps every published target reachable
     /// without an exit, however many targets share a home bucket.
     pub fn probe_stub(&mut self, htab: u32, miss: u64) {
@@ -427,13 +442,16 @@ impl Emitter {
             self.compare_rcx(rax, hit);
             self.jmp_short(next);
             self.bind(hit);
-            // rax = !key, rcx = 0.
-            self.not(rax);
             self.load(rcx, based(r11, way * 16 + 8));
+            self.store_gs(rcx, layout::S_TARGET);
             self.add_counter_via(r11, layout::S_STAT_PROBE_HITS);
             self.load_gs(r11, layout::S_R11);
-            self.insn(Instruction::with1(Code::Jmp_rm64, rcx));
+            self.lookup_entry();
+            self.jmp_slot();
             self.bind(next);
+        }
+        if layout::INLINE_WAYS == layout::BUCKET_WAYS {
+            self.bind(first);
         }
         // The next bucket of the chain, if any.
         self.load(rax, based(r11, layout::BUCKET_NEXT as i32));
@@ -448,29 +466,8 @@ impl Emitter {
         self.jmp(miss);
     }
 
-    /// The entry of a block reached through the indirect-branch table, with
-    /// the target in RAX: if it is not `guest`, goes to `miss` with the
-    /// target in RCX; else restores the lookup's scratch registers and jumps
-    /// to `body`. Flags untouched. (A table entry may change between the
-    /// lookup's loads of key and entry; this check makes that harmless.)
-    pub fn checked_entry(&mut self, guest: u64, body: u64, miss: u64) {
-        let ok = self.new_label();
-        self.insn(Instruction::with2(
-            Code::Mov_r64_imm64,
-            Register::RCX,
-            guest,
-        ));
-        self.compare_rcx(Register::RAX, ok);
-        self.mov(Register::RCX, Register::RAX);
-        self.jmp(miss);
-        self.bind(ok);
-        self.lookup_entry();
-        self.jmp(body);
-    }
-
-    /// Restores the lookup scratch registers (the entry of a block reached
-    /// through the table).
-    pub fn lookup_entry(&mut self) {
+    /// Restores the lookup scratch registers.
+    fn lookup_entry(&mut self) {
         self.load_gs(Register::RCX, layout::S_RCX);
         self.load_gs(Register::RAX, layout::S_RAX);
     }
@@ -676,23 +673,39 @@ pub(crate) mod tests {
         assert_eq!(d[4], "lea rcx,[rcx+rax+1]");
         assert!(d[5].starts_with("jrcxz"));
         assert_eq!(d[10], "mov rax,[rax*8+70100010h]");
-        assert!(d[13].starts_with("jrcxz"));
-        assert_eq!(d[16], "jmp 0000000000002000h");
+        assert_eq!(d[18], "mov rax,[rax*8+70100020h]");
+        assert_eq!(d[24], "jmp 0000000000002000h");
         let mut dec = Decoder::with_ip(64, &e.bytes, e.base, DecoderOptions::NONE);
         let insns: Vec<_> = (&mut dec).into_iter().collect();
-        // Each jrcxz lands on its own way's dispatch.
-        assert_eq!(insns[17].ip(), insns[5].near_branch_target());
-        assert_eq!(d[17], "not rax");
-        assert_eq!(d[20], "jmp qword ptr [rcx*8+70100008h]");
-        assert_eq!(insns[21].ip(), insns[13].near_branch_target());
-        assert_eq!(d[24], "jmp qword ptr [rcx*8+70100018h]");
+        // Way 2 sets rcx = 32 and jumps to the dispatch; way 1 sets 16 and
+        // falls into it; way 0 lands on it with rcx = 0.
+        assert_eq!(insns[25].ip(), insns[21].near_branch_target());
+        assert_eq!(d[25], "lea rcx,[rcx+20h]");
+        assert_eq!(insns[27].ip(), insns[13].near_branch_target());
+        assert_eq!(d[27], "lea rcx,[rcx+10h]");
+        assert_eq!(insns[28].ip(), insns[5].near_branch_target());
+        assert_eq!(insns[28].ip(), insns[26].near_branch_target());
+        assert_eq!(
+            d[28..],
+            [
+                "not rax",
+                "movzx eax,ax",
+                "lea rax,[rax*8]",
+                "lea rax,[rcx+rax*8]",
+                "mov rax,[rax+70100008h]",
+                "mov gs:[18h],rax",
+                "mov rcx,gs:[8]",
+                "mov rax,gs:[0]",
+                "jmp qword ptr gs:[18h]"
+            ]
+        );
     }
 
     #[test]
     fn lookup_counts_hits_only_when_asked() {
         let mut e = Emitter::new(0x1000);
         e.lookup(0x7010_0000, 0x2000, true);
-        assert!(disasm(&e).iter().any(|l| l == "mov gs:[100h],rcx"));
+        assert!(disasm(&e).iter().any(|l| l == "mov gs:[100h],rax"));
         let mut e = Emitter::new(0x1000);
         e.lookup(0x7010_0000, 0x2000, false);
         assert!(!disasm(&e).iter().any(|l| l.contains("gs:[100h]")));
@@ -716,21 +729,10 @@ pub(crate) mod tests {
         assert!(d.contains(&"mov rax,[r11]".to_string()));
         assert!(d.contains(&"mov rax,[r11+30h]".to_string()));
         assert!(d.contains(&"jmp 0000000000003000h".to_string()));
-        assert_eq!(d.iter().filter(|l| *l == "jmp rcx").count(), 3);
-    }
-
-    #[test]
-    fn checked_entry_compares_rax_with_its_guest() {
-        let mut e = Emitter::new(0x1000);
-        e.checked_entry(0x4444_5555, 0x9000, 0x2000);
-        let d = disasm(&e);
-        assert_eq!(d[0], "mov rcx,44445555h");
-        assert!(d[3].starts_with("jrcxz"));
-        assert_eq!(d[7], "jmp 0000000000002000h");
-        assert_eq!(d[8], "mov rcx,gs:[8]");
-        assert_eq!(d[10], "jmp 0000000000009000h");
-        let ok = addr_of(&e, "mov rcx,gs:[8]");
-        assert!(d[3].ends_with(&format!("{ok:016X}h")), "{}", d[3]);
+        assert_eq!(
+            d.iter().filter(|l| *l == "jmp qword ptr gs:[18h]").count(),
+            3
+        );
     }
 
     #[test]

@@ -11,21 +11,36 @@
 //! ([`crate::emit::Emitter::probe_stub`]); only a target found nowhere exits
 //! to the tool. Targets that share their low 16 bits (code 64 KiB apart)
 //! therefore never evict each other: a full home bucket gets an overflow
-//! bucket chained to it. Nothing is evicted except when every overflow
-//! bucket is in use, which takes hundreds of thousands of targets.
+//! bucket chained to it.
 //!
 //! This type is the tool's mirror of the client's table: it decides where
 //! each key goes and makes the writes through a [`ClientMemory`], in an
-//! order that keeps racing readers safe: a value is written before its
-//! key, a bucket is filled before it is chained, and a removed key is
-//! zeroed. (A reader that pairs a key with another key's entry is caught by
-//! the entry's own check of the target.)
+//! order that keeps racing readers safe. Translated code reads a key, then
+//! the entry beside it, and jumps there without checking again, so:
+//!
+//! * an entry is written before its key, and a bucket is filled before it
+//!   is chained (x86 keeps loads in order, so a reader that sees the key
+//!   sees the entry);
+//! * a way never changes hands: a withdrawn key becomes a tombstone that
+//!   no target matches, and its way is not given to another key, because a
+//!   reader that matched the old key (another thread, or this one
+//!   interrupted by a signal whose handler exited to the tool) may still
+//!   be about to load the entry. The entry of a key may change (a new
+//!   translation of the same code); the old one stays valid, since a
+//!   retired translation jumps on to the new one;
+//! * when every overflow bucket is in use (about a million targets), a new
+//!   target is not published and keeps exiting to the tool: slow, never
+//!   wrong.
 
 use crate::client_mem::ClientMemory;
 use crate::layout::{BUCKET_BYTES, BUCKET_NEXT, BUCKET_WAYS, HTAB_OVERFLOW_BUCKETS, HTAB_SETS};
 use std::collections::HashMap;
 
 const WAYS: usize = BUCKET_WAYS as usize;
+
+/// The key of a withdrawn target: not a canonical address, so no target
+/// matches it, and not 0, so its way is never reused.
+const TOMBSTONE: u64 = u64::MAX;
 
 /// Where a key sits: bucket index and way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +61,8 @@ pub struct IbTable {
     next: Vec<u32>,
     /// Where each published key is.
     slots: HashMap<u64, Slot>,
-    /// Evictions forced by a full table (should stay 0).
-    evictions: u64,
+    /// Targets not published because the table was full (should stay 0).
+    refused: u64,
 }
 
 impl IbTable {
@@ -59,7 +74,7 @@ impl IbTable {
             keys: vec![[0; WAYS]; HTAB_SETS as usize],
             next: vec![0; HTAB_SETS as usize],
             slots: HashMap::new(),
-            evictions: 0,
+            refused: 0,
         }
     }
 
@@ -93,12 +108,12 @@ impl IbTable {
         self.keys.len() - HTAB_SETS as usize
     }
 
-    /// Targets evicted because the table was full.
-    pub fn evictions(&self) -> u64 {
-        self.evictions
+    /// Targets not published because the table was full.
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
-    /// A free way in the home bucket of `guest`, if any.
+    /// A free way of bucket `bucket`, if any.
     fn free_in(&self, bucket: u32) -> Option<Slot> {
         self.keys[bucket as usize]
             .iter()
@@ -109,22 +124,14 @@ impl IbTable {
             })
     }
 
-    /// Whether `guest` would go into its home bucket (so publishing it
-    /// costs no probing for the targets already there).
-    pub fn home_has_room(&self, guest: u64) -> bool {
-        self.free_in(Self::home(guest)).is_some()
-    }
-
     /// Publishes `guest` with host `entry` (replacing its entry if it is
     /// already there).
     pub fn insert(&mut self, guest: u64, entry: u64, mem: &mut dyn ClientMemory) {
         debug_assert_ne!(guest, 0, "0 marks a free way");
         if let Some(&slot) = self.slots.get(&guest) {
-            // A new translation of the same target: key off, entry, key on.
-            let at = self.key_addr(slot);
-            mem.write_live(at, 0, 8);
-            mem.write_live(at + 8, entry, 8);
-            mem.write_live(at, guest, 8);
+            // A new translation of the same target: readers may take the
+            // old entry or the new one, both right.
+            mem.write_live(self.key_addr(slot) + 8, entry, 8);
             return;
         }
         let mut bucket = Self::home(guest);
@@ -133,38 +140,29 @@ impl IbTable {
                 break slot;
             }
             match self.next[bucket as usize] {
-                0 => break self.chain_bucket(bucket, mem),
+                0 => match self.chain_bucket(bucket, mem) {
+                    Some(slot) => break slot,
+                    None => {
+                        self.refused += 1;
+                        return;
+                    }
+                },
                 n => bucket = n,
             }
         };
-        self.fill(slot, guest, entry, mem);
-    }
-
-    /// Writes a free (or evicted) slot: entry first, then the key.
-    fn fill(&mut self, slot: Slot, guest: u64, entry: u64, mem: &mut dyn ClientMemory) {
+        // A free way: entry first, then the key.
         let at = self.key_addr(slot);
-        let old = std::mem::replace(
-            &mut self.keys[slot.bucket as usize][slot.way as usize],
-            guest,
-        );
-        if old != 0 {
-            self.slots.remove(&old);
-            mem.write_live(at, 0, 8);
-        }
+        self.keys[slot.bucket as usize][slot.way as usize] = guest;
         mem.write_live(at + 8, entry, 8);
         mem.write_live(at, guest, 8);
         self.slots.insert(guest, slot);
     }
 
-    /// A slot for a key whose chain ends, full, at `last`: way 0 of a new
-    /// overflow bucket chained after it, or (table full) way 0 of `last`.
-    fn chain_bucket(&mut self, last: u32, mem: &mut dyn ClientMemory) -> Slot {
+    /// Way 0 of a new overflow bucket chained after `last`, the full end of
+    /// a chain; `None` when every overflow bucket is in use.
+    fn chain_bucket(&mut self, last: u32, mem: &mut dyn ClientMemory) -> Option<Slot> {
         if self.overflow_buckets() as u64 >= HTAB_OVERFLOW_BUCKETS {
-            self.evictions += 1;
-            return Slot {
-                bucket: last,
-                way: 0,
-            };
+            return None;
         }
         let b = self.keys.len() as u32;
         self.keys.push([0; WAYS]);
@@ -175,16 +173,17 @@ impl IbTable {
         let link = self.bucket_addr(last) + BUCKET_NEXT;
         let addr = self.bucket_addr(b);
         mem.write_live(link, addr, 8);
-        Slot { bucket: b, way: 0 }
+        Some(Slot { bucket: b, way: 0 })
     }
 
-    /// Withdraws `guest` (its code went away); returns whether it was there.
+    /// Withdraws `guest` (its code went away): its way becomes a tombstone.
+    /// Returns whether it was there.
     pub fn remove(&mut self, guest: u64, mem: &mut dyn ClientMemory) -> bool {
         let Some(slot) = self.slots.remove(&guest) else {
             return false;
         };
-        self.keys[slot.bucket as usize][slot.way as usize] = 0;
-        mem.write_live(self.key_addr(slot), 0, 8);
+        self.keys[slot.bucket as usize][slot.way as usize] = TOMBSTONE;
+        mem.write_live(self.key_addr(slot), TOMBSTONE, 8);
         true
     }
 }
@@ -229,7 +228,7 @@ mod tests {
         // 50 keys, 3 per bucket: the home bucket and 16 overflow buckets.
         assert_eq!(t.overflow_buckets(), 16);
         assert_eq!(t.len(), 50);
-        assert_eq!(t.evictions(), 0);
+        assert_eq!(t.refused(), 0);
         assert_eq!(client_lookup(&mem, 0xdc7958 + 50 * 0x1_0000), None);
     }
 
@@ -237,20 +236,20 @@ mod tests {
     fn the_first_keys_of_a_bucket_go_home() {
         let mut t = IbTable::new(BASE);
         let mut mem = FakeMemory::default();
-        assert!(t.home_has_room(0x401000));
         t.insert(0x401000, 0xaaaa, &mut mem);
         t.insert(0x411000, 0xbbbb, &mut mem);
         t.insert(0x421000, 0xcccc, &mut mem);
-        assert!(!t.home_has_room(0x431000));
         assert_eq!(t.overflow_buckets(), 0);
         let home = BASE + 0x1000 * BUCKET_BYTES;
         assert_eq!(mem.u64_at(home), 0x401000);
         assert_eq!(mem.u64_at(home + 8), 0xaaaa);
         assert_eq!(mem.u64_at(home + 32), 0x421000);
+        t.insert(0x431000, 0xdddd, &mut mem);
+        assert_eq!(t.overflow_buckets(), 1);
     }
 
     #[test]
-    fn removal_leaves_a_hole_that_is_reused_and_keeps_the_chain() {
+    fn a_removed_target_leaves_a_tombstone_never_reused() {
         let mut t = IbTable::new(BASE);
         let mut mem = FakeMemory::default();
         let g = |i: u64| 0x5000 + i * 0x1_0000;
@@ -260,14 +259,21 @@ mod tests {
         assert!(t.remove(g(1), &mut mem));
         assert!(!t.remove(g(1), &mut mem));
         assert_eq!(client_lookup(&mem, g(1)), None);
-        // Keys past the hole (in overflow buckets) are still found.
+        let way1 = BASE + 0x5000 * BUCKET_BYTES + 16;
+        assert_eq!(mem.u64_at(way1), TOMBSTONE);
+        // Keys past the tombstone (in overflow buckets) are still found.
         for i in [0, 2, 3, 4, 5, 6] {
             assert_eq!(client_lookup(&mem, g(i)), Some(0x100 + i));
         }
-        let before = t.overflow_buckets();
+        // A new key does not take the withdrawn way: a thread that matched
+        // the old key may still load its entry.
         t.insert(g(9), 0x999, &mut mem);
-        assert_eq!(t.overflow_buckets(), before, "the hole is reused");
+        assert_eq!(mem.u64_at(way1), TOMBSTONE);
+        assert_eq!(mem.u64_at(way1 + 8), 0x101);
         assert_eq!(client_lookup(&mem, g(9)), Some(0x999));
+        // The same target translated again is published anew.
+        t.insert(g(1), 0x111, &mut mem);
+        assert_eq!(client_lookup(&mem, g(1)), Some(0x111));
     }
 
     #[test]
@@ -281,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_evicts_instead_of_failing() {
+    fn a_full_table_refuses_new_targets_instead_of_reusing_ways() {
         let mut t = IbTable::new(BASE);
         let mut mem = FakeMemory::default();
         // Fill the overflow area directly (as if many chains had grown).
@@ -292,8 +298,10 @@ mod tests {
         for i in 0..4 {
             t.insert(0x7777 + i * 0x1_0000, 0x10 + i, &mut mem);
         }
-        assert_eq!(t.evictions(), 1);
-        assert_eq!(client_lookup(&mem, 0x7777 + 3 * 0x1_0000), Some(0x13));
+        assert_eq!(t.refused(), 1);
+        assert!(!t.contains(0x7777 + 3 * 0x1_0000));
+        assert_eq!(client_lookup(&mem, 0x7777 + 3 * 0x1_0000), None);
+        assert_eq!(client_lookup(&mem, 0x7777), Some(0x10));
     }
 
     #[test]

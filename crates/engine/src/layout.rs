@@ -9,7 +9,7 @@
 //! |-------------|---------|---------------------------------------------------|
 //! | `SYSTAB`    | 64 KiB  | one byte per syscall number (low 16 bits): 1 = the tool wants to see it |
 //! | `GADGET`    | 4 KiB   | `syscall; mov rdi, rax; mov eax, MAGIC_INJECT; syscall` for syscall injection |
-//! | `HTAB`      | 8 MiB   | indirect-branch table: 65536 home buckets of 64 bytes, then 65536 overflow buckets |
+//! | `HTAB`      | 20 MiB  | indirect-branch table: 65536 home buckets of 64 bytes, then 262144 overflow buckets |
 //!
 //! Each client thread has its own *thread area* (a separate private mapping
 //! of [`AREA_SIZE`] bytes, reserved lazily) whose address is the thread's GS
@@ -26,7 +26,7 @@ use crate::sys::MAGIC_LO;
 /// Preferred base addresses of the core region (first that maps wins).
 pub const CORE_CANDIDATES: [u64; 4] = [0x7000_0000, 0x6000_0000, 0x5000_0000, 0x3800_0000];
 /// Size of the core region (address space; pages are touched as used).
-pub const CORE_SIZE: u64 = 0x0100_0000;
+pub const CORE_SIZE: u64 = 0x0200_0000;
 /// Offset of the syscall-interest table.
 pub const SYSTAB: u64 = 0;
 /// Offset of the injection gadget.
@@ -45,12 +45,12 @@ pub const BUCKET_BYTES: u64 = 64;
 pub const BUCKET_WAYS: u64 = 3;
 /// Ways of the home bucket that translated code checks inline; the probe
 /// stub checks the others and the chain.
-pub const INLINE_WAYS: u64 = 2;
+pub const INLINE_WAYS: u64 = 3;
 /// Offset in a bucket of the next-bucket address.
 pub const BUCKET_NEXT: u64 = BUCKET_WAYS * 16;
 /// Overflow buckets after the home buckets (chained when a home bucket
 /// is full, so that aliasing targets never evict each other).
-pub const HTAB_OVERFLOW_BUCKETS: u64 = 0x1_0000;
+pub const HTAB_OVERFLOW_BUCKETS: u64 = 0x4_0000;
 /// Size of one thread area (address space only; pages are touched as used).
 pub const AREA_SIZE: u64 = 32 << 20;
 /// Where thread areas are asked to go (a hint): well away from the code,

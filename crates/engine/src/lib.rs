@@ -88,8 +88,8 @@ pub struct EngineStats {
     pub table_targets: u64,
     /// Overflow buckets chained in the table at exit.
     pub table_overflow_buckets: u64,
-    /// Targets evicted from the table because it was full.
-    pub table_evictions: u64,
+    /// Targets not published because the table was full.
+    pub table_refused: u64,
     /// Bytes of code cache used (block bodies and aux areas).
     pub code_cache_bytes: u64,
     /// Code-cache chunks mapped.
@@ -151,8 +151,8 @@ impl EngineStats {
                 self.lookup_probes - self.lookup_probe_hits.min(self.lookup_probes)
             ),
             format!(
-                "engine: lookup table: {} targets, {} overflow buckets, {} evicted",
-                self.table_targets, self.table_overflow_buckets, self.table_evictions
+                "engine: lookup table: {} targets, {} overflow buckets, {} refused (full)",
+                self.table_targets, self.table_overflow_buckets, self.table_refused
             ),
             format!(
                 "engine: code cache: {} bytes in {} chunks",

@@ -26,12 +26,10 @@ struct Chunk {
     base: u64,
     /// Next free code byte (block bodies grow up from the start).
     code_next: u64,
-    /// Lowest byte of the aux area (entry stubs, exit stubs, literals and
+    /// Lowest byte of the aux area (exit stubs, literals and
     /// trampolines grow down from the end, out of the way of fall-through
     /// chains of bodies).
     aux_low: u64,
-    /// The shared lookup-miss stub (exits to the tool).
-    miss_stub: u64,
     /// The shared probe stub (the rest of the indirect-branch table).
     probe_stub: u64,
 }
@@ -54,14 +52,13 @@ impl Chunk {
     }
 }
 
-/// Aux bytes one block may need at most (entry stub, literals, exit stubs).
+/// Aux bytes one block may need at most (literals, exit stubs).
 const AUX_PER_BLOCK: u64 = 8 << 10;
 
 /// Metadata of a translated block.
 #[derive(Debug, Clone)]
 struct Block {
     body: u64,
-    entry: u64,
     /// Guest address past the block's last instruction.
     guest_end: u64,
     /// Index in `modules` of the mapping the code came from.
@@ -140,10 +137,6 @@ pub struct Space {
     fresh: Vec<u64>,
     /// The indirect-branch table, as the client has it.
     ibt: IbTable,
-    /// Targets of direct calls not translated yet: function entries, likely
-    /// indirect targets too (through PLTs, pointers, vtables), published
-    /// when translated if their home bucket has room.
-    call_targets: HashSet<u64>,
     /// Lookup counters of exited threads (see `layout::S_STAT_INLINE_HITS`).
     lookup_totals: [u64; 3],
     /// Whether translated code counts inline lookup hits (`--stats=yes`).
@@ -192,7 +185,6 @@ impl Space {
             out: WriteQueue::default(),
             return_sites: HashSet::new(),
             ibt: IbTable::new(core + layout::HTAB),
-            call_targets: HashSet::new(),
             count_lookups: false,
             stats: Default::default(),
             lookup_totals: [0; 3],
@@ -229,7 +221,6 @@ impl Space {
             out: WriteQueue::default(),
             return_sites: self.return_sites.clone(),
             ibt: self.ibt.clone(),
-            call_targets: self.call_targets.clone(),
             count_lookups: self.count_lookups,
             stats: self.stats.clone(),
             lookup_totals: self.lookup_totals,
@@ -483,7 +474,6 @@ impl Space {
             base,
             code_next: e.here(),
             aux_low: base + CHUNK_SIZE,
-            miss_stub: base,
             probe_stub,
         });
         Ok(self.chunks.len() - 1)
@@ -666,17 +656,6 @@ impl Space {
             t.exits.pop();
         }
         self.chunks[ci].code_next = host + t.code.len() as u64;
-        // The entry used by indirect branches checks that it was reached for
-        // its own guest address (a table entry may be replaced between the
-        // lookup's two loads), restores the lookup's scratch registers, then
-        // jumps to the body.
-        let miss = self.chunks[ci].miss_stub;
-        let mut e = Emitter::new(miss);
-        e.checked_entry(guest, t.body, miss);
-        let entry = self.chunks[ci].aux(e.bytes.len() as u64);
-        let mut e = Emitter::new(entry);
-        e.checked_entry(guest, t.body, miss);
-        self.write(entry, &e.bytes)?;
         // Link exits: to the translation if it exists, else to a stub.
         let mut new_pending = Vec::new();
         for &(site, target) in &t.exits {
@@ -721,20 +700,12 @@ impl Space {
                 self.return_sites.insert(r);
             }
         }
-        for &c in &t.call_targets {
-            if self.blocks.contains_key(&c) {
-                self.publish_if_room(c)?;
-            } else {
-                self.call_targets.insert(c);
-            }
-        }
         self.stats.blocks_translated += 1;
         self.stats.guest_instructions_translated += t.counted.len() as u64 + t.reps.len() as u64;
         self.blocks.insert(
             guest,
             Block {
                 body: t.body,
-                entry,
                 guest_end: t.guest_end,
                 module,
                 counter: t.counter,
@@ -746,8 +717,6 @@ impl Space {
         self.fresh.push(guest);
         if self.return_sites.remove(&guest) {
             self.publish(guest)?;
-        } else if self.call_targets.remove(&guest) {
-            self.publish_if_room(guest)?;
         }
         for old in self.retired_bodies.remove(&guest).unwrap_or_default() {
             // The old body starts with `jmp rel32`: retarget it.
@@ -854,22 +823,12 @@ impl Space {
 
     /// Makes `guest` reachable through the indirect-branch table.
     pub fn publish(&mut self, guest: u64) -> Result<(), EngineError> {
-        let entry = match self.blocks.get(&guest) {
-            Some(b) => b.entry,
+        let body = match self.blocks.get(&guest) {
+            Some(b) => b.body,
             None => return Ok(()),
         };
         if !self.ibt.contains(guest) {
-            self.ibt.insert(guest, entry, &mut self.out);
-        }
-        Ok(())
-    }
-
-    /// Publishes `guest` if its home bucket has room: blocks published this
-    /// way are only likely, not known, indirect targets, and must not push
-    /// known ones out of the inline-checked way.
-    fn publish_if_room(&mut self, guest: u64) -> Result<(), EngineError> {
-        if self.ibt.home_has_room(guest) {
-            self.publish(guest)?;
+            self.ibt.insert(guest, body, &mut self.out);
         }
         Ok(())
     }
@@ -885,7 +844,7 @@ impl Space {
         [s.lookup_inline_hits, s.lookup_probes, s.lookup_probe_hits] = lookups;
         s.table_targets = self.ibt.len() as u64;
         s.table_overflow_buckets = self.ibt.overflow_buckets() as u64;
-        s.table_evictions = self.ibt.evictions();
+        s.table_refused = self.ibt.refused();
         s.code_cache_chunks = self.chunks.len() as u64;
         s.code_cache_bytes = self
             .chunks

@@ -80,8 +80,6 @@ pub struct Translation {
     pub call_returns: Vec<u64>,
     /// Direct successors (for eager translation).
     pub successors: Vec<u64>,
-    /// Targets of direct calls of this block.
-    pub call_targets: Vec<u64>,
 }
 
 /// Why a block could not be translated: the message names the instruction.
@@ -466,7 +464,6 @@ impl Builder<'_> {
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 self.exit_jmp(i.near_branch_target());
-                self.t.call_targets.push(i.near_branch_target());
             }
             FlowControl::IndirectCall => {
                 self.e.spill_rax_rcx();
