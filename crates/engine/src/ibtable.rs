@@ -34,7 +34,7 @@
 
 use crate::client_mem::ClientMemory;
 use crate::layout::{BUCKET_BYTES, BUCKET_NEXT, BUCKET_WAYS, HTAB_OVERFLOW_BUCKETS, HTAB_SETS};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 const WAYS: usize = BUCKET_WAYS as usize;
 
@@ -73,7 +73,7 @@ impl IbTable {
             base,
             keys: vec![[0; WAYS]; HTAB_SETS as usize],
             next: vec![0; HTAB_SETS as usize],
-            slots: HashMap::new(),
+            slots: HashMap::default(),
             refused: 0,
         }
     }

@@ -65,6 +65,8 @@ pub struct LaunchConfig {
 pub struct EngineStats {
     /// Guest blocks translated (eagerly or on demand).
     pub blocks_translated: u64,
+    /// Translated blocks that ran at least once.
+    pub blocks_executed: u64,
     /// Guest instructions in those blocks.
     pub guest_instructions_translated: u64,
     /// Time spent translating (including eager translation and linking).
@@ -131,9 +133,10 @@ impl EngineStats {
         let lookups = self.lookup_inline_hits + self.lookup_probes;
         vec![
             format!(
-                "engine: translated {} blocks ({} instructions) in {:.3} s",
+                "engine: translated {} blocks ({} instructions, {} blocks ran) in {:.3} s",
                 self.blocks_translated,
                 self.guest_instructions_translated,
+                self.blocks_executed,
                 self.translation_time.as_secs_f64()
             ),
             format!(

@@ -11,7 +11,8 @@ use crate::ibtable::IbTable;
 use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
 use crate::translate::{self, SyscallSite, TransCtx};
 use crate::{EngineError, ModuleRecord, ProcessProfile, UnmappedCode};
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -164,32 +165,32 @@ impl Space {
             pid,
             core,
             chunks: Vec::new(),
-            blocks: HashMap::new(),
-            stubs: HashMap::new(),
-            stub_for: HashMap::new(),
-            pending: HashMap::new(),
-            syscalls: HashMap::new(),
+            blocks: HashMap::default(),
+            stubs: HashMap::default(),
+            stub_for: HashMap::default(),
+            pending: HashMap::default(),
+            syscalls: HashMap::default(),
             maps: Vec::new(),
             modules: Vec::new(),
-            recorded: HashMap::new(),
+            recorded: HashMap::default(),
             retired: Vec::new(),
-            retired_bodies: HashMap::new(),
+            retired_bodies: HashMap::default(),
             starts: Default::default(),
-            areas: HashSet::new(),
+            areas: HashSet::default(),
             free_areas: Vec::new(),
             areas_made: 0,
             next_counter: layout::AREA_COUNTERS,
             totals: Vec::new(),
-            successors: HashMap::new(),
-            trampolines: HashMap::new(),
+            successors: HashMap::default(),
+            trampolines: HashMap::default(),
             out: WriteQueue::default(),
-            return_sites: HashSet::new(),
+            return_sites: HashSet::default(),
             ibt: IbTable::new(core + layout::HTAB),
             count_lookups: false,
             stats: Default::default(),
             lookup_totals: [0; 3],
             fresh: Vec::new(),
-            pages: HashMap::new(),
+            pages: HashMap::default(),
         })
     }
 
@@ -888,7 +889,7 @@ impl Space {
                 .copied()
                 .unwrap_or(0)
         };
-        let add = |map: &mut HashMap<u64, u64>, b: &Block| {
+        let add = |map: &mut std::collections::HashMap<u64, u64>, b: &Block| {
             let n = get(b.counter);
             if n != 0 {
                 for &a in &b.counted {
@@ -902,11 +903,11 @@ impl Space {
                 }
             }
         };
-        let mut instr_counts: HashMap<u64, u64> = HashMap::new();
+        let mut instr_counts = std::collections::HashMap::new();
         for b in self.blocks.values() {
             add(&mut instr_counts, b);
         }
-        let mut unmapped: HashMap<usize, HashMap<u64, u64>> = HashMap::new();
+        let mut unmapped: HashMap<usize, std::collections::HashMap<u64, u64>> = HashMap::default();
         for b in &self.retired {
             add(unmapped.entry(b.module).or_default(), b);
         }
@@ -921,7 +922,16 @@ impl Space {
         unmapped.sort_by_key(|u| u.module.as_ref().map(|m| (m.start, m.path.clone())));
         ProcessProfile {
             pid,
-            stats: self.count_lookups.then(|| self.stats_at_exit()),
+            stats: self.count_lookups.then(|| {
+                let mut s = self.stats_at_exit();
+                s.blocks_executed = self
+                    .blocks
+                    .values()
+                    .chain(&self.retired)
+                    .filter(|b| get(b.counter) != 0)
+                    .count() as u64;
+                s
+            }),
             instr_counts,
             modules: self.modules.clone(),
             unmapped,
