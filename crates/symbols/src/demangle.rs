@@ -4,12 +4,9 @@
 //! DMGL_PARAMS)` for names starting `_Z` or `_R`, which tries Rust first
 //! (legacy and v0, hashes hidden because `DMGL_VERBOSE` is not set) and then
 //! the C++ (Itanium) demangler; on failure the raw name is kept. Rust
-//! names go through rustc-demangle, C++ names through `itanium`, a Rust
-//! demangler that prints exactly what libiberty prints. Then the known
-//! callers of `main` are renamed `(below main)` (exact names only: a
+//! names go through rustc-demangle, C++ names through libiberty itself. Then the
+//! known callers of `main` are renamed `(below main)` (exact names only: a
 //! version-decorated name such as `__libc_start_main@@GLIBC_2.34` is not).
-
-mod itanium;
 
 /// What Valgrind shows in place of a function below `main`.
 pub const BELOW_MAIN: &str = "(below main)";
@@ -66,10 +63,14 @@ pub fn demangle(raw: &str) -> String {
         // which is what libiberty prints without DMGL_VERBOSE.
         return format!("{d:#}");
     }
-    // The C++ side must print what Valgrind's embedded libiberty prints:
-    // other demanglers differ on several percent of real C++ names (literal
-    // and abbreviation styles, empty packs, reference collapsing).
-    itanium::demangle(raw).unwrap_or_else(|| raw.to_string())
+    // The C++ side is libiberty's own demangler (what Valgrind embeds),
+    // called with Valgrind's flags: other demanglers differ on several
+    // percent of real C++ names (standard abbreviations, nested references).
+    let options = cplus_demangle::Options {
+        show_params: true,
+        show_ansi: true,
+    };
+    cplus_demangle::demangle_with_options(raw, options).unwrap_or_else(|_| raw.to_string())
 }
 
 /// Whether Valgrind renames this (demangled) name to `(below main)`
