@@ -1,0 +1,418 @@
+//! The event vocabulary that front ends (the instrumentation engine, trace
+//! readers, test harnesses) hand to tools (cache and branch simulation,
+//! cost building, later call graphs and cache-use analysis).
+//!
+//! It is the seam of the architecture, in the spirit of Valgrind's
+//! core/tool split and of DynamoRIO drcachesim's tracer/reader/simulator
+//! layers around `memref_t`:
+//!
+//! * **Static facts** live in [`BlockInfo`], given to a tool once per
+//!   block ([`Tool::block`]): where the block starts, its instructions
+//!   (address, length, memory operands' size and kind) and how it ends
+//!   ([`Terminator`]).
+//! * **Dynamic facts** arrive as slices of [`Record`]s in execution order
+//!   ([`Tool::records`]): a block was entered, an instruction was fetched,
+//!   a data location was read or written, a conditional branch went one
+//!   way, an indirect branch went somewhere, a call or return happened.
+//! * A tool says what it needs ([`Tool::needs`], [`Needs`]) so that a
+//!   producer delivers only that: counting alone needs no stream at all
+//!   (the engine keeps its inline counters), cache simulation needs
+//!   instruction fetches and data references, branch simulation needs
+//!   conditional outcomes and indirect targets.
+//!
+//! The per-event path allocates nothing: records are small `Copy` values
+//! handed over in batches, and blocks are named by integer ids.
+#![forbid(unsafe_code)]
+
+/// Names one block's static metadata. The producer assigns ids (dense,
+/// from 0, so that a tool can keep per-block state in a vector) and never
+/// reuses one within a stream: a re-translated block gets a new id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u32);
+
+/// How an instruction uses a memory location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    /// A load.
+    Read,
+    /// A store.
+    Write,
+    /// A load and a store of the same location by one instruction (`add
+    /// %eax,(%rdi)`, Lackey's `M`). One access: Cachegrind counts it as a
+    /// read (spec §1.4).
+    Modify,
+}
+
+/// The static shape of one memory access an instruction makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemOperand {
+    /// Bytes accessed.
+    pub size: u32,
+    /// Read, write or both.
+    pub kind: AccessKind,
+}
+
+/// One instruction of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstrInfo {
+    /// Guest address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u8,
+    /// Index of its first memory operand in the block's list: operands are
+    /// kept in one list per block so that a block costs two allocations.
+    mem_start: u16,
+}
+
+/// How a block ends: what its last instruction does to control flow.
+/// Targets known at translation time are given; the others arrive as
+/// records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminator {
+    /// No branch: the block was cut (size limit, or before an instruction
+    /// the engine translates alone) and continues at [`BlockInfo::end`].
+    FallThrough,
+    /// `jmp target`.
+    Jump {
+        /// Where it goes.
+        target: u64,
+    },
+    /// `jcc target` (also `jrcxz`, `loop`): taken goes to `target`, not
+    /// taken to [`BlockInfo::end`]. The outcome is a
+    /// [`Record::CondBranch`].
+    CondJump {
+        /// Where it goes when taken.
+        target: u64,
+    },
+    /// `jmp *reg/mem`: the target is a [`Record::Indirect`].
+    IndirectJump,
+    /// `call target`, returning to [`BlockInfo::end`].
+    Call {
+        /// The callee.
+        target: u64,
+    },
+    /// `call *reg/mem`, returning to [`BlockInfo::end`]: the target is a
+    /// [`Record::Indirect`].
+    IndirectCall,
+    /// `ret`.
+    Return,
+    /// `syscall`: the kernel returns to [`BlockInfo::end`].
+    Syscall,
+}
+
+/// Static metadata of one block: its instructions in order, their memory
+/// operands, and how it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockInfo {
+    start: u64,
+    instrs: Vec<InstrInfo>,
+    mem: Vec<MemOperand>,
+    terminator: Terminator,
+}
+
+impl BlockInfo {
+    /// A block starting at `start` with no instructions yet.
+    pub fn new(start: u64, terminator: Terminator) -> BlockInfo {
+        BlockInfo {
+            start,
+            instrs: Vec::new(),
+            mem: Vec::new(),
+            terminator,
+        }
+    }
+
+    /// Appends the instruction at `addr`, `len` bytes long, whose memory
+    /// accesses are `mem` in the order it makes them.
+    ///
+    /// # Panics
+    ///
+    /// If the block would hold more than 65,535 memory operands (blocks are
+    /// a few dozen instructions).
+    pub fn push(&mut self, addr: u64, len: u8, mem: &[MemOperand]) {
+        let mem_start = u16::try_from(self.mem.len())
+            .ok()
+            .filter(|&s| usize::from(s) + mem.len() <= usize::from(u16::MAX))
+            .expect("too many memory operands in one block");
+        self.instrs.push(InstrInfo {
+            addr,
+            len,
+            mem_start,
+        });
+        self.mem.extend_from_slice(mem);
+    }
+
+    /// Address of the first instruction.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// One past the last instruction: where a fall-through, a not-taken
+    /// conditional jump or a call's return continues.
+    pub fn end(&self) -> u64 {
+        self.instrs
+            .last()
+            .map_or(self.start, |i| i.addr + u64::from(i.len))
+    }
+
+    /// The instructions, in order.
+    pub fn instrs(&self) -> &[InstrInfo] {
+        &self.instrs
+    }
+
+    /// The memory operands of instruction `i` (an index into
+    /// [`instrs`](Self::instrs)), in the order it accesses them.
+    pub fn mem_operands(&self, i: usize) -> &[MemOperand] {
+        let start = usize::from(self.instrs[i].mem_start);
+        let end = self
+            .instrs
+            .get(i + 1)
+            .map_or(self.mem.len(), |n| usize::from(n.mem_start));
+        &self.mem[start..end]
+    }
+
+    /// How the block ends.
+    pub fn terminator(&self) -> Terminator {
+        self.terminator
+    }
+}
+
+/// One execution of one instruction: its fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstrFetch {
+    /// Guest address.
+    pub addr: u64,
+    /// Bytes fetched (the instruction's length).
+    pub len: u32,
+}
+
+/// One dynamic data access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRef {
+    /// Address of the first byte.
+    pub addr: u64,
+    /// Bytes accessed.
+    pub size: u32,
+    /// Read, write or both.
+    pub kind: AccessKind,
+}
+
+/// The outcome of one conditional branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CondBranch {
+    /// Address of the branch instruction.
+    pub pc: u64,
+    /// Whether it went to its target (for a rep-prefixed string
+    /// instruction: whether it iterates again).
+    pub taken: bool,
+}
+
+/// A control transfer whose target is only known at run time, or whose
+/// occurrence matters to a call graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    /// Address of the branch, call or return instruction.
+    pub pc: u64,
+    /// Where control went.
+    pub target: u64,
+}
+
+/// One dynamic fact, as a tool receives it. Records of one thread arrive in
+/// execution order: an instruction's [`Instr`](Record::Instr) comes first,
+/// then its data references in the order it makes them, then its branch
+/// records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// Control entered block `id`, whose [`BlockInfo`] the tool has been
+    /// given. A marker only: it implies no instruction fetches (those are
+    /// [`Instr`](Record::Instr) records), so a tool can use the static
+    /// metadata (per-instruction state kept at [`Tool::block`], the
+    /// terminator) without a lookup per instruction. Producers without
+    /// block metadata (address traces) never emit it.
+    Block(BlockId),
+    /// One instruction executed. Delivered when
+    /// [`Needs::instr_fetches`] (and by trace readers, which have them).
+    Instr(InstrFetch),
+    /// A data access by the instruction of the latest
+    /// [`Instr`](Record::Instr). Delivered when [`Needs::data_refs`],
+    /// always together with instruction fetches.
+    Data(DataRef),
+    /// A conditional branch's outcome. Delivered when
+    /// [`Needs::cond_branches`].
+    CondBranch(CondBranch),
+    /// The target of an indirect jump or call. Delivered when
+    /// [`Needs::indirect_targets`].
+    Indirect(Transfer),
+    /// A call (direct or indirect) and its callee. Delivered when
+    /// [`Needs::calls_returns`]; an indirect call can also have an
+    /// [`Indirect`](Record::Indirect) record.
+    Call(Transfer),
+    /// A return and where it went. Delivered when
+    /// [`Needs::calls_returns`].
+    Return(Transfer),
+}
+
+/// What a tool needs a producer to deliver. Anything not asked for may
+/// still come (a trace reader delivers what its trace holds) and is then
+/// ignored by the tool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// [`Record::Instr`] per executed instruction (Ir, I-cache).
+    pub instr_fetches: bool,
+    /// [`Record::Data`] per data access (D-cache).
+    pub data_refs: bool,
+    /// [`Record::CondBranch`] per conditional branch (Bc, Bcm).
+    pub cond_branches: bool,
+    /// [`Record::Indirect`] per indirect jump and call (Bi, Bim).
+    pub indirect_targets: bool,
+    /// [`Record::Call`] and [`Record::Return`] (call graphs).
+    pub calls_returns: bool,
+}
+
+impl Needs {
+    /// Nothing beyond instruction counts, which the engine keeps with
+    /// inline counters: no stream at all.
+    pub const COUNTING: Needs = Needs {
+        instr_fetches: false,
+        data_refs: false,
+        cond_branches: false,
+        indirect_targets: false,
+        calls_returns: false,
+    };
+
+    /// Whether any records are needed (otherwise counting alone serves).
+    pub fn any(self) -> bool {
+        self != Needs::COUNTING
+    }
+
+    /// What two tools fed from one stream need together.
+    pub fn union(self, o: Needs) -> Needs {
+        Needs {
+            instr_fetches: self.instr_fetches || o.instr_fetches,
+            data_refs: self.data_refs || o.data_refs,
+            cond_branches: self.cond_branches || o.cond_branches,
+            indirect_targets: self.indirect_targets || o.indirect_targets,
+            calls_returns: self.calls_returns || o.calls_returns,
+        }
+    }
+}
+
+/// A consumer of the event stream (a simulator, a cost builder, a trace
+/// writer).
+pub trait Tool {
+    /// What the producer must deliver; asked before the stream starts.
+    fn needs(&self) -> Needs;
+
+    /// The static metadata of block `id`, given once, before any
+    /// [`Record::Block`] names it. The default ignores it.
+    fn block(&mut self, id: BlockId, info: &BlockInfo) {
+        let _ = (id, info);
+    }
+
+    /// The next records of the stream, in execution order.
+    fn records(&mut self, records: &[Record]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_block() -> BlockInfo {
+        let mut b = BlockInfo::new(0x1000, Terminator::CondJump { target: 0x1000 });
+        let load = MemOperand {
+            size: 8,
+            kind: AccessKind::Read,
+        };
+        let rmw = MemOperand {
+            size: 4,
+            kind: AccessKind::Modify,
+        };
+        b.push(0x1000, 4, &[load]);
+        b.push(0x1004, 3, &[]);
+        b.push(0x1007, 5, &[rmw, load]);
+        b.push(0x100c, 2, &[]);
+        b
+    }
+
+    #[test]
+    fn block_metadata() {
+        let b = sample_block();
+        assert_eq!(b.start(), 0x1000);
+        assert_eq!(b.end(), 0x100e);
+        assert_eq!(b.instrs().len(), 4);
+        assert_eq!(b.instrs()[2].addr, 0x1007);
+        let sizes = |i| -> Vec<u32> { b.mem_operands(i).iter().map(|m| m.size).collect() };
+        assert_eq!(sizes(0), [8]);
+        assert!(sizes(1).is_empty());
+        assert_eq!(sizes(2), [4, 8]);
+        assert_eq!(b.mem_operands(2)[0].kind, AccessKind::Modify);
+        assert!(sizes(3).is_empty());
+        assert_eq!(b.terminator(), Terminator::CondJump { target: 0x1000 });
+        let empty = BlockInfo::new(0x2000, Terminator::FallThrough);
+        assert_eq!(empty.end(), 0x2000);
+    }
+
+    /// Records stay small: a batch of them is the whole per-event cost.
+    #[test]
+    fn records_are_small() {
+        assert!(std::mem::size_of::<Record>() <= 24);
+    }
+
+    #[test]
+    fn needs() {
+        assert!(!Needs::COUNTING.any());
+        assert_eq!(Needs::default(), Needs::COUNTING);
+        let cache = Needs {
+            instr_fetches: true,
+            data_refs: true,
+            ..Needs::COUNTING
+        };
+        let branch = Needs {
+            cond_branches: true,
+            indirect_targets: true,
+            ..Needs::COUNTING
+        };
+        let both = cache.union(branch);
+        assert!(both.any() && both.data_refs && both.indirect_targets);
+        assert!(!both.calls_returns);
+    }
+
+    /// A tool that keeps what it is given, as a consumer would.
+    #[derive(Default)]
+    struct Recorder {
+        blocks: Vec<(BlockId, u64)>,
+        seen: Vec<Record>,
+    }
+
+    impl Tool for Recorder {
+        fn needs(&self) -> Needs {
+            Needs::COUNTING
+        }
+        fn block(&mut self, id: BlockId, info: &BlockInfo) {
+            self.blocks.push((id, info.start()));
+        }
+        fn records(&mut self, records: &[Record]) {
+            self.seen.extend_from_slice(records);
+        }
+    }
+
+    #[test]
+    fn tools_receive_metadata_then_records() {
+        let mut t = Recorder::default();
+        let tool: &mut dyn Tool = &mut t;
+        tool.block(BlockId(0), &sample_block());
+        tool.records(&[
+            Record::Block(BlockId(0)),
+            Record::Instr(InstrFetch {
+                addr: 0x1000,
+                len: 4,
+            }),
+            Record::Data(DataRef {
+                addr: 0x8000,
+                size: 8,
+                kind: AccessKind::Read,
+            }),
+        ]);
+        assert_eq!(t.blocks, [(BlockId(0), 0x1000)]);
+        assert_eq!(t.seen.len(), 3);
+    }
+}
