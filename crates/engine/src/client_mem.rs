@@ -1,4 +1,5 @@
-//! Writes into client memory, as the tool's data structures see them.
+//! Client memory as the tool's data structures see it: reads, writes and
+//! the memory map of one client address space.
 //!
 //! The tool changes client memory only while the thread that exited to it
 //! is stopped, but other threads of the client may be running the very
@@ -12,59 +13,102 @@
 //!   threads about they are made by the stopped thread itself with atomic
 //!   stores (the patch gadget), after the plain writes.
 //!
-//! Structures that write client memory take a [`ClientMemory`], so they can
-//! be tested against a fake one without a live process.
+//! Everything the tool does to a client's memory goes through a
+//! [`ClientMemory`]: [`ProcMemory`] for a live process (`/proc/PID/mem`,
+//! `process_vm_writev`, `/proc/PID/maps`), and in unit tests `FakeMemory`
+//! (bytes by address and a settable memory map), so that the code cache,
+//! its links and the indirect-branch table are testable without a process.
 
-use std::cell::RefCell;
+use crate::EngineError;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 
-/// Where the tool's structures write client memory.
+/// One mapping of the client's memory map (a line of `/proc/PID/maps`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Executable.
+    pub exec: bool,
+    /// Writable.
+    pub write: bool,
+    /// File offset that `start` maps.
+    pub offset: u64,
+    /// The mapped file's path, or a pseudo-path such as `[stack]`, or empty.
+    pub path: String,
+}
+
+/// A live write waiting for the patch gadget: (address, value, size).
+pub type LivePatch = (u64, u64, u32);
+
+/// Reads and writes of one client address space (see the module doc).
 pub trait ClientMemory {
-    /// Stores `size` (4 or 8) bytes of `value` at the aligned `addr`, which
-    /// other threads may be reading: they see the old or the new value,
-    /// never a mix. Takes effect after every earlier write, in order.
+    /// Writes `bytes` at `addr`, memory no other thread reads yet. Queued:
+    /// takes effect, in order with the other writes, at the next
+    /// [`ClientMemory::flush`] (or read).
+    fn write(&mut self, addr: u64, bytes: &[u8]);
+
+    /// Stores `size` (4 or 8) bytes of `value` at `addr`, which other
+    /// threads may be reading: they see the old or the new value, never a
+    /// mix. The field must not straddle a cache line (x86 makes such a
+    /// store atomic; emitted rel32 fields and table entries never do). Takes effect after every earlier write, in order (with
+    /// other threads about, when the caller applies
+    /// [`ClientMemory::take_live`] through the patch gadget).
     fn write_live(&mut self, addr: u64, value: u64, size: u32);
+
+    /// Makes the queued plain writes.
+    fn flush(&mut self) -> Result<(), EngineError>;
+
+    /// Reads exactly `len` bytes at `addr`, after making the queued writes.
+    fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError>;
+
+    /// Reads one little-endian 64-bit word.
+    fn read_u64(&mut self, addr: u64) -> Result<u64, EngineError> {
+        let b = self.read(addr, 8)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// Whether other threads may run code of this address space while the
+    /// tool works (then live writes wait for the patch gadget).
+    fn set_multi(&mut self, multi: bool);
+
+    /// The live writes that wait for the patch gadget, emptying the queue:
+    /// the caller makes them with atomic stores after the plain ones.
+    fn take_live(&mut self) -> Vec<LivePatch>;
+
+    /// The client's memory map as it is now.
+    fn maps(&mut self) -> Result<Vec<Mapping>, EngineError>;
 }
 
 /// The writes of one stop, waiting to be made (see the module doc).
 #[derive(Debug, Default)]
 pub struct WriteQueue {
-    /// Plain writes in order, adjacent ones merged. (A `RefCell` so that
-    /// reads, which take `&self`, can flush them first.)
-    pending: RefCell<Vec<(u64, Vec<u8>)>>,
-    /// Live writes: (address, value, size).
-    live: Vec<(u64, u64, u32)>,
+    /// Plain writes in order, adjacent ones merged.
+    pending: Vec<(u64, Vec<u8>)>,
+    /// Live writes waiting for the patch gadget.
+    live: Vec<LivePatch>,
     /// Other threads may run code of this address space while the tool
     /// works: live writes must be atomic stores.
-    pub multi: bool,
+    multi: bool,
 }
 
 impl WriteQueue {
-    /// Queues a plain write (see [`ClientMemory::write`]).
-    pub fn push(&self, addr: u64, bytes: &[u8]) {
-        let mut pending = self.pending.borrow_mut();
-        if let Some((at, buf)) = pending.last_mut() {
+    /// Queues a plain write.
+    pub fn push(&mut self, addr: u64, bytes: &[u8]) {
+        if let Some((at, buf)) = self.pending.last_mut() {
             if *at + buf.len() as u64 == addr {
                 buf.extend_from_slice(bytes);
                 return;
             }
         }
-        pending.push((addr, bytes.to_vec()));
+        self.pending.push((addr, bytes.to_vec()));
     }
 
-    /// The queued plain writes, emptying the queue.
-    pub fn take_plain(&self) -> Vec<(u64, Vec<u8>)> {
-        std::mem::take(&mut *self.pending.borrow_mut())
-    }
-
-    /// The queued live writes, emptying the queue: the caller makes them
-    /// with atomic stores after the plain ones.
-    pub fn take_live(&mut self) -> Vec<(u64, u64, u32)> {
-        std::mem::take(&mut self.live)
-    }
-}
-
-impl ClientMemory for WriteQueue {
-    fn write_live(&mut self, addr: u64, value: u64, size: u32) {
+    /// Queues a live write: for the patch gadget with other threads about,
+    /// else as a plain write.
+    pub fn push_live(&mut self, addr: u64, value: u64, size: u32) {
         if self.multi {
             self.live.push((addr, value, size));
         } else {
@@ -73,37 +117,226 @@ impl ClientMemory for WriteQueue {
             self.push(addr, &value.to_le_bytes()[..size as usize]);
         }
     }
-}
 
-/// A fake client memory for unit tests: bytes by address.
-#[cfg(test)]
-#[derive(Debug, Default)]
-pub struct FakeMemory {
-    /// Every byte written.
-    pub bytes: std::collections::HashMap<u64, u8>,
-    /// How many live writes were made.
-    pub live_writes: usize,
-}
+    /// The queued plain writes, emptying the queue.
+    pub fn take_plain(&mut self) -> Vec<(u64, Vec<u8>)> {
+        std::mem::take(&mut self.pending)
+    }
 
-#[cfg(test)]
-impl FakeMemory {
-    /// The little-endian word at `addr` (unwritten bytes read as 0).
-    pub fn u64_at(&self, addr: u64) -> u64 {
-        let mut b = [0u8; 8];
-        for (i, x) in b.iter_mut().enumerate() {
-            *x = self.bytes.get(&(addr + i as u64)).copied().unwrap_or(0);
-        }
-        u64::from_le_bytes(b)
+    /// The queued live writes, emptying the queue.
+    pub fn take_live(&mut self) -> Vec<LivePatch> {
+        std::mem::take(&mut self.live)
     }
 }
 
-#[cfg(test)]
-impl ClientMemory for FakeMemory {
+/// The memory of a live traced process: reads and fallback writes through
+/// `/proc/PID/mem` (which ignores page protections), batched writes with
+/// `process_vm_writev`, the map from `/proc/PID/maps`.
+pub struct ProcMemory {
+    pid: i32,
+    mem: File,
+    queue: WriteQueue,
+}
+
+fn io_err(what: &str, e: std::io::Error) -> EngineError {
+    EngineError(format!("{what}: {e}"))
+}
+
+impl ProcMemory {
+    /// The memory of process `pid`.
+    pub fn open(pid: i32) -> Result<ProcMemory, EngineError> {
+        let mem = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| io_err("cannot open the client's memory", e))?;
+        Ok(ProcMemory {
+            pid,
+            mem,
+            queue: WriteQueue::default(),
+        })
+    }
+}
+
+impl ClientMemory for ProcMemory {
+    fn write(&mut self, addr: u64, bytes: &[u8]) {
+        self.queue.push(addr, bytes);
+    }
+
     fn write_live(&mut self, addr: u64, value: u64, size: u32) {
-        assert_eq!(addr % u64::from(size), 0, "live writes are aligned");
-        self.live_writes += 1;
-        for (i, &b) in value.to_le_bytes()[..size as usize].iter().enumerate() {
-            self.bytes.insert(addr + i as u64, b);
+        self.queue.push_live(addr, value, size);
+    }
+
+    /// One `process_vm_writev` for all the queued writes (the engine's
+    /// regions are writable), else one `pwrite` each (guest code is not).
+    fn flush(&mut self) -> Result<(), EngineError> {
+        let pending = self.queue.take_plain();
+        for batch in pending.chunks(512) {
+            let parts: Vec<(u64, &[u8])> = batch.iter().map(|(a, b)| (*a, b.as_slice())).collect();
+            let total: usize = batch.iter().map(|(_, b)| b.len()).sum();
+            if crate::sys::write_remote(self.pid, &parts).ok() == Some(total) {
+                continue;
+            }
+            for (addr, bytes) in batch {
+                self.mem
+                    .write_all_at(bytes, *addr)
+                    .map_err(|e| io_err(&format!("cannot write client memory at {addr:#x}"), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+        self.flush()?;
+        let mut buf = vec![0u8; len];
+        self.mem
+            .read_exact_at(&mut buf, addr)
+            .map_err(|e| io_err(&format!("cannot read client memory at {addr:#x}"), e))?;
+        Ok(buf)
+    }
+
+    fn set_multi(&mut self, multi: bool) {
+        self.queue.multi = multi;
+    }
+
+    fn take_live(&mut self) -> Vec<LivePatch> {
+        self.queue.take_live()
+    }
+
+    fn maps(&mut self) -> Result<Vec<Mapping>, EngineError> {
+        let text = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map_err(|e| io_err("cannot read the client's memory map", e))?;
+        Ok(text.lines().filter_map(parse_maps_line).collect())
+    }
+}
+
+/// One line of `/proc/PID/maps`.
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut it = line.split_ascii_whitespace();
+    let range = it.next()?;
+    let perms = it.next()?;
+    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+    let _dev = it.next()?;
+    let _inode = it.next()?;
+    let path = it.collect::<Vec<_>>().join(" ");
+    let (s, e) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        exec: perms.as_bytes().get(2) == Some(&b'x'),
+        write: perms.as_bytes().get(1) == Some(&b'w'),
+        offset,
+        path,
+    })
+}
+
+#[cfg(test)]
+pub use fake::FakeMemory;
+
+#[cfg(test)]
+mod fake {
+    use super::{ClientMemory, LivePatch, Mapping};
+    use crate::EngineError;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::rc::Rc;
+
+    #[derive(Debug, Default)]
+    struct State {
+        bytes: HashMap<u64, u8>,
+        live: Vec<LivePatch>,
+        maps: Vec<Mapping>,
+        multi: bool,
+    }
+
+    /// A fake client memory for unit tests: bytes by address (unwritten
+    /// ones read as 0) and a settable memory map. Writes take effect at
+    /// once. Clones share the memory, so a test keeps one to look into
+    /// what the code under test was given.
+    #[derive(Debug, Default, Clone)]
+    pub struct FakeMemory(Rc<RefCell<State>>);
+
+    impl FakeMemory {
+        /// Adds a mapping to the memory map.
+        pub fn add_mapping(&self, start: u64, end: u64, perms: &str, path: &str) {
+            let p = perms.as_bytes();
+            self.0.borrow_mut().maps.push(Mapping {
+                start,
+                end,
+                exec: p.get(2) == Some(&b'x'),
+                write: p.get(1) == Some(&b'w'),
+                offset: 0,
+                path: path.into(),
+            });
+        }
+
+        /// Puts `bytes` at `addr`.
+        pub fn poke(&self, addr: u64, bytes: &[u8]) {
+            let mut s = self.0.borrow_mut();
+            for (i, &b) in bytes.iter().enumerate() {
+                s.bytes.insert(addr + i as u64, b);
+            }
+        }
+
+        /// `len` bytes at `addr`.
+        pub fn peek(&self, addr: u64, len: usize) -> Vec<u8> {
+            let s = self.0.borrow();
+            (0..len as u64)
+                .map(|i| s.bytes.get(&(addr + i)).copied().unwrap_or(0))
+                .collect()
+        }
+
+        /// The little-endian word at `addr`.
+        pub fn u64_at(&self, addr: u64) -> u64 {
+            u64::from_le_bytes(self.peek(addr, 8).try_into().expect("8 bytes"))
+        }
+
+        /// The little-endian 32-bit value at `addr`.
+        pub fn i32_at(&self, addr: u64) -> i32 {
+            i32::from_le_bytes(self.peek(addr, 4).try_into().expect("4 bytes"))
+        }
+
+        /// Every live write made so far, in order.
+        pub fn live_writes(&self) -> Vec<LivePatch> {
+            self.0.borrow().live.clone()
+        }
+    }
+
+    impl ClientMemory for FakeMemory {
+        fn write(&mut self, addr: u64, bytes: &[u8]) {
+            self.poke(addr, bytes);
+        }
+
+        fn write_live(&mut self, addr: u64, value: u64, size: u32) {
+            assert!(size == 4 || size == 8, "live writes are 4 or 8 bytes");
+            let line = |a: u64| a / 64;
+            assert_eq!(
+                line(addr),
+                line(addr + u64::from(size) - 1),
+                "a live write at {addr:#x} straddles a cache line"
+            );
+            self.poke(addr, &value.to_le_bytes()[..size as usize]);
+            self.0.borrow_mut().live.push((addr, value, size));
+        }
+
+        fn flush(&mut self) -> Result<(), EngineError> {
+            Ok(())
+        }
+
+        fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+            Ok(self.peek(addr, len))
+        }
+
+        fn set_multi(&mut self, multi: bool) {
+            self.0.borrow_mut().multi = multi;
+        }
+
+        fn take_live(&mut self) -> Vec<LivePatch> {
+            Vec::new()
+        }
+
+        fn maps(&mut self) -> Result<Vec<Mapping>, EngineError> {
+            Ok(self.0.borrow().maps.clone())
         }
     }
 }
@@ -118,7 +351,7 @@ mod tests {
         q.push(0x1000, &[1, 2]);
         q.push(0x1002, &[3]);
         q.push(0x2000, &[4]);
-        q.write_live(0x3000, 7, 8);
+        q.push_live(0x3000, 7, 8);
         assert_eq!(
             q.take_plain(),
             vec![
@@ -128,8 +361,41 @@ mod tests {
             ]
         );
         q.multi = true;
-        q.write_live(0x3000, 9, 4);
+        q.push_live(0x3000, 9, 4);
         assert!(q.take_plain().is_empty());
         assert_eq!(q.take_live(), vec![(0x3000, 9, 4)]);
+    }
+
+    #[test]
+    fn maps_lines_parse() {
+        let m = parse_maps_line(
+            "7ffff7dd3000-7ffff7f3b000 r-xp 00028000 fe:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(m.start, 0x7ffff7dd3000);
+        assert_eq!(m.end, 0x7ffff7f3b000);
+        assert!(m.exec && !m.write);
+        assert_eq!(m.offset, 0x28000);
+        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let v = parse_maps_line("7ffff7fc1000-7ffff7fc3000 r-xp 00000000 00:00 0  [vdso]").unwrap();
+        assert_eq!(v.path, "[vdso]");
+        let a = parse_maps_line("7ffff7fc5000-7ffff7fc7000 rw-p 00000000 00:00 0").unwrap();
+        assert!(a.write && !a.exec && a.path.is_empty());
+    }
+
+    #[test]
+    fn a_live_process_reads_back_what_was_written() {
+        // Our own memory stands in for a client's.
+        let mut mem = ProcMemory::open(std::process::id() as i32).unwrap();
+        let mut buf = vec![0u8; 64];
+        let at = buf.as_mut_ptr() as u64;
+        mem.write(at, &[1, 2, 3]);
+        mem.write(at + 3, &[4]);
+        mem.write_live(at + 8, 0x1122_3344, 4);
+        assert_eq!(mem.read(at, 4).unwrap(), [1, 2, 3, 4]);
+        assert_eq!(mem.read_u64(at + 8).unwrap(), 0x1122_3344);
+        assert!(mem.take_live().is_empty());
+        assert!(mem.maps().unwrap().iter().any(|m| m.path == "[stack]"));
+        std::hint::black_box(&buf);
     }
 }

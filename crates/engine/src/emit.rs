@@ -75,6 +75,12 @@ pub struct Emitter {
     fixups: Vec<Fixup>,
 }
 
+/// The value of a rel32 field at host address `field` that makes its branch
+/// go to `dest`, if `dest` is within reach (±2 GiB from the field's end).
+pub fn rel32(field: u64, dest: u64) -> Option<i32> {
+    i32::try_from(dest.wrapping_sub(field + 4) as i64).ok()
+}
+
 /// `gs:[disp]`: a slot of the current thread's area.
 fn gs(disp: u32) -> MemoryOperand {
     MemoryOperand::new(
@@ -158,20 +164,15 @@ impl Emitter {
     }
 
     fn set_displacement(&mut self, end: usize, size: usize, target: u64) {
-        let d = target.wrapping_sub(self.base + end as u64) as i64;
+        let field_at = self.base + (end - size) as u64;
         let field = &mut self.bytes[end - size..end];
         if size == 1 {
-            assert!(
-                (i8::MIN as i64..=i8::MAX as i64).contains(&d),
-                "short branch out of range"
-            );
-            field[0] = d as i8 as u8;
+            let d = i8::try_from(target.wrapping_sub(field_at + 1) as i64)
+                .expect("short branch out of range");
+            field[0] = d as u8;
         } else {
-            assert!(
-                (i32::MIN as i64..=i32::MAX as i64).contains(&d),
-                "rel32 out of range"
-            );
-            field.copy_from_slice(&(d as i32).to_le_bytes());
+            let d = rel32(field_at, target).expect("rel32 out of range");
+            field.copy_from_slice(&d.to_le_bytes());
         }
     }
 
@@ -233,9 +234,6 @@ impl Emitter {
         self.set_displacement(end, 4, target);
         self.base + end as u64 - 4
     }
-
-    /// Bytes of [`Emitter::jmp_far`].
-    pub const JMP_FAR_BYTES: u64 = 14;
 
     /// `jmp [rip+0]; dq dest`: a jump to anywhere (rel32 overflow).
     pub fn jmp_far(&mut self, dest: u64) {
@@ -753,7 +751,7 @@ pub(crate) mod tests {
     fn far_jump_reads_the_following_literal() {
         let mut e = Emitter::new(0x1000);
         e.jmp_far(0x1122_3344_5566);
-        assert_eq!(e.bytes.len() as u64, Emitter::JMP_FAR_BYTES);
+        assert_eq!(e.bytes.len(), 14);
         assert_eq!(disasm_at(&e.bytes[..6], 0x1000), ["jmp qword ptr [1006h]"]);
         assert_eq!(e.bytes[6..], 0x1122_3344_5566u64.to_le_bytes());
     }

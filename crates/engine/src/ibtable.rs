@@ -189,16 +189,17 @@ impl IbTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::client_mem::FakeMemory;
 
     const BASE: u64 = 0x7010_0000;
 
     /// What translated code does (emit::lookup, then emit::probe_stub),
-    /// over the fake memory: the entry found for `target`, if any.
-    fn client_lookup(mem: &FakeMemory, target: u64) -> Option<u64> {
-        let mut bucket = BASE + (target & 0xffff) * BUCKET_BYTES;
+    /// over the fake memory: the entry found for `target` in the table at
+    /// `base`, if any.
+    pub(crate) fn lookup_in(mem: &FakeMemory, base: u64, target: u64) -> Option<u64> {
+        let mut bucket = base + (target & 0xffff) * BUCKET_BYTES;
         loop {
             for way in 0..BUCKET_WAYS {
                 if mem.u64_at(bucket + way * 16) == target {
@@ -210,6 +211,10 @@ mod tests {
                 n => bucket = n,
             }
         }
+    }
+
+    fn client_lookup(mem: &FakeMemory, target: u64) -> Option<u64> {
+        lookup_in(mem, BASE, target)
     }
 
     #[test]
@@ -306,27 +311,20 @@ mod tests {
 
     #[test]
     fn keys_and_entries_are_written_live_in_a_safe_order() {
-        #[derive(Default)]
-        struct Log(Vec<(u64, u64)>);
-        impl ClientMemory for Log {
-            fn write_live(&mut self, addr: u64, value: u64, _: u32) {
-                self.0.push((addr, value));
-            }
-        }
         let mut t = IbTable::new(BASE);
-        let mut log = Log::default();
+        let mut mem = FakeMemory::default();
         for i in 0..4 {
-            t.insert(0x3000 + i * 0x1_0000, 0x50 + i, &mut log);
+            t.insert(0x3000 + i * 0x1_0000, 0x50 + i, &mut mem);
         }
         let home = BASE + 0x3000 * BUCKET_BYTES;
         let over = BASE + HTAB_SETS * BUCKET_BYTES;
         // The fourth key: chain link, then entry, then key.
         assert_eq!(
-            log.0[6..],
+            mem.live_writes()[6..],
             [
-                (home + BUCKET_NEXT, over),
-                (over + 8, 0x53),
-                (over, 0x3000 + 3 * 0x1_0000)
+                (home + BUCKET_NEXT, over, 8),
+                (over + 8, 0x53, 8),
+                (over, 0x3000 + 3 * 0x1_0000, 8)
             ]
         );
     }

@@ -22,7 +22,11 @@
 //!   execs, exits and signals are followed through ptrace events.
 //! * `space`: one client address space: code-cache chunks near the code
 //!   they translate, blocks, exit stubs and pending links, the indirect
-//!   branch table, thread areas and counters, invalidation of unmapped code.
+//!   branch table, thread areas and counters, invalidation of unmapped code
+//!   (a module per job, see its doc).
+//! * `client_mem`: everything the tool does to a client's memory (queued
+//!   and live writes, reads, the memory map) behind a trait, so that
+//!   `space` and `ibtable` run in unit tests against a fake memory.
 //! * `translate`: one guest basic block to code-cache code with iced-x86;
 //!   `emit`: the hand-encoded instructions it adds; `layout`: the
 //!   addresses and offsets both sides agree on.

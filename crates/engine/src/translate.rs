@@ -62,8 +62,11 @@ pub struct Translation {
     /// their first guest instruction, so a predecessor may fall into them).
     pub body: u64,
     /// The code ends with `jmp rel32` to this guest address (the block's
-    /// fall-through), which the caller may drop by placing that block next.
+    /// fall-through), which the caller may drop with
+    /// [`Translation::drop_tail`] by placing that block next.
     pub tail: Option<u64>,
+    /// Offset in `code` of that jump.
+    tail_at: usize,
     /// The emitted bytes.
     pub code: Vec<u8>,
     /// rel32 fields to link: (host address of the field, guest target).
@@ -80,6 +83,16 @@ pub struct Translation {
     pub call_returns: Vec<u64>,
     /// Direct successors (for eager translation).
     pub successors: Vec<u64>,
+}
+
+impl Translation {
+    /// Drops the final jump to [`Translation::tail`] (and its exit): the
+    /// caller places the tail block right after this one.
+    pub fn drop_tail(&mut self) {
+        assert!(self.tail.take().is_some(), "a tail jump to drop");
+        self.code.truncate(self.tail_at);
+        self.exits.pop();
+    }
 }
 
 /// Why a block could not be translated: the message names the instruction.
@@ -328,8 +341,9 @@ struct Builder<'a> {
     enc: Encoder,
     t: Translation,
     ctx: &'a mut dyn TransCtx,
-    /// The last `jmp rel32` exit: (host address past it, guest target).
-    tail_jmp: Option<(u64, u64)>,
+    /// The last `jmp rel32` exit: (offset of the jump in the code, host
+    /// address past it, guest target).
+    tail_jmp: Option<(usize, u64, u64)>,
 }
 
 impl Builder<'_> {
@@ -341,10 +355,11 @@ impl Builder<'_> {
     /// An exit `jmp rel32` right here (the caller keeps its field within a
     /// cache line).
     fn exit_jmp_unaligned(&mut self, guest_target: u64) {
+        let at = self.e.bytes.len();
         let site = self.e.jmp(self.e.here());
         self.t.exits.push((site, guest_target));
         self.t.successors.push(guest_target);
-        self.tail_jmp = Some((self.e.here(), guest_target));
+        self.tail_jmp = Some((at, self.e.here(), guest_target));
     }
 
     fn exit_jcc(&mut self, cc: u8, guest_target: u64) {
@@ -610,10 +625,12 @@ pub fn translate(
         b.exit_jmp(next);
     }
     // A final `jmp rel32` exit: its target may be placed right after.
-    b.t.tail = match b.tail_jmp {
-        Some((end, target)) if end == b.e.here() => Some(target),
-        _ => None,
-    };
+    if let Some((at, end, target)) = b.tail_jmp {
+        if end == b.e.here() {
+            b.t.tail = Some(target);
+            b.t.tail_at = at;
+        }
+    }
     debug_assert!(b.e.is_complete());
     b.t.guest_end = end;
     b.t.code = std::mem::take(&mut b.e.bytes);
@@ -655,6 +672,23 @@ mod tests {
             vec![0x1000, 0x1009]
         );
         assert_eq!(t.guest_end, 0x1009);
+        assert_eq!(t.tail, Some(0x1009));
+    }
+
+    #[test]
+    fn dropping_the_tail_leaves_the_block_open_at_its_end() {
+        // 1000: add rax,1 ; dec rcx ; jnz 1000 (then falls through to 1009)
+        let code = [0x48, 0x83, 0xc0, 0x01, 0x48, 0xff, 0xc9, 0x75, 0xf7];
+        let mut ctx = Ctx { next: 0x1000 };
+        let mut t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let whole = disasm(&t);
+        assert!(whole.last().unwrap().starts_with("jmp "), "{whole:?}");
+        t.drop_tail();
+        assert_eq!(t.tail, None);
+        assert_eq!(t.exits.len(), 1);
+        let d = disasm(&t);
+        assert_eq!(d[..], whole[..whole.len() - 1]);
+        assert!(d.last().unwrap().starts_with("jne "), "{d:?}");
     }
 
     #[test]

@@ -8,14 +8,14 @@
 
 use super::inject::Injection;
 use super::launch::is_x86_64_elf;
-use super::{cont_syscall, get_regs, os_err, set_regs, syscalls, wait_for, Tracer};
+use super::{cont_syscall, get_regs, set_regs, syscalls, wait_for, Tracer};
+use crate::client_mem::{ClientMemory, ProcMemory};
 use crate::layout::{self, CORE_CANDIDATES, CORE_SIZE};
 use crate::space::Space;
 use crate::sys::{self, WaitStatus};
 use crate::EngineError;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -61,18 +61,12 @@ impl Tracer<'_> {
     /// execve syscall-exit, and starts it on translated code.
     fn setup_exec(&mut self, pid: i32) -> Result<(), EngineError> {
         let regs = get_regs(pid)?;
-        let mem = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{pid}/mem"))
-            .map_err(|e| os_err("cannot open the client's memory", e))?;
+        let mut mem = ProcMemory::open(pid)?;
         // The entry point is the gadget until the core region has one.
         let gadget = layout::gadget_bytes();
-        let mut saved = vec![0u8; gadget.len()];
-        mem.read_exact_at(&mut saved, regs.rip)
-            .map_err(|e| os_err("cannot read the client's entry point", e))?;
-        mem.write_all_at(&gadget, regs.rip)
-            .map_err(|e| os_err("cannot write the client's entry point", e))?;
+        let saved = mem.read(regs.rip, gadget.len())?;
+        mem.write(regs.rip, &gadget);
+        mem.flush()?;
         let mut inj = Injection::new(pid, regs.rip, regs);
         let mut core = None;
         for &cand in &CORE_CANDIDATES {
@@ -89,16 +83,16 @@ impl Tracer<'_> {
                 break;
             }
         }
-        mem.write_all_at(&saved, regs.rip)
-            .map_err(|e| os_err("cannot restore the client's entry point", e))?;
+        mem.write(regs.rip, &saved);
+        mem.flush()?;
         let core = core.ok_or_else(|| {
             EngineError("cannot map the engine's core region below 2 GiB in the client".into())
         })?;
-        let mut space = Space::new(pid, core)?;
+        mem.write(core + layout::GADGET, &gadget);
+        mem.write(core + layout::PATCH_GADGET, &layout::patch_gadget_bytes());
+        mem.write(core + layout::SYSTAB, &interest_table());
+        let mut space = Space::new(Box::new(mem), core);
         space.count_lookups = self.cfg.stats;
-        space.write(core + layout::GADGET, &gadget)?;
-        space.write(core + layout::PATCH_GADGET, &layout::patch_gadget_bytes())?;
-        space.write(core + layout::SYSTAB, &interest_table())?;
         inj.gadget = core + layout::GADGET;
         let area = space.alloc_area(&mut inj.injector())?;
         let body = space.ensure(regs.rip, &mut inj.injector())?;

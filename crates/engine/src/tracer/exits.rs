@@ -29,7 +29,8 @@ impl Tracer<'_> {
         space.borrow_mut().stats.count_exit(nr);
         if nr == layout::MAGIC_SYSCALL {
             let sysno = space
-                .borrow()
+                .borrow_mut()
+                .mem()
                 .read_u64(regs.gs_base + layout::S_RAX as u64)?;
             if debug_enabled() {
                 eprintln!(
@@ -47,21 +48,22 @@ impl Tracer<'_> {
         let mut inj = Injection::new(tid, gadget, regs);
         {
             let mut sp = space.borrow_mut();
-            sp.set_multi(self.threads_sharing(&space) > 1);
+            sp.mem().set_multi(self.threads_sharing(&space) > 1);
             if debug_enabled() {
                 eprintln!(
                     "[engine] tid {tid} exit {:#x} rip {:#x} target/rax {:#x}",
                     nr.wrapping_sub(layout::MAGIC_LINK),
                     regs.rip,
-                    sp.read_u64(regs.gs_base + layout::S_TARGET as u64)
+                    sp.mem()
+                        .read_u64(regs.gs_base + layout::S_TARGET as u64)
                         .unwrap_or(0)
                 );
             }
             answer_exit(&mut sp, &mut inj, &mut regs, nr)?;
         }
-        let patches = space.borrow_mut().take_live_patches();
+        let patches = space.borrow_mut().mem().take_live();
         if !patches.is_empty() {
-            inj.apply_live_patches(&space.borrow(), &patches)?;
+            inj.apply_live_patches(&mut space.borrow_mut(), &patches)?;
         }
         let tgid = self.tasks.get(&tid).map_or(tid, |t| t.tgid);
         self.requeue_signals(tgid, inj);
@@ -83,16 +85,15 @@ fn answer_exit(
     match nr {
         layout::MAGIC_LINK => {
             let target = sp
-                .stub_exit(regs.rip)
-                .map(|s| s.target)
+                .stub_target(regs.rip)
                 .ok_or_else(|| EngineError(format!("unknown exit stub at {:#x}", regs.rip)))?;
             let body = sp.ensure(target, &mut inj.injector())?;
             enter_block(sp, regs, body)
         }
         layout::MAGIC_MISS => {
-            let target = sp.read_u64(slot + layout::S_TARGET as u64)?;
+            let target = sp.mem().read_u64(slot + layout::S_TARGET as u64)?;
             let body = sp.ensure(target, &mut inj.injector())?;
-            sp.publish(target)?;
+            sp.publish(target);
             enter_block(sp, regs, body)
         }
         layout::MAGIC_SYSCALL => on_syscall(sp, regs),
@@ -105,12 +106,13 @@ fn answer_exit(
 
 /// Continues at the translated block `body` with the registers the exit
 /// spilled.
-fn enter_block(sp: &Space, regs: &mut Regs, body: u64) -> Result<(), EngineError> {
+fn enter_block(sp: &mut Space, regs: &mut Regs, body: u64) -> Result<(), EngineError> {
     let slot = regs.gs_base;
+    let mem = sp.mem();
     regs.rip = body;
-    regs.rax = sp.read_u64(slot + layout::S_RAX as u64)?;
-    regs.rcx = sp.read_u64(slot + layout::S_RCX as u64)?;
-    regs.r11 = sp.read_u64(slot + layout::S_R11 as u64)?;
+    regs.rax = mem.read_u64(slot + layout::S_RAX as u64)?;
+    regs.rcx = mem.read_u64(slot + layout::S_RCX as u64)?;
+    regs.r11 = mem.read_u64(slot + layout::S_R11 as u64)?;
     regs.orig_rax = u64::MAX;
     Ok(())
 }
@@ -121,7 +123,7 @@ fn on_syscall(sp: &mut Space, regs: &mut Regs) -> Result<(), EngineError> {
     let site = sp
         .syscall_site(regs.rip)
         .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
-    let sysno = sp.read_u64(regs.gs_base + layout::S_RAX as u64)?;
+    let sysno = sp.mem().read_u64(regs.gs_base + layout::S_RAX as u64)?;
     regs.rcx = site.guest_next;
     match sysno as usize {
         syscalls::RSEQ => {
@@ -151,7 +153,7 @@ fn on_syscall(sp: &mut Space, regs: &mut Regs) -> Result<(), EngineError> {
                 _ => true,
             };
             if drops {
-                sp.invalidate(start, end)?;
+                sp.invalidate(start, end);
             }
         }
         _ => {}

@@ -11,6 +11,7 @@
 //! Signals that arrive meanwhile are held back and re-sent when it resumes.
 
 use super::{cont, debug_enabled, get_regs, set_regs, wait_for, Tracer};
+use crate::client_mem::LivePatch;
 use crate::layout;
 use crate::space::Space;
 use crate::sys::{Regs, WaitStatus};
@@ -69,8 +70,8 @@ impl Injection {
     /// `layout::patch_gadget_bytes`).
     pub(super) fn apply_live_patches(
         &mut self,
-        space: &Space,
-        patches: &[(u64, u64, u32)],
+        space: &mut Space,
+        patches: &[LivePatch],
     ) -> Result<(), EngineError> {
         let list = self.base.gs_base + layout::AREA_PATCHES;
         for batch in patches.chunks(layout::MAX_PATCHES) {
@@ -80,8 +81,8 @@ impl Injection {
                 bytes.extend_from_slice(&value.to_le_bytes());
                 bytes.extend_from_slice(&u64::from(size).to_le_bytes());
             }
-            space.write(list, &bytes)?;
-            space.flush()?;
+            space.mem().write(list, &bytes);
+            space.mem().flush()?;
             let mut r = self.base;
             r.rip = space.core + layout::PATCH_GADGET;
             r.rdi = list;

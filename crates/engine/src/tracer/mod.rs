@@ -129,7 +129,7 @@ impl Tracer<'_> {
     fn resume(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
         // Code and links written for this task's address space go out now.
         if let Some(space) = self.space_of(tid) {
-            space.borrow().flush()?;
+            space.borrow_mut().mem().flush()?;
         }
         // A task that vanished (killed by a sibling's exit_group) is fine.
         let _ = sys::cont(tid, sig);

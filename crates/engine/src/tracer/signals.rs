@@ -42,7 +42,8 @@ impl Tracer<'_> {
         let space = self.space_of(tid).expect("known task");
         let task = self.tasks.get_mut(&tid).expect("known task");
         let saved = space
-            .borrow()
+            .borrow_mut()
+            .mem()
             .read(task.area, layout::SPILL_BYTES as usize)?;
         if task.sig_spills.len() >= MAX_NESTED {
             // Handlers that longjmp'd out never returned: forget the oldest.
@@ -86,7 +87,7 @@ impl Tracer<'_> {
             .syscall_site(regs.rip)
             .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
         if let Some(saved) = self.tasks.get_mut(&tid).and_then(|t| t.sig_spills.pop()) {
-            space.borrow().write(regs.gs_base, &saved)?;
+            space.borrow_mut().mem().write(regs.gs_base, &saved);
         }
         regs.rip = site.stop_rip + 2;
         regs.rax = sysno;
@@ -111,7 +112,7 @@ impl Tracer<'_> {
         let mut r = regs;
         if act != 0 {
             let mut sp = space.borrow_mut();
-            if let Ok(mut bytes) = sp.read(act, 32) {
+            if let Ok(mut bytes) = sp.mem().read(act, 32) {
                 let handler = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
                 if handler > 1 {
                     let mut inj = Injection::new(tid, sp.core + layout::GADGET, regs);
@@ -119,7 +120,7 @@ impl Tracer<'_> {
                     self.requeue_signals(tgid, inj);
                     bytes[..8].copy_from_slice(&tramp.to_le_bytes());
                     let scratch = regs.gs_base + SIGACTION_SCRATCH;
-                    sp.write(scratch, &bytes)?;
+                    sp.mem().write(scratch, &bytes);
                     r.rsi = scratch;
                     change = Some(Some(handler));
                 } else {
@@ -129,7 +130,7 @@ impl Tracer<'_> {
         }
         r.orig_rax = syscalls::RT_SIGACTION as u64;
         r.rax = syscalls::RT_SIGACTION as u64;
-        space.borrow().flush()?;
+        space.borrow_mut().mem().flush()?;
         set_regs(tid, &r)?;
         // Run it to its syscall-exit stop, to see its result.
         cont_syscall(tid)?;
@@ -152,7 +153,7 @@ impl Tracer<'_> {
             let proc = self.procs.get_mut(&tgid).expect("known process");
             if oldact != 0 {
                 if let Some(&h) = proc.handlers.get(&sig) {
-                    space.borrow().write(oldact, &h.to_le_bytes())?;
+                    space.borrow_mut().mem().write(oldact, &h.to_le_bytes());
                 }
             }
             match change {

@@ -7,6 +7,7 @@
 
 use super::inject::Injection;
 use super::{get_regs, os_err, set_regs, syscalls, Tracer};
+use crate::client_mem::ProcMemory;
 use crate::layout;
 use crate::space::Space;
 use crate::sys;
@@ -133,7 +134,7 @@ impl Tracer<'_> {
         let flags = match regs.orig_rax {
             syscalls::CLONE => regs.rdi,
             syscalls::CLONE3 => match self.space_of(tid) {
-                Some(sp) => sp.borrow().read_u64(regs.rdi).unwrap_or(CLONE_VM),
+                Some(sp) => sp.borrow_mut().mem().read_u64(regs.rdi).unwrap_or(CLONE_VM),
                 None => CLONE_VM,
             },
             _ => CLONE_VM,
@@ -183,7 +184,9 @@ impl Tracer<'_> {
             Birth::Fork | Birth::Vfork => {
                 let (space, shares) = if birth == Birth::Fork {
                     (
-                        Rc::new(RefCell::new(pspace.borrow().fork_copy(tid)?)),
+                        Rc::new(RefCell::new(
+                            pspace.borrow().fork_copy(Box::new(ProcMemory::open(tid)?)),
+                        )),
                         false,
                     )
                 } else {
@@ -227,7 +230,7 @@ impl Tracer<'_> {
         }
         let proc = self.procs.remove(&task.tgid).expect("present");
         if !proc.shares_parent {
-            let profile = proc.space.borrow().collect(task.tgid);
+            let profile = proc.space.borrow_mut().collect(task.tgid);
             self.sink.process_finished(profile);
         }
     }

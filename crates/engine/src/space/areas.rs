@@ -1,0 +1,235 @@
+//! Thread areas and the execution counters in them.
+//!
+//! Every thread has its own area (its GS base, see `layout`): spill slots,
+//! the patch list, the `--stats=yes` lookup counters, then one 8-byte
+//! counter per block (and per rep string instruction) at the same offset in
+//! every area. Translated code increments its own thread's counters without
+//! atomics, so counts are exact however threads interleave; the tool adds
+//! an area's counters to the totals when its thread exits and reuses the
+//! area, zeroed, for the next thread.
+
+use super::Injector;
+use crate::client_mem::ClientMemory;
+use crate::layout::{self, AREA_COUNTERS, S_STAT_INLINE_HITS};
+use crate::EngineError;
+use rustc_hash::FxHashSet as HashSet;
+
+/// Lookup counters per area, from [`layout::S_STAT_INLINE_HITS`] on:
+/// inline hits, probes, probe hits.
+pub(super) type LookupCounts = [u64; 3];
+
+/// The thread areas of one address space and what their counters held.
+#[derive(Debug, Clone)]
+pub(super) struct Areas {
+    /// Areas whose counters are still in client memory (those of live
+    /// threads, and after a fork those the parent's other threads had).
+    live: HashSet<u64>,
+    /// Areas of exited threads, zeroed, ready for reuse.
+    free: Vec<u64>,
+    /// Areas mapped so far (for placement hints).
+    made: u64,
+    /// Offset of the next counter to hand out.
+    next_counter: u32,
+    /// Counts of exited threads, by counter index.
+    totals: Vec<u64>,
+    /// Lookup counters of exited threads.
+    lookup_totals: LookupCounts,
+}
+
+/// The counts of every thread, by counter offset.
+pub(super) struct Counts(Vec<u64>);
+
+impl Counts {
+    /// What the counter at `offset` (in the thread areas) counted.
+    pub fn get(&self, offset: u32) -> u64 {
+        self.0
+            .get(((offset - AREA_COUNTERS) / 8) as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Areas {
+    /// No areas, no counters.
+    pub fn new() -> Areas {
+        Areas {
+            live: HashSet::default(),
+            free: Vec::new(),
+            made: 0,
+            next_counter: AREA_COUNTERS,
+            totals: Vec::new(),
+            lookup_totals: [0; 3],
+        }
+    }
+
+    /// A fresh 8-byte counter: its offset in every area.
+    pub fn alloc_counter(&mut self) -> u32 {
+        let c = self.next_counter;
+        self.next_counter += 8;
+        c
+    }
+
+    /// An area for a new thread: a recycled one or a fresh mapping made by
+    /// `inj` in the client.
+    pub fn alloc(
+        &mut self,
+        mem: &mut dyn ClientMemory,
+        inj: &mut Injector,
+    ) -> Result<u64, EngineError> {
+        let area = match self.free.pop() {
+            Some(a) => a,
+            None => {
+                const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+                const FLAGS: u64 =
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
+                // The injection runs client code: queued writes go first.
+                mem.flush()?;
+                let hint = layout::AREA_HINT + self.made * layout::AREA_SIZE;
+                let r = inj(
+                    libc::SYS_mmap as u64,
+                    [hint, layout::AREA_SIZE, PROT, FLAGS, u64::MAX, 0],
+                )?;
+                if r < 0 {
+                    return Err(EngineError(format!(
+                        "cannot map a thread area in the client: {}",
+                        std::io::Error::from_raw_os_error(-r as i32)
+                    )));
+                }
+                self.made += 1;
+                r as u64
+            }
+        };
+        self.live.insert(area);
+        Ok(area)
+    }
+
+    /// Bytes of counters handed out so far.
+    fn counters_len(&self) -> usize {
+        (self.next_counter - AREA_COUNTERS) as usize
+    }
+
+    /// The counters of `area` by index (none if its memory is gone).
+    fn read_counters(&self, area: u64, mem: &mut dyn ClientMemory) -> Vec<u64> {
+        mem.read(area + u64::from(AREA_COUNTERS), self.counters_len())
+            .map(|bytes| words(&bytes))
+            .unwrap_or_default()
+    }
+
+    /// A thread exited: its counters join the totals and its area, zeroed,
+    /// goes to the next thread. (Called while the client's memory is still
+    /// there.)
+    pub fn thread_exited(&mut self, area: u64, mem: &mut dyn ClientMemory) {
+        if !self.live.remove(&area) {
+            return;
+        }
+        let counts = self.read_counters(area, mem);
+        add_into(&mut self.totals, &counts);
+        let lookups = read_lookup_counts(area, mem);
+        add_to(&mut self.lookup_totals, &lookups);
+        mem.write(area + u64::from(S_STAT_INLINE_HITS), &[0; 24]);
+        mem.write(
+            area + u64::from(AREA_COUNTERS),
+            &vec![0u8; self.counters_len()],
+        );
+        self.free.push(area);
+    }
+
+    /// What every thread counted: the totals of exited threads plus the
+    /// counters of the live areas.
+    pub fn counts(&self, mem: &mut dyn ClientMemory) -> Counts {
+        let mut counts = self.totals.clone();
+        for &area in &self.live {
+            add_into(&mut counts, &self.read_counters(area, mem));
+        }
+        Counts(counts)
+    }
+
+    /// The lookup counters of every thread (see [`Areas::counts`]).
+    pub fn lookup_counts(&self, mem: &mut dyn ClientMemory) -> LookupCounts {
+        let mut lookups = self.lookup_totals;
+        for &area in &self.live {
+            add_to(&mut lookups, &read_lookup_counts(area, mem));
+        }
+        lookups
+    }
+}
+
+/// The lookup counters of the area at `area` (zero if its memory is gone).
+fn read_lookup_counts(area: u64, mem: &mut dyn ClientMemory) -> LookupCounts {
+    let mut out = [0; 3];
+    if let Ok(bytes) = mem.read(area + u64::from(S_STAT_INLINE_HITS), 24) {
+        out.copy_from_slice(&words(&bytes));
+    }
+    out
+}
+
+/// Little-endian 64-bit words.
+fn words(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Adds `add` into `total` element by element.
+fn add_to(total: &mut [u64], add: &[u64]) {
+    for (t, a) in total.iter_mut().zip(add) {
+        *t += a;
+    }
+}
+
+/// Adds `add` into `total`, which grows to its length.
+fn add_into(total: &mut Vec<u64>, add: &[u64]) {
+    if total.len() < add.len() {
+        total.resize(add.len(), 0);
+    }
+    add_to(total, add);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client_mem::FakeMemory;
+    use crate::space::tests::mmap_as_asked;
+
+    #[test]
+    fn counts_of_exited_threads_are_kept_and_their_areas_reused() {
+        let mut fake = FakeMemory::default();
+        let mut areas = Areas::new();
+        let a1 = areas.alloc(&mut fake, &mut mmap_as_asked).unwrap();
+        let a2 = areas.alloc(&mut fake, &mut mmap_as_asked).unwrap();
+        assert_eq!(a1, layout::AREA_HINT);
+        assert_eq!(a2, layout::AREA_HINT + layout::AREA_SIZE);
+        let (c1, c2) = (areas.alloc_counter(), areas.alloc_counter());
+        assert_eq!((c1, c2), (AREA_COUNTERS, AREA_COUNTERS + 8));
+        let put = |at: u64, v: u64| fake.poke(at, &v.to_le_bytes());
+        put(a1 + u64::from(c1), 3);
+        put(a1 + u64::from(S_STAT_INLINE_HITS), 7);
+        put(a2 + u64::from(c1), 10);
+        put(a2 + u64::from(c2), 4);
+        areas.thread_exited(a1, &mut fake);
+        // (Folded once only.)
+        areas.thread_exited(a1, &mut fake);
+        // Zeroed for the next thread, which gets it without a new mapping.
+        assert_eq!(fake.u64_at(a1 + u64::from(c1)), 0);
+        assert_eq!(fake.u64_at(a1 + u64::from(S_STAT_INLINE_HITS)), 0);
+        let mut no_mmap =
+            |_: u64, _: [u64; 6]| -> Result<i64, EngineError> { panic!("a free area is reused") };
+        assert_eq!(areas.alloc(&mut fake, &mut no_mmap).unwrap(), a1);
+        // Exited threads' totals plus the live areas.
+        let counts = areas.counts(&mut fake);
+        assert_eq!((counts.get(c1), counts.get(c2)), (13, 4));
+        assert_eq!(areas.lookup_counts(&mut fake), [7, 0, 0]);
+    }
+
+    #[test]
+    fn a_failed_mapping_is_an_error() {
+        let mut areas = Areas::new();
+        let mut enomem =
+            |_: u64, _: [u64; 6]| -> Result<i64, EngineError> { Ok(-i64::from(libc::ENOMEM)) };
+        let e = areas
+            .alloc(&mut FakeMemory::default(), &mut enomem)
+            .unwrap_err();
+        assert!(e.0.starts_with("cannot map a thread area"), "{}", e.0);
+    }
+}

@@ -1,0 +1,390 @@
+//! The code cache: where translated code and the code around it go.
+//!
+//! A chunk is one 64 MiB mapping within ±1 GiB of the guest code it
+//! translates, so that copied RIP-relative operands keep their 32-bit
+//! displacements, and never in the main stack's room to grow. It starts
+//! with its miss stub and its probe stub (the part of the indirect-branch
+//! lookup that runs out of line); block bodies follow and grow up. Its *aux
+//! area* grows down from its end: exit stubs, literals, far jumps and
+//! signal-handler entries, out of the way of fall-through chains of bodies.
+//! Chunks are mapped by the client itself, through an injected `mmap`.
+
+use super::Injector;
+use crate::client_mem::ClientMemory;
+use crate::emit::Emitter;
+use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
+use crate::EngineError;
+use rustc_hash::FxHashMap as HashMap;
+
+/// Aux bytes one block may need at most (literals, exit stubs).
+const AUX_PER_BLOCK: u64 = 8 << 10;
+
+/// Chunks go no lower than this (the kernel's `mmap_min_addr` and the
+/// first pages of low programs).
+const LOWEST_CHUNK: u64 = 0x100_0000;
+
+/// One past the highest user address a chunk may end at.
+const HIGHEST_END: u64 = 0x7fff_ffff_f000;
+
+/// One code-cache mapping.
+#[derive(Debug, Clone)]
+pub(super) struct Chunk {
+    pub base: u64,
+    /// Next free code byte (block bodies grow up from the start).
+    pub code_next: u64,
+    /// Lowest byte of the aux area (growing down from the end).
+    aux_low: u64,
+    /// The shared probe stub (the rest of the indirect-branch lookup).
+    pub probe_stub: u64,
+}
+
+impl Chunk {
+    /// Takes `len` bytes (8-aligned) from the top of the aux area.
+    pub fn aux(&mut self, len: u64) -> u64 {
+        self.aux_low = (self.aux_low - len) & !7;
+        self.aux_low
+    }
+
+    /// Room for one more block and its aux bytes.
+    fn has_room(&self) -> bool {
+        self.has_room_after(self.code_next)
+    }
+
+    /// Room for one more block starting at `at`.
+    pub fn has_room_after(&self, at: u64) -> bool {
+        at + MAX_BLOCK_BYTES + AUX_PER_BLOCK < self.aux_low
+    }
+
+    /// Whether `host` is in this chunk.
+    fn holds(&self, host: u64) -> bool {
+        self.base <= host && host < self.base + CHUNK_SIZE
+    }
+
+    /// Bytes in use: bodies and aux area.
+    fn used(&self) -> u64 {
+        (self.code_next - self.base) + (self.base + CHUNK_SIZE - self.aux_low)
+    }
+}
+
+/// The chunks of one address space and the code in their aux areas that
+/// the tool needs to find again.
+#[derive(Debug, Clone)]
+pub(super) struct CodeCache {
+    /// Address of the core region (the indirect-branch table is in it).
+    core: u64,
+    chunks: Vec<Chunk>,
+    /// Guest target of each exit stub, by the host RIP of its stop.
+    stub_targets: HashMap<u64, u64>,
+    /// Exit stubs by (chunk index, guest target).
+    stubs: HashMap<(usize, u64), u64>,
+    /// Signal-handler entries by guest handler address.
+    handler_entries: HashMap<u64, u64>,
+}
+
+impl CodeCache {
+    /// No chunks yet, for the address space whose core region is at `core`.
+    pub fn new(core: u64) -> CodeCache {
+        CodeCache {
+            core,
+            chunks: Vec::new(),
+            stub_targets: HashMap::default(),
+            stubs: HashMap::default(),
+            handler_entries: HashMap::default(),
+        }
+    }
+
+    /// Chunk `ci`.
+    pub fn chunk(&mut self, ci: usize) -> &mut Chunk {
+        &mut self.chunks[ci]
+    }
+
+    /// The index of the chunk that holds host address `host`.
+    pub fn chunk_of(&self, host: u64) -> usize {
+        self.chunks
+            .iter()
+            .position(|c| c.holds(host))
+            .expect("host address in a chunk")
+    }
+
+    /// A chunk within reach of `guest` with room for one more block (the
+    /// newest such), if any.
+    pub fn near(&self, guest: u64) -> Option<usize> {
+        let fits = |c: &Chunk| c.base.abs_diff(guest) < CHUNK_REACH - CHUNK_SIZE && c.has_room();
+        self.chunks.iter().rposition(fits)
+    }
+
+    /// Maps a new chunk within reach of `guest`, below `stack_floor`,
+    /// trying the nearest free places first; returns its index.
+    pub fn map_near(
+        &mut self,
+        guest: u64,
+        stack_floor: u64,
+        mem: &mut dyn ClientMemory,
+        inj: &mut Injector,
+    ) -> Result<usize, EngineError> {
+        let aligned = guest & !(CHUNK_SIZE - 1);
+        // Low programs (non-PIE) keep room above them for their heap.
+        let first_above = if guest < 0x1_0000_0000 { 8 } else { 1 };
+        let highest_end = stack_floor.min(HIGHEST_END);
+        for k in 1..(CHUNK_REACH / CHUNK_SIZE - 2) {
+            let below = aligned.checked_sub(k * CHUNK_SIZE);
+            let above = aligned + (k + first_above) * CHUNK_SIZE;
+            for cand in below.into_iter().chain([above]) {
+                if cand < LOWEST_CHUNK || cand + CHUNK_SIZE > highest_end {
+                    continue;
+                }
+                const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+                const FLAGS: u64 =
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+                // The injection runs client code: queued writes go first.
+                mem.flush()?;
+                let r = inj(
+                    libc::SYS_mmap as u64,
+                    [cand, CHUNK_SIZE, PROT, FLAGS, u64::MAX, 0],
+                )?;
+                if r as u64 == cand {
+                    return Ok(self.add(cand, mem));
+                }
+                if r >= 0 {
+                    // An old kernel ignored NOREPLACE and mapped elsewhere.
+                    inj(libc::SYS_munmap as u64, [r as u64, CHUNK_SIZE, 0, 0, 0, 0])?;
+                }
+            }
+        }
+        Err(EngineError(format!(
+            "cannot place a code-cache chunk within reach of {guest:#x}"
+        )))
+    }
+
+    /// Starts the chunk mapped at `base` with its miss and probe stubs.
+    fn add(&mut self, base: u64, mem: &mut dyn ClientMemory) -> usize {
+        let mut e = Emitter::new(base);
+        e.miss_stub(layout::MAGIC_MISS);
+        e.align8();
+        let probe_stub = e.here();
+        e.probe_stub(self.htab(), base);
+        e.align8();
+        mem.write(base, &e.bytes);
+        self.chunks.push(Chunk {
+            base,
+            code_next: e.here(),
+            aux_low: base + CHUNK_SIZE,
+            probe_stub,
+        });
+        self.chunks.len() - 1
+    }
+
+    /// Absolute address of the indirect-branch table.
+    fn htab(&self) -> u32 {
+        (self.core + layout::HTAB) as u32
+    }
+
+    /// Places the code `emit` makes in the aux area of chunk `ci`; returns
+    /// its address and the address past it.
+    fn put_aux(
+        &mut self,
+        ci: usize,
+        mem: &mut dyn ClientMemory,
+        emit: impl Fn(&mut Emitter),
+    ) -> (u64, u64) {
+        // Sized where it will nearly be (so that branches are in reach).
+        let mut sizing = Emitter::new(self.chunks[ci].aux_low);
+        emit(&mut sizing);
+        let at = self.chunks[ci].aux(sizing.bytes.len() as u64);
+        let mut e = Emitter::new(at);
+        emit(&mut e);
+        debug_assert_eq!(e.bytes.len(), sizing.bytes.len());
+        mem.write(at, &e.bytes);
+        (at, e.here())
+    }
+
+    /// The exit stub of chunk `ci` for the guest address `target`: it
+    /// exits to the tool, which translates `target` (made on first use).
+    pub fn exit_stub(&mut self, ci: usize, target: u64, mem: &mut dyn ClientMemory) -> u64 {
+        if let Some(&s) = self.stubs.get(&(ci, target)) {
+            return s;
+        }
+        let (at, stop) = self.put_aux(ci, mem, |e| e.exit_stub(layout::MAGIC_LINK));
+        self.stub_targets.insert(stop, target);
+        self.stubs.insert((ci, target), at);
+        at
+    }
+
+    /// The guest target of the exit stub that stopped at `rip`.
+    pub fn stub_target(&self, rip: u64) -> Option<u64> {
+        self.stub_targets.get(&rip).copied()
+    }
+
+    /// A jump to anywhere, `dest`, in the aux area of chunk `ci` (for a
+    /// rel32 branch that cannot reach `dest`).
+    pub fn far_jump(&mut self, ci: usize, dest: u64, mem: &mut dyn ClientMemory) -> u64 {
+        self.put_aux(ci, mem, |e| e.jmp_far(dest)).0
+    }
+
+    /// The entry made for the signal handler at guest `handler`, if any.
+    pub fn handler_entry(&self, handler: u64) -> Option<u64> {
+        self.handler_entries.get(&handler).copied()
+    }
+
+    /// Makes the entry for the signal handler at guest `handler` in chunk
+    /// `ci`: what the kernel is told to call. It enters the translation
+    /// through the indirect-branch lookup (so it never goes stale).
+    pub fn add_handler_entry(
+        &mut self,
+        ci: usize,
+        handler: u64,
+        count_lookups: bool,
+        mem: &mut dyn ClientMemory,
+    ) -> u64 {
+        let (htab, probe) = (self.htab(), self.chunks[ci].probe_stub);
+        let (at, _) = self.put_aux(ci, mem, |e| {
+            e.spill_rax_rcx();
+            e.target_rcx(handler);
+            e.lookup(htab, probe, count_lookups);
+        });
+        self.handler_entries.insert(handler, at);
+        at
+    }
+
+    /// Number of chunks mapped.
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// The chunks, in the order they were mapped.
+    pub fn chunks(&self) -> &[Chunk] {
+        &self.chunks
+    }
+
+    /// Bytes of code cache in use.
+    pub fn bytes_used(&self) -> u64 {
+        self.chunks.iter().map(Chunk::used).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::*;
+    use super::*;
+    use crate::client_mem::FakeMemory;
+
+    #[test]
+    fn chunks_are_placed_in_reach_and_never_in_the_stacks_room() {
+        // Code near the top of the stack (the vdso is there); every place
+        // is taken, so every candidate is tried.
+        let guest = 0x7fff_f7fc_1000;
+        let floor = 0x7fff_ffff_f000 - (128 << 20);
+        let mut tried = Vec::new();
+        let mut inj = |nr: u64, args: [u64; 6]| -> Result<i64, EngineError> {
+            assert_eq!(nr, libc::SYS_mmap as u64);
+            tried.push(args[0]);
+            Ok(-i64::from(libc::EEXIST))
+        };
+        let mut cache = CodeCache::new(CORE);
+        let e = cache
+            .map_near(guest, floor, &mut FakeMemory::default(), &mut inj)
+            .unwrap_err();
+        assert!(e.0.contains("within reach of 0x7ffff7fc1000"), "{}", e.0);
+        assert!(tried.len() > 10);
+        for &c in &tried {
+            assert!(c + CHUNK_SIZE <= floor, "{c:#x} in the stack's room");
+            assert!(c.abs_diff(guest) < CHUNK_REACH, "{c:#x} out of reach");
+        }
+        // Nearest first.
+        assert_eq!(tried[0], (guest & !(CHUNK_SIZE - 1)) - CHUNK_SIZE);
+    }
+
+    #[test]
+    fn a_chunk_mapped_elsewhere_by_an_old_kernel_is_unmapped() {
+        let mut calls = Vec::new();
+        let mut inj = |nr: u64, args: [u64; 6]| -> Result<i64, EngineError> {
+            calls.push((nr, args[0]));
+            Ok(match calls.len() {
+                1 => 0x5555_0000_0000,
+                2 => 0,
+                _ => args[0] as i64,
+            })
+        };
+        let mut cache = CodeCache::new(CORE);
+        let guest = 0x5555_5555_1000;
+        let ci = cache
+            .map_near(guest, u64::MAX, &mut FakeMemory::default(), &mut inj)
+            .unwrap();
+        let (mmap, munmap) = (libc::SYS_mmap as u64, libc::SYS_munmap as u64);
+        let first = (guest & !(CHUNK_SIZE - 1)) - CHUNK_SIZE;
+        let second = first + 3 * CHUNK_SIZE;
+        assert_eq!(
+            calls,
+            [(mmap, first), (munmap, 0x5555_0000_0000), (mmap, second)]
+        );
+        assert_eq!(cache.chunks()[ci].base, second);
+        assert_eq!(cache.near(guest), Some(ci));
+        assert_eq!(cache.near(guest - CHUNK_REACH), None);
+    }
+
+    #[test]
+    fn exit_stubs_are_shared_per_chunk_and_target_and_grow_down() {
+        let mut fake = FakeMemory::default();
+        let mut cache = CodeCache::new(CORE);
+        let guest = 0x40_1000;
+        let ci = cache
+            .map_near(guest, u64::MAX, &mut fake, &mut mmap_as_asked)
+            .unwrap();
+        let end = cache.chunks()[ci].base + CHUNK_SIZE;
+        let s1 = cache.exit_stub(ci, 0x40_2000, &mut fake);
+        let s2 = cache.exit_stub(ci, 0x40_3000, &mut fake);
+        assert_eq!(cache.exit_stub(ci, 0x40_2000, &mut fake), s1);
+        assert!(s2 < s1 && s1 < end && s1.is_multiple_of(8));
+        assert_eq!(cache.stub_target(stub_stop(s1)), Some(0x40_2000));
+        assert_eq!(cache.stub_target(stub_stop(s2)), Some(0x40_3000));
+        assert_eq!(cache.stub_target(s1), None);
+        assert_eq!(insns_at(&fake, s1, 5)[4], "syscall");
+    }
+
+    #[test]
+    fn an_indirect_jump_looks_up_through_the_chunks_probe_and_miss_stubs() {
+        let (mut sp, fake) = fake_space();
+        // CODE: jmp rax
+        load(&fake, CODE, &[0xff, 0xe0], "/bin/jmp");
+        let body = sp.ensure(CODE, &mut mmap_as_asked).unwrap();
+        assert_eq!(sp.stats.blocks_translated, 1);
+        let code = insns_at(&fake, body, 40);
+        let start = code.iter().position(|l| l == "mov gs:[8],rcx").unwrap();
+        assert_eq!(
+            code[start + 1..start + 3],
+            ["mov gs:[0],rax", "mov rcx,rax"]
+        );
+        // Missing from the inline ways: on to the chunk's probe stub...
+        let chunk = sp.cache.chunks()[0].clone();
+        let probe = code.iter().find(|l| l.starts_with("jmp 0")).unwrap();
+        assert_eq!(addr_in(probe), chunk.probe_stub);
+        // ...which, missing too, goes to the miss stub at the chunk's start.
+        let probe_code = insns_at(&fake, chunk.probe_stub, 80);
+        let miss = probe_code.iter().rfind(|l| l.starts_with("jmp 0")).unwrap();
+        assert_eq!(addr_in(miss), chunk.base);
+        assert_eq!(
+            insns_at(&fake, chunk.base, 4),
+            [
+                "mov gs:[18h],rcx",
+                "mov gs:[10h],r11",
+                "mov eax,0C05C01h",
+                "syscall"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_signal_handler_entry_is_made_once_and_looks_its_handler_up() {
+        let (mut sp, fake) = fake_space();
+        load(&fake, CODE, &[0xc3], "/bin/handler");
+        let entry = sp.signal_trampoline(CODE, &mut mmap_as_asked).unwrap();
+        assert_eq!(
+            sp.signal_trampoline(CODE, &mut mmap_as_asked).unwrap(),
+            entry
+        );
+        assert_eq!(
+            insns_at(&fake, entry, 3),
+            ["mov gs:[8],rcx", "mov gs:[0],rax", "mov rcx,401000h"]
+        );
+    }
+}

@@ -1,0 +1,89 @@
+//! The end of a process: every counter, of live and exited threads, is
+//! attributed to the guest instructions of its block, and `--stats=yes`
+//! gets what translated code counted and how big the tool's structures
+//! grew. Counts of retired blocks go with the module they ran from.
+
+use super::blocks::Block;
+use super::Space;
+use crate::layout::CHUNK_SIZE;
+use crate::{EngineStats, ProcessProfile, UnmappedCode};
+use std::collections::HashMap;
+
+impl Space {
+    /// The profile of process `pid` (whose memory is still there).
+    pub fn collect(&mut self, pid: i32) -> ProcessProfile {
+        if let Some(dir) = std::env::var_os("CACHESCOPE_ENGINE_DUMP") {
+            // Debugging aid: the code cache as it is, one file per chunk.
+            for c in self.cache.chunks() {
+                if let Ok(code) = self.mem.read(c.base, CHUNK_SIZE as usize) {
+                    let path =
+                        std::path::Path::new(&dir).join(format!("chunk-{pid}-{:x}.bin", c.base));
+                    let _ = std::fs::write(path, code);
+                }
+            }
+        }
+        let counts = self.areas.counts(&mut *self.mem);
+        let stats = self.count_lookups.then(|| {
+            let ran = self.blocks.live().chain(self.blocks.retired());
+            ran.filter(|b| counts.get(b.counter) != 0).count() as u64
+        });
+        let stats = stats.map(|blocks_executed| EngineStats {
+            blocks_executed,
+            ..self.stats_at_exit()
+        });
+        let add = |map: &mut HashMap<u64, u64>, b: &Block| {
+            let n = counts.get(b.counter);
+            if n != 0 {
+                for &a in &b.counted {
+                    *map.entry(a).or_default() += n;
+                }
+            }
+            for &(a, ctr) in &b.reps {
+                let n = counts.get(ctr);
+                if n != 0 {
+                    *map.entry(a).or_default() += n;
+                }
+            }
+        };
+        let mut instr_counts = HashMap::new();
+        for b in self.blocks.live() {
+            add(&mut instr_counts, b);
+        }
+        let mut unmapped: HashMap<usize, HashMap<u64, u64>> = HashMap::new();
+        for b in self.blocks.retired() {
+            add(unmapped.entry(b.module).or_default(), b);
+        }
+        let modules = self.modules.records();
+        let mut unmapped: Vec<UnmappedCode> = unmapped
+            .into_iter()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(m, instr_counts)| UnmappedCode {
+                module: modules.get(m).cloned(),
+                instr_counts,
+            })
+            .collect();
+        unmapped.sort_by_key(|u| u.module.as_ref().map(|m| (m.start, m.path.clone())));
+        ProcessProfile {
+            pid,
+            stats,
+            instr_counts,
+            modules: modules.to_vec(),
+            unmapped,
+        }
+    }
+
+    /// The `--stats=yes` figures, with what translated code counted in the
+    /// thread areas still alive.
+    fn stats_at_exit(&mut self) -> EngineStats {
+        let mut s = self.stats.clone();
+        [s.lookup_inline_hits, s.lookup_probes, s.lookup_probe_hits] =
+            self.areas.lookup_counts(&mut *self.mem);
+        let table = self.lookups.table();
+        s.table_targets = table.len() as u64;
+        s.table_overflow_buckets = table.overflow_buckets() as u64;
+        s.table_refused = table.refused();
+        s.code_cache_chunks = self.cache.len() as u64;
+        s.code_cache_bytes = self.cache.bytes_used();
+        s
+    }
+}

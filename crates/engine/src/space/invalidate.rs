@@ -1,0 +1,135 @@
+//! Dropping the translations of code that goes away or may change: the
+//! guest range of a munmap, an mremap, a `MAP_FIXED` mmap over it, or an
+//! mprotect that makes it writable or not executable (dlclose, W^X JITs).
+//!
+//! A dropped block is *retired*: its counts stay (attributed at exit to the
+//! module it ran from), lookups no longer find it, and its body's first
+//! instruction becomes a jump to the exit stub of its guest address. Blocks
+//! still linked to the old body therefore exit to the tool, which
+//! translates the code that is there now, and the jump is then re-pointed
+//! to the new translation (see `links`). Nothing is freed: the code cache
+//! only grows.
+
+use super::Space;
+use crate::emit::Emitter;
+use crate::layout::MAX_BLOCK_GUEST_BYTES;
+
+impl Space {
+    /// The guest range `[start, end)` is being unmapped or remapped: drops
+    /// the translations of code in it (see the module doc).
+    pub fn invalidate(&mut self, start: u64, end: u64) {
+        self.modules.forget(start, end);
+        let hit = self.blocks.overlapping(start, end, MAX_BLOCK_GUEST_BYTES);
+        if !hit.is_empty() && std::env::var_os("CACHESCOPE_ENGINE_DEBUG").is_some() {
+            eprintln!(
+                "[engine] dropping {} blocks in {start:#x}..{end:#x}",
+                hit.len()
+            );
+        }
+        for guest in hit {
+            let body = self.blocks.retire(guest);
+            let ci = self.cache.chunk_of(body);
+            let stub = self.cache.exit_stub(ci, guest, &mut *self.mem);
+            let mut e = Emitter::new(body);
+            let field = e.jmp(stub);
+            self.mem.write(body, &e.bytes);
+            self.lookups.withdraw(guest, &mut *self.mem);
+            self.links.wait(guest, field);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::*;
+    use crate::client_mem::FakeMemory;
+    use crate::layout;
+    use std::path::Path;
+
+    /// Where the library goes.
+    const LIB: u64 = 0x50_0000;
+
+    /// A library block at `LIB` (`add rax,1 ; ret`) that the program at
+    /// CODE jumps to, both translated, the library's published; its block
+    /// ran 5 times in the thread whose area is returned.
+    fn program_and_library() -> (super::Space, FakeMemory, u64) {
+        let (mut sp, fake) = fake_space();
+        // CODE: jmp LIB
+        let rel = (LIB - (CODE + 5)) as u32;
+        let mut jmp = vec![0xe9];
+        jmp.extend_from_slice(&rel.to_le_bytes());
+        load(&fake, CODE, &jmp, "/bin/main");
+        load(&fake, LIB, &[0x48, 0x83, 0xc0, 0x01, 0xc3], "/lib/a.so");
+        let area = sp.alloc_area(&mut mmap_as_asked).unwrap();
+        assert_eq!(area, layout::AREA_HINT);
+        sp.ensure(CODE, &mut mmap_as_asked).unwrap();
+        sp.publish(LIB);
+        let counter = sp.blocks.get(LIB).unwrap().counter;
+        fake.poke(area + u64::from(counter), &5u64.to_le_bytes());
+        (sp, fake, area)
+    }
+
+    #[test]
+    fn dropped_code_jumps_to_a_stub_leaves_the_table_and_keeps_its_counts() {
+        let (mut sp, fake, _) = program_and_library();
+        let old = sp.blocks.body(LIB).unwrap();
+        assert_eq!(published(&fake, LIB), Some(old));
+        let home_way0 = CORE + layout::HTAB + (LIB & 0xffff) * layout::BUCKET_BYTES;
+        assert_eq!(fake.u64_at(home_way0), LIB);
+        // dlclose.
+        sp.invalidate(LIB, LIB + 0x1000);
+        assert!(!sp.blocks.contains(LIB));
+        // The old body now exits to the tool for its guest address.
+        let jmp = &insns_at(&fake, old, 1)[0];
+        assert!(jmp.starts_with("jmp "), "{jmp}");
+        assert_eq!(sp.stub_target(stub_stop(addr_in(jmp))), Some(LIB));
+        // Withdrawn from the table: its way holds a tombstone.
+        assert_eq!(published(&fake, LIB), None);
+        assert_eq!(fake.u64_at(home_way0), u64::MAX);
+        // The program's block is untouched.
+        assert!(sp.blocks.contains(CODE));
+        // Its counts stay, with the module they ran from.
+        let p = sp.collect(1);
+        assert!(!p.instr_counts.contains_key(&LIB));
+        assert_eq!(p.unmapped.len(), 1);
+        let u = &p.unmapped[0];
+        assert_eq!(u.module.as_ref().unwrap().path, Path::new("/lib/a.so"));
+        assert_eq!(u.instr_counts[&LIB], 5);
+        assert_eq!(u.instr_counts[&(LIB + 4)], 5);
+    }
+
+    #[test]
+    fn retranslation_repoints_the_retired_body_and_links_still_go_there() {
+        let (mut sp, fake, _) = program_and_library();
+        let old = sp.blocks.body(LIB).unwrap();
+        let prog = sp.blocks.body(CODE).unwrap();
+        assert_eq!(addr_in(&find(&fake, prog, 8, "jmp ")), old);
+        sp.invalidate(LIB, LIB + 0x1000);
+        // Another library at the same place (dlopen): `add rax,2 ; ret`.
+        fake.poke(LIB, &[0x48, 0x83, 0xc0, 0x02, 0xc3]);
+        let new = sp.ensure(LIB, &mut mmap_as_asked).unwrap();
+        assert_ne!(new, old);
+        assert!(insns_at(&fake, new, 4).contains(&"add rax,2".to_string()));
+        // The program still jumps to the old body, which goes on to the new.
+        assert_eq!(addr_in(&find(&fake, prog, 8, "jmp ")), old);
+        assert_eq!(addr_in(&insns_at(&fake, old, 1)[0]), new);
+        // Published again on the next miss, at the new body.
+        sp.publish(LIB);
+        assert_eq!(published(&fake, LIB), Some(new));
+        // Two modules recorded at the same place: the old counts keep theirs.
+        let p = sp.collect(1);
+        assert_eq!(p.modules.len(), 3);
+        assert_eq!(p.unmapped[0].instr_counts[&LIB], 5);
+    }
+
+    #[test]
+    fn only_blocks_with_code_in_the_range_are_dropped() {
+        let (mut sp, _fake, _) = program_and_library();
+        // Ends where the library starts: nothing of it is dropped.
+        sp.invalidate(LIB - 0x1000, LIB);
+        assert!(sp.blocks.contains(LIB) && sp.blocks.contains(CODE));
+        // A block that starts before the range but runs into it is.
+        sp.invalidate(LIB + 4, LIB + 5);
+        assert!(!sp.blocks.contains(LIB) && sp.blocks.contains(CODE));
+    }
+}

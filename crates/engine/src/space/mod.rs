@@ -1,0 +1,518 @@
+//! One client address space as the tracer sees it, and the translation of
+//! its code into the code cache.
+//!
+//! [`Space::ensure`] is the heart: the translation of a guest address (and,
+//! eagerly, of its direct successors and the return sites of its calls),
+//! each block placed in a chunk near its code, right after its predecessor
+//! when that falls into it, its exits linked, its return sites published.
+//! The parts have a module each:
+//!
+//! * `chunks`: the code cache: chunks and where they go, the aux area,
+//!   exit stubs, far jumps, signal-handler entries;
+//! * `links`: direct branches between blocks, and the fields waiting for a
+//!   target's translation;
+//! * `lookups`: which targets the indirect-branch table offers;
+//! * `invalidate`: dropping the translations of a guest range;
+//! * `blocks`: the block table, live and retired blocks;
+//! * `areas`: thread areas and their counters;
+//! * `modules`: the memory map, module records, guest code pages;
+//! * `collect`: the profile at exit.
+//!
+//! Everything done to the client goes through a [`ClientMemory`] (and an
+//! [`Injector`] for the few syscalls the client must make itself), so all of
+//! this runs in unit tests against a fake memory.
+
+mod areas;
+mod blocks;
+mod chunks;
+mod collect;
+mod invalidate;
+mod links;
+mod lookups;
+mod modules;
+
+use crate::client_mem::ClientMemory;
+use crate::emit::Emitter;
+use crate::layout::MAX_BLOCK_BYTES;
+use crate::translate::{self, SyscallSite, TransCtx};
+use crate::{EngineError, EngineStats};
+use areas::Areas;
+use blocks::{Block, Blocks};
+use chunks::{Chunk, CodeCache};
+use links::Links;
+use lookups::Lookups;
+use modules::Modules;
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+
+/// Performs one syscall inside the stopped client thread: `(nr, args)` ->
+/// result (negative errno on failure).
+pub type Injector<'a> = dyn FnMut(u64, [u64; 6]) -> Result<i64, EngineError> + 'a;
+
+/// Most blocks placed in a row right after the block that falls into them.
+const MAX_CHAIN: u32 = 8;
+
+/// Most blocks translated eagerly per [`Space::ensure`].
+const EAGER_BUDGET: u32 = 64;
+
+/// The tracer's view of one client address space.
+pub struct Space {
+    /// The client's memory.
+    mem: Box<dyn ClientMemory>,
+    /// Base address of the core region.
+    pub core: u64,
+    cache: CodeCache,
+    blocks: Blocks,
+    links: Links,
+    lookups: Lookups,
+    areas: Areas,
+    modules: Modules,
+    /// Syscall sites by stop RIP.
+    syscalls: HashMap<u64, SyscallSite>,
+    /// Direct successors of the blocks translated during the current
+    /// `ensure`, not yet queued for eager translation.
+    fresh: Vec<u64>,
+    /// Whether translated code counts inline lookup hits (`--stats=yes`).
+    pub count_lookups: bool,
+    /// What `--stats=yes` reports.
+    pub stats: EngineStats,
+}
+
+impl Space {
+    /// A new address space whose core region is already mapped at `core`.
+    pub fn new(mem: Box<dyn ClientMemory>, core: u64) -> Space {
+        Space {
+            mem,
+            core,
+            cache: CodeCache::new(core),
+            blocks: Blocks::default(),
+            links: Links::default(),
+            lookups: Lookups::new(core),
+            areas: Areas::new(),
+            modules: Modules::default(),
+            syscalls: HashMap::default(),
+            fresh: Vec::new(),
+            count_lookups: false,
+            stats: EngineStats::default(),
+        }
+    }
+
+    /// The copy a forked child gets: its memory, `mem`, is a copy of ours.
+    pub fn fork_copy(&self, mem: Box<dyn ClientMemory>) -> Space {
+        Space {
+            mem,
+            core: self.core,
+            cache: self.cache.clone(),
+            blocks: self.blocks.clone(),
+            links: self.links.clone(),
+            lookups: self.lookups.clone(),
+            areas: self.areas.clone(),
+            modules: self.modules.clone(),
+            syscalls: self.syscalls.clone(),
+            fresh: Vec::new(),
+            count_lookups: self.count_lookups,
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// The client's memory.
+    pub fn mem(&mut self) -> &mut dyn ClientMemory {
+        &mut *self.mem
+    }
+
+    /// A thread area for a new thread (its GS base).
+    pub fn alloc_area(&mut self, inj: &mut Injector) -> Result<u64, EngineError> {
+        self.areas.alloc(&mut *self.mem, inj)
+    }
+
+    /// A thread exited: its counters join the totals and its area is
+    /// recycled. (Called while the client's memory is still there.)
+    pub fn thread_exited(&mut self, area: u64) {
+        self.areas.thread_exited(area, &mut *self.mem);
+    }
+
+    /// The guest target of the exit stub that stopped at `rip`.
+    pub fn stub_target(&self, rip: u64) -> Option<u64> {
+        self.cache.stub_target(rip)
+    }
+
+    /// The syscall site that stopped at `rip`.
+    pub fn syscall_site(&self, rip: u64) -> Option<SyscallSite> {
+        self.syscalls.get(&rip).copied()
+    }
+
+    /// The guest block whose translation contains host address `host`
+    /// (diagnostics only: a linear search).
+    pub fn guest_block_of(&self, host: u64) -> Option<u64> {
+        self.blocks.containing_host(host)
+    }
+
+    /// Makes `guest`, if translated, reachable through the indirect-branch
+    /// table.
+    pub fn publish(&mut self, guest: u64) {
+        if let Some(body) = self.blocks.body(guest) {
+            self.lookups.publish(guest, body, &mut *self.mem);
+        }
+    }
+
+    /// A code-cache entry point for the client's signal handler `guest`:
+    /// what the kernel is told to call. It enters the translation through
+    /// the indirect-branch lookup.
+    pub fn signal_trampoline(
+        &mut self,
+        guest: u64,
+        inj: &mut Injector,
+    ) -> Result<u64, EngineError> {
+        if let Some(entry) = self.cache.handler_entry(guest) {
+            return Ok(entry);
+        }
+        let ci = self.chunk_near(guest, inj)?;
+        let count = self.count_lookups;
+        Ok(self
+            .cache
+            .add_handler_entry(ci, guest, count, &mut *self.mem))
+    }
+
+    /// A chunk with room within reach of `guest`, mapped if need be.
+    fn chunk_near(&mut self, guest: u64, inj: &mut Injector) -> Result<usize, EngineError> {
+        if let Some(ci) = self.cache.near(guest) {
+            return Ok(ci);
+        }
+        let floor = self.modules.stack_floor(&mut *self.mem)?;
+        self.cache.map_near(guest, floor, &mut *self.mem, inj)
+    }
+
+    /// Host body of the translation of `guest`, translating it (and some of
+    /// its direct successors, eagerly) if needed.
+    pub fn ensure(&mut self, guest: u64, inj: &mut Injector) -> Result<u64, EngineError> {
+        if let Some(body) = self.blocks.body(guest) {
+            return Ok(body);
+        }
+        let started = std::time::Instant::now();
+        let result = self.ensure_new(guest, inj);
+        self.stats.translation_time += started.elapsed();
+        result
+    }
+
+    /// [`Space::ensure`] for a block not translated yet.
+    fn ensure_new(&mut self, guest: u64, inj: &mut Injector) -> Result<u64, EngineError> {
+        self.fresh.clear();
+        let body = self.translate_at(guest, inj, None, 0)?;
+        // Eager translation of nearby successors saves one tool exit each;
+        // failures there are ignored (the stub reports them if ever run).
+        // Blocks chained into a translation are fresh too: their successors
+        // are explored as well.
+        let mut queue: VecDeque<u64> = VecDeque::new();
+        let mut budget = EAGER_BUDGET;
+        loop {
+            queue.extend(self.fresh.drain(..));
+            let Some(g) = queue.pop_front() else { break };
+            if budget == 0 {
+                break;
+            }
+            if self.blocks.contains(g) {
+                continue;
+            }
+            budget -= 1;
+            let _ = self.translate_at(g, inj, None, 0);
+        }
+        self.fresh.clear();
+        Ok(body)
+    }
+
+    /// Translates `guest` into chunk `forced` (at its `code_next`, right
+    /// after the block that falls into it) or a chunk near it. A block whose
+    /// code ends with a jump to an untranslated block gets that block placed
+    /// right after it, without the jump (up to `MAX_CHAIN` in a row), so
+    /// hot fall-through paths run straight through as natively.
+    fn translate_at(
+        &mut self,
+        guest: u64,
+        inj: &mut Injector,
+        forced: Option<usize>,
+        depth: u32,
+    ) -> Result<u64, EngineError> {
+        let m = self.modules.code_mapping(guest, &mut *self.mem)?;
+        let module = self.modules.record(&m);
+        let len = (m.end - guest).min(4096) as usize;
+        let code = self.modules.read_code(guest, len, &mut *self.mem)?;
+        let ci = match forced {
+            Some(ci) => ci,
+            None => self.chunk_near(guest, inj)?,
+        };
+        let host = self.cache.chunk(ci).code_next;
+        let mut literals = Vec::new();
+        let mut ctx = Ctx {
+            chunk: self.cache.chunk(ci),
+            core: self.core,
+            count_lookups: self.count_lookups,
+            areas: &mut self.areas,
+            literals: &mut literals,
+        };
+        let mut t =
+            translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
+        if t.code.len() as u64 > MAX_BLOCK_BYTES {
+            return Err(EngineError(format!(
+                "translation of {guest:#x} is too large"
+            )));
+        }
+        debug_assert_eq!(t.host, host);
+        for (at, value) in literals {
+            self.mem.write(at, &value.to_le_bytes());
+        }
+        // Chain the tail block right after this one?
+        let chain = t.tail.filter(|&next| {
+            depth < MAX_CHAIN
+                && next != guest
+                && !self.blocks.contains(next)
+                && m.start <= next
+                && next < m.end
+                && self
+                    .cache
+                    .chunk(ci)
+                    .has_room_after(host + t.code.len() as u64)
+        });
+        if chain.is_some() {
+            t.drop_tail();
+        }
+        self.cache.chunk(ci).code_next = host + t.code.len() as u64;
+        let far = self.link_exits(&mut t, ci, guest);
+        self.mem.write(host, &t.code);
+        for (field, dest) in far {
+            self.patch(field, dest);
+        }
+        for s in &t.syscalls {
+            self.syscalls.insert(s.stop_rip, *s);
+        }
+        // Return sites are reached by `ret` through the table: translate
+        // them eagerly and publish them as soon as they exist.
+        for &r in &t.call_returns {
+            let body = self.blocks.body(r);
+            self.lookups.return_site(r, body, &mut *self.mem);
+        }
+        self.fresh.extend(&t.successors);
+        self.fresh.extend(&t.call_returns);
+        self.stats.blocks_translated += 1;
+        self.stats.guest_instructions_translated += t.counted.len() as u64 + t.reps.len() as u64;
+        self.blocks.insert(
+            guest,
+            Block {
+                body: t.body,
+                guest_end: t.guest_end,
+                module,
+                counter: t.counter,
+                counted: t.counted,
+                reps: t.reps,
+            },
+        );
+        self.lookups.translated(guest, t.body, &mut *self.mem);
+        self.link_waiting(guest, t.body);
+        if let Some(next) = chain {
+            let end = self.cache.chunk(ci).code_next;
+            if self.translate_at(next, inj, Some(ci), depth + 1).is_err() {
+                // Put the jump back (the error shows if it is ever taken).
+                let stub = self.cache.exit_stub(ci, next, &mut *self.mem);
+                let mut e = Emitter::new(end);
+                e.align_rel32(1);
+                let field = e.jmp(stub);
+                self.cache.chunk(ci).code_next = e.here();
+                self.mem.write(end, &e.bytes);
+                self.links.wait(next, field);
+            }
+        }
+        Ok(t.body)
+    }
+}
+
+/// What the translator gets from the space: counters, the chunk's probe
+/// stub, literals in the chunk's aux area.
+struct Ctx<'a> {
+    chunk: &'a mut Chunk,
+    core: u64,
+    count_lookups: bool,
+    areas: &'a mut Areas,
+    /// Literals placed (address, value), to write once translation
+    /// succeeded.
+    literals: &'a mut Vec<(u64, u64)>,
+}
+
+impl TransCtx for Ctx<'_> {
+    fn alloc_counter(&mut self) -> u32 {
+        self.areas.alloc_counter()
+    }
+    fn probe_stub(&self) -> u64 {
+        self.chunk.probe_stub
+    }
+    fn count_lookups(&self) -> bool {
+        self.count_lookups
+    }
+    fn literal(&mut self, value: u64) -> u64 {
+        let at = self.chunk.aux(8);
+        self.literals.push((at, value));
+        at
+    }
+    fn core(&self) -> u64 {
+        self.core
+    }
+}
+
+/// What the unit tests of the space share: a space over a fake memory,
+/// guest code in it, an injector, decoding of the code cache.
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::client_mem::FakeMemory;
+    use crate::emit::tests::disasm_at;
+    use crate::ibtable::tests::lookup_in;
+    use crate::layout;
+
+    /// The core region of the test spaces.
+    pub(crate) const CORE: u64 = 0x7000_0000;
+    /// Where test programs go (low, like a non-PIE executable).
+    pub(crate) const CODE: u64 = 0x40_1000;
+
+    /// A space over a fake memory that has a main stack, and that memory
+    /// (to look into).
+    pub(crate) fn fake_space() -> (Space, FakeMemory) {
+        let fake = FakeMemory::default();
+        fake.add_mapping(0x7fff_fffd_e000, 0x7fff_ffff_f000, "rw-p", "[stack]");
+        (Space::new(Box::new(fake.clone()), CORE), fake)
+    }
+
+    /// Guest code `bytes` at `at`, in an executable mapping of `path` of
+    /// its own.
+    pub(crate) fn load(fake: &FakeMemory, at: u64, bytes: &[u8], path: &str) {
+        let end = (at + bytes.len() as u64 + 0xfff) & !0xfff;
+        fake.add_mapping(at & !0xfff, end, "r-xp", path);
+        fake.poke(at, bytes);
+    }
+
+    /// An injector whose `mmap` maps where it is asked to, as on a client
+    /// with free memory there.
+    pub(crate) fn mmap_as_asked(nr: u64, args: [u64; 6]) -> Result<i64, EngineError> {
+        assert_eq!(nr, libc::SYS_mmap as u64);
+        Ok(args[0] as i64)
+    }
+
+    /// The first `n` instructions at host address `at`, from fake memory.
+    pub(crate) fn insns_at(fake: &FakeMemory, at: u64, n: usize) -> Vec<String> {
+        let mut lines = disasm_at(&fake.peek(at, n * 15), at);
+        lines.truncate(n);
+        lines
+    }
+
+    /// The address an instruction's text ends with (a branch target, or an
+    /// absolute memory operand such as `[1006h]`).
+    pub(crate) fn addr_in(line: &str) -> u64 {
+        let last = line.rsplit([' ', ',']).next().unwrap();
+        let hex = last.trim_matches(['[', ']']).trim_end_matches('h');
+        u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("no address in {line:?}"))
+    }
+
+    /// The first instruction at `at`, within `n`, that starts with `prefix`.
+    pub(crate) fn find(fake: &FakeMemory, at: u64, n: usize, prefix: &str) -> String {
+        let lines = insns_at(fake, at, n);
+        lines
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {lines:#?}"))
+            .clone()
+    }
+
+    /// The address past the exit stub at `stub` (where its stop is seen).
+    pub(crate) fn stub_stop(stub: u64) -> u64 {
+        let mut e = Emitter::new(stub);
+        e.exit_stub(layout::MAGIC_LINK);
+        e.here()
+    }
+
+    /// What the client's lookup finds for `guest` in the space's table.
+    pub(crate) fn published(fake: &FakeMemory, guest: u64) -> Option<u64> {
+        lookup_in(fake, CORE + layout::HTAB, guest)
+    }
+
+    #[test]
+    fn a_loop_links_to_itself_and_its_fall_through_is_placed_right_after() {
+        let (mut sp, fake) = fake_space();
+        // CODE: add rax,1 ; dec rcx ; jnz CODE ; ret
+        let code = [0x48, 0x83, 0xc0, 0x01, 0x48, 0xff, 0xc9, 0x75, 0xf7, 0xc3];
+        load(&fake, CODE, &code, "/bin/loop");
+        let body = sp.ensure(CODE, &mut mmap_as_asked).unwrap();
+        // The chunk went above the program, leaving room for its heap, and
+        // within reach.
+        let chunk = sp.cache.chunks()[0].base;
+        assert_eq!(chunk, 9 * layout::CHUNK_SIZE);
+        assert!(chunk.abs_diff(CODE) < layout::CHUNK_REACH);
+        let lines = insns_at(&fake, body, 12);
+        let jne = lines.iter().position(|l| l.starts_with("jne")).unwrap();
+        assert_eq!(addr_in(&lines[jne]), body, "{lines:#?}");
+        assert!(lines[..jne].contains(&"add rax,1".to_string()));
+        // No jump to the `ret` block: it follows (after alignment padding).
+        let ret_body = sp.blocks.body(CODE + 9).unwrap();
+        let after: Vec<_> = lines[jne + 1..].iter().filter(|l| *l != "nop").collect();
+        assert_eq!(after[0], &insns_at(&fake, ret_body, 1)[0]);
+        // (The `ret` block's counter, through a spilled RAX.)
+        assert_eq!(after[0], "mov gs:[0],rax");
+        assert!(ret_body > body && ret_body < body + 64);
+        assert_eq!(sp.stats.blocks_translated, 2);
+        assert_eq!(sp.stats.guest_instructions_translated, 4);
+        assert_eq!(
+            sp.blocks.get(CODE).unwrap().counted,
+            [CODE, CODE + 4, CODE + 7]
+        );
+        // Translated once: the second time is a lookup.
+        assert_eq!(sp.ensure(CODE, &mut mmap_as_asked).unwrap(), body);
+        assert_eq!(sp.stats.blocks_translated, 2);
+    }
+
+    #[test]
+    fn a_call_pushes_the_client_return_address_and_its_return_site_is_published() {
+        let (mut sp, fake) = fake_space();
+        // CODE: call CODE+0x100 ; CODE+5: ret ; CODE+0x100: ret
+        let mut code = vec![0u8; 0x101];
+        code[..5].copy_from_slice(&[0xe8, 0xfb, 0x00, 0x00, 0x00]);
+        code[5] = 0xc3;
+        code[0x100] = 0xc3;
+        load(&fake, CODE, &code, "/bin/call");
+        let body = sp.ensure(CODE, &mut mmap_as_asked).unwrap();
+        // The client's stack gets the client's return address.
+        let push = find(&fake, body, 8, "push qword ptr");
+        assert_eq!(fake.u64_at(addr_in(&push)), CODE + 5);
+        // The callee was placed right after the call (no jump to it).
+        let callee = sp.blocks.body(CODE + 0x100).unwrap();
+        assert!(insns_at(&fake, body, 3)
+            .iter()
+            .all(|l| !l.starts_with("jmp")));
+        assert!(callee > body && callee < body + 64);
+        // The return site was translated eagerly and published, so the
+        // callee's `ret` finds it without exiting.
+        let site = sp.blocks.body(CODE + 5).unwrap();
+        assert_eq!(published(&fake, CODE + 5), Some(site));
+        // The callee itself is reached by a direct branch: not published.
+        assert_eq!(published(&fake, CODE + 0x100), None);
+    }
+
+    #[test]
+    fn a_lookup_miss_publishes_its_target_once_translated() {
+        let (mut sp, fake) = fake_space();
+        load(&fake, CODE, &[0xc3], "/bin/ret");
+        sp.publish(CODE);
+        assert_eq!(published(&fake, CODE), None);
+        let body = sp.ensure(CODE, &mut mmap_as_asked).unwrap();
+        sp.publish(CODE);
+        assert_eq!(published(&fake, CODE), Some(body));
+    }
+
+    #[test]
+    fn code_the_engine_cannot_run_is_refused_with_its_address() {
+        let (mut sp, fake) = fake_space();
+        fake.add_mapping(0x60_0000, 0x60_1000, "rwxp", "");
+        let e = sp.ensure(0x60_0000, &mut mmap_as_asked).unwrap_err().0;
+        assert!(e.contains("writable memory at 0x600000"), "{e}");
+        let e = sp.ensure(0x70_0000, &mut mmap_as_asked).unwrap_err().0;
+        assert!(e.contains("unmapped address 0x700000"), "{e}");
+        load(&fake, CODE, &[0x0f, 0x01, 0xd5], "/bin/xend");
+        let e = sp.ensure(CODE, &mut mmap_as_asked).unwrap_err().0;
+        assert!(e.contains("xend") && e.contains("0x401000"), "{e}");
+    }
+}
