@@ -3,10 +3,40 @@
 //! Valgrind demangles with libiberty's `cplus_demangle(name, DMGL_ANSI |
 //! DMGL_PARAMS)` for names starting `_Z` or `_R`, which tries Rust first
 //! (legacy and v0, hashes hidden because `DMGL_VERBOSE` is not set) and then
-//! the C++ (Itanium) demangler; on failure the raw name is kept. Rust
-//! names go through rustc-demangle, C++ names through libiberty itself. Then the
-//! known callers of `main` are renamed `(below main)` (exact names only: a
-//! version-decorated name such as `__libc_start_main@@GLIBC_2.34` is not).
+//! the C++ (Itanium) demangler; on failure the raw name is kept. Rust names go
+//! through rustc-demangle. C++ names go, by default, through the pure-Rust
+//! [`cxx_rust`] (the `cpp_demangle` crate plus a layer that rewrites its text
+//! into libiberty's presentation), which agrees with libiberty on all but a
+//! small, listed set of names (`tests/demangle_libiberty.rs`); with the cargo
+//! feature `libiberty` they go through libiberty itself (`cxx_libiberty`),
+//! so every name is exactly Valgrind's. Then the known callers of `main` are
+//! renamed `(below main)` (exact names only: a version-decorated name such as
+//! `__libc_start_main@@GLIBC_2.34` is not).
+
+mod cxx;
+mod gnu_style;
+#[cfg(feature = "libiberty")]
+mod libiberty;
+
+/// Whether C++ names come from libiberty itself (the cargo feature
+/// `libiberty`), i.e. are exactly the names Valgrind shows. Without it they
+/// come from [`cxx_rust`].
+pub const CXX_IS_LIBIBERTY: bool = cfg!(feature = "libiberty");
+
+/// The pure-Rust C++ demangler: `cpp_demangle`, with its text rewritten into
+/// libiberty's presentation, `None` where it does not demangle the name.
+/// Present in every build, so that tests can compare it with libiberty when
+/// both are there.
+pub fn cxx_rust(raw: &str) -> Option<String> {
+    cxx::demangle(raw)
+}
+
+/// libiberty's C++ demangler (what Valgrind embeds), called with Valgrind's
+/// flags; `None` where libiberty refuses the name.
+#[cfg(feature = "libiberty")]
+pub fn cxx_libiberty(raw: &str) -> Option<String> {
+    libiberty::demangle(raw)
+}
 
 /// What Valgrind shows in place of a function below `main`.
 pub const BELOW_MAIN: &str = "(below main)";
@@ -63,14 +93,11 @@ pub fn demangle(raw: &str) -> String {
         // which is what libiberty prints without DMGL_VERBOSE.
         return format!("{d:#}");
     }
-    // The C++ side is libiberty's own demangler (what Valgrind embeds),
-    // called with Valgrind's flags: other demanglers differ on several
-    // percent of real C++ names (standard abbreviations, nested references).
-    let options = cplus_demangle::Options {
-        show_params: true,
-        show_ansi: true,
-    };
-    cplus_demangle::demangle_with_options(raw, options).unwrap_or_else(|_| raw.to_string())
+    #[cfg(feature = "libiberty")]
+    let cxx = cxx_libiberty(raw);
+    #[cfg(not(feature = "libiberty"))]
+    let cxx = cxx_rust(raw);
+    cxx.unwrap_or_else(|| raw.to_string())
 }
 
 /// Whether Valgrind renames this (demangled) name to `(below main)`
