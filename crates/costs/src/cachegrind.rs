@@ -5,54 +5,66 @@
 use cachesim::{BranchPredictor, CacheSim, Outcome};
 use events::{AccessKind, BlockId, BlockInfo, Needs, Record, Tool};
 
-use crate::set::{Event, EventSet};
+use crate::set::{Event, EventCounts, EventSet};
 use crate::table::CostTable;
 
-/// Columns of the table that the models feed, found once from the event
-/// set (unused ones are 0 and never written).
+/// Where in a row the models' events go: the first column of each group
+/// of events charged together. Each group is contiguous in every event set,
+/// so charging one takes a single bounds check. A group not collected is 0
+/// and never written.
 #[derive(Debug, Clone, Copy)]
 struct Columns {
+    /// Ir (alone without cache simulation).
+    ir: usize,
     /// Ir, I1mr, ILmr.
-    instr: [usize; 3],
+    instr: usize,
     /// Dr, D1mr, DLmr.
-    read: [usize; 3],
+    read: usize,
     /// Dw, D1mw, DLmw.
-    write: [usize; 3],
+    write: usize,
     /// Bc, Bcm.
-    cond: [usize; 2],
+    cond: usize,
     /// Bi, Bim.
-    indirect: [usize; 2],
+    indirect: usize,
 }
 
 impl Columns {
     fn of(set: EventSet) -> Columns {
-        let col = |e| set.index(e).unwrap_or(0);
-        let three = |a, b, c| [col(a), col(b), col(c)];
+        let group = |events: &[Event]| {
+            let cols: Option<Vec<usize>> = events.iter().map(|&e| set.index(e)).collect();
+            cols.map_or(0, |cols| {
+                assert!(cols.windows(2).all(|w| w[1] == w[0] + 1), "{events:?}");
+                cols[0]
+            })
+        };
         Columns {
-            instr: three(Event::Ir, Event::I1mr, Event::ILmr),
-            read: three(Event::Dr, Event::D1mr, Event::DLmr),
-            write: three(Event::Dw, Event::D1mw, Event::DLmw),
-            cond: [col(Event::Bc), col(Event::Bcm)],
-            indirect: [col(Event::Bi), col(Event::Bim)],
+            ir: group(&[Event::Ir]),
+            instr: group(&[Event::Ir, Event::I1mr, Event::ILmr]),
+            read: group(&[Event::Dr, Event::D1mr, Event::DLmr]),
+            write: group(&[Event::Dw, Event::D1mw, Event::DLmw]),
+            cond: group(&[Event::Bc, Event::Bcm]),
+            indirect: group(&[Event::Bi, Event::Bim]),
         }
     }
 }
 
 /// Adds one access and its outcome to the `[refs, L1 misses, LL misses]`
-/// columns `cols` of `row`, branch-free.
+/// columns from `first` on in `row`, branch-free.
 #[inline(always)]
-fn charge(row: &mut [u64], cols: [usize; 3], o: Outcome) {
-    row[cols[0]] += 1;
-    row[cols[1]] += u64::from(o.l1_miss());
-    row[cols[2]] += u64::from(o.ll_miss());
+fn charge(row: &mut [u64], first: usize, o: Outcome) {
+    let c = &mut row[first..first + 3];
+    c[0] += 1;
+    c[1] += u64::from(o.l1_miss());
+    c[2] += u64::from(o.ll_miss());
 }
 
 /// Adds one branch and whether it was mispredicted to the `[executed,
-/// mispredicted]` columns `cols` of `row`.
+/// mispredicted]` columns from `first` on in `row`.
 #[inline(always)]
-fn charge_branch(row: &mut [u64], cols: [usize; 2], mispredicted: bool) {
-    row[cols[0]] += 1;
-    row[cols[1]] += u64::from(mispredicted);
+fn charge_branch(row: &mut [u64], first: usize, mispredicted: bool) {
+    let c = &mut row[first..first + 2];
+    c[0] += 1;
+    c[1] += u64::from(mispredicted);
 }
 
 /// Cachegrind as a [`Tool`]: Ir from instruction fetches, and, when
@@ -103,6 +115,11 @@ impl CachegrindTool {
     /// The costs so far.
     pub fn table(&self) -> &CostTable {
         &self.table
+    }
+
+    /// The totals of every event so far.
+    pub fn totals(&self) -> EventCounts {
+        self.events().counts(self.table.totals())
     }
 
     /// An empty profile for this tool's results: its `desc:` lines (the
@@ -173,52 +190,52 @@ impl Tool for CachegrindTool {
         self.blocks[i] = slots;
     }
 
-    fn records(&mut self, records: &[Record]) {
+    #[inline(always)]
+    fn record(&mut self, record: Record) {
         let cols = self.cols;
-        for r in records {
-            match *r {
-                Record::Block(id) => self.in_block = Some((id.0 as usize, 0)),
-                Record::Instr(f) => {
-                    let slot = self.fetch_slot(f.addr);
-                    self.current = Some(slot);
-                    let row = self.table.row_mut(slot);
-                    match &mut self.caches {
-                        Some(sim) => charge(row, cols.instr, sim.instr(f.addr, f.len)),
-                        None => row[cols.instr[0]] += 1,
+        match record {
+            Record::Block(id) => self.in_block = Some((id.0 as usize, 0)),
+            Record::Instr(f) => {
+                let slot = self.fetch_slot(f.addr);
+                self.current = Some(slot);
+                match &mut self.caches {
+                    Some(sim) => {
+                        let outcome = sim.instr(f.addr, f.len);
+                        charge(self.table.row_mut(slot), cols.instr, outcome);
                     }
+                    None => self.table.add(slot, cols.ir, 1),
                 }
-                Record::Data(d) => {
-                    if let Some(sim) = &mut self.caches {
-                        let outcome = sim.data(d.addr, d.size);
-                        let slot = match self.current {
-                            Some(cur) => cur,
-                            None => self.table.slot(0),
-                        };
-                        // A modify is one access, counted as a read
-                        // (spec §1.4).
-                        let cols = match d.kind {
-                            AccessKind::Read | AccessKind::Modify => cols.read,
-                            AccessKind::Write => cols.write,
-                        };
-                        charge(self.table.row_mut(slot), cols, outcome);
-                    }
-                }
-                Record::CondBranch(b) => {
-                    if let Some(bp) = &mut self.branches {
-                        let mispredicted = bp.cond(b.pc, b.taken);
-                        let slot = self.branch_slot(b.pc);
-                        charge_branch(self.table.row_mut(slot), cols.cond, mispredicted);
-                    }
-                }
-                Record::Indirect(t) => {
-                    if let Some(bp) = &mut self.branches {
-                        let mispredicted = bp.indirect(t.pc, t.target);
-                        let slot = self.branch_slot(t.pc);
-                        charge_branch(self.table.row_mut(slot), cols.indirect, mispredicted);
-                    }
-                }
-                Record::Call(_) | Record::Return(_) => {}
             }
+            Record::Data(d) => {
+                if let Some(sim) = &mut self.caches {
+                    let outcome = sim.data(d.addr, d.size);
+                    let slot = match self.current {
+                        Some(cur) => cur,
+                        None => self.table.slot(0),
+                    };
+                    // A modify is one access, counted as a read (spec §1.4).
+                    let first = match d.kind {
+                        AccessKind::Read | AccessKind::Modify => cols.read,
+                        AccessKind::Write => cols.write,
+                    };
+                    charge(self.table.row_mut(slot), first, outcome);
+                }
+            }
+            Record::CondBranch(b) => {
+                if let Some(bp) = &mut self.branches {
+                    let mispredicted = bp.cond(b.pc, b.taken);
+                    let slot = self.branch_slot(b.pc);
+                    charge_branch(self.table.row_mut(slot), cols.cond, mispredicted);
+                }
+            }
+            Record::Indirect(t) => {
+                if let Some(bp) = &mut self.branches {
+                    let mispredicted = bp.indirect(t.pc, t.target);
+                    let slot = self.branch_slot(t.pc);
+                    charge_branch(self.table.row_mut(slot), cols.indirect, mispredicted);
+                }
+            }
+            Record::Call(_) | Record::Return(_) => {}
         }
     }
 }
@@ -275,6 +292,7 @@ mod tests {
         assert_eq!(row(&tool, 0x40_1000), [2, 1, 1, 3, 1, 1, 0, 0, 0]);
         assert_eq!(row(&tool, 0x40_1004), [1, 0, 0, 0, 0, 0, 1, 1, 1]);
         assert_eq!(tool.table().totals(), [3, 1, 1, 3, 1, 1, 1, 1, 1]);
+        assert_eq!(tool.totals().get(Event::DLmw), 1);
     }
 
     #[test]
