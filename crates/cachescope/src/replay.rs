@@ -4,14 +4,17 @@
 //! every cost lands on `fl=???` / `fn=???`, line 0.
 
 use crate::outfile::{process_env, BadPattern, Expander};
+use crate::run::summary_totals;
 use crate::simopts::{self, SimOptions};
-use crate::summary::{summary_lines, Totals};
-use cachesim::{AccessCounts, CacheSim};
+use crate::summary::summary_lines;
+use cachesim::CacheSim;
+use costs::{CachegrindTool, CostCentres};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::process::ExitCode;
-use tracefile::{Access, Format};
+use symbols::Symbolizer;
+use tracefile::Format;
 
 const USAGE: &str = "\
 usage: cachescope replay [options] TRACE
@@ -117,85 +120,22 @@ fn fail(lines: &[String]) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Event totals of a replay.
-#[derive(Debug, Default, Clone, Copy)]
-struct Counts {
-    ir: AccessCounts,
-    dr: AccessCounts,
-    dw: AccessCounts,
-}
-
-impl Counts {
-    fn totals(&self) -> Totals {
-        Totals {
-            ir: self.ir.refs,
-            i1mr: self.ir.l1_misses,
-            ilmr: self.ir.ll_misses,
-            dr: self.dr.refs,
-            d1mr: self.dr.l1_misses,
-            dlmr: self.dr.ll_misses,
-            dw: self.dw.refs,
-            d1mw: self.dw.l1_misses,
-            dlmw: self.dw.ll_misses,
-            ..Totals::default()
-        }
-    }
-}
-
-/// Runs the trace through the models (or, without cache simulation, just
-/// counts instructions).
+/// Runs the trace through `tool`.
 fn simulate(
     input: impl Read,
     format: Format,
-    sim: Option<&mut CacheSim>,
-) -> Result<(Counts, tracefile::TraceStats), tracefile::TraceError> {
-    let mut c = Counts::default();
-    let stats = match sim {
-        Some(sim) => {
-            tracefile::read_trace(input, format, |ev| match ev.access {
-                Access::Instr => c.ir.record(sim.instr(ev.addr, ev.size)),
-                // A modify is one access, counted as a read (spec §1.4).
-                Access::Read | Access::Modify => c.dr.record(sim.read(ev.addr, ev.size)),
-                Access::Write => c.dw.record(sim.write(ev.addr, ev.size)),
-            })?
-        }
-        None => tracefile::read_trace(input, format, |ev| {
-            c.ir.refs += u64::from(ev.access == Access::Instr);
-        })?,
-    };
-    Ok((c, stats))
+    tool: &mut CachegrindTool,
+) -> Result<tracefile::TraceStats, tracefile::TraceError> {
+    tracefile::read_trace(input, format, tool)
 }
 
-/// The `cachegrind.out` contents for a replay.
-fn build_profile(cmd: &str, sim: Option<&CacheSim>, counts: &Counts) -> profile::Profile {
-    let mut p = match sim {
-        Some(sim) => {
-            let mut p = profile::Profile::new(
-                cmd,
-                &[
-                    "Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw",
-                ],
-            );
-            // Cachegrind writes this events line with a trailing space.
-            p.events_text.push(' ');
-            p.desc = vec![
-                format!("I1 cache:         {}", sim.i1().desc()),
-                format!("D1 cache:         {}", sim.d1().desc()),
-                format!("LL cache:         {}", sim.ll().desc()),
-            ];
-            p
-        }
-        None => profile::Profile::new(cmd, &["Ir"]),
-    };
-    let t = counts.totals();
-    if t.ir + t.dr + t.dw > 0 {
-        let all = [
-            t.ir, t.i1mr, t.ilmr, t.dr, t.d1mr, t.dlmr, t.dw, t.d1mw, t.dlmw,
-        ];
-        let n = p.events.len();
-        let costs: Vec<i64> = all[..n].iter().map(|&v| v as i64).collect();
-        p.add("???", "???", 0, &costs);
-    }
+/// The `cachegrind.out` contents for a replay: a trace carries no
+/// mappings, so every address is located to `???`.
+fn build_profile(cmd: &str, tool: &CachegrindTool) -> profile::Profile {
+    let mut p = tool.new_profile(cmd);
+    let mut centres = CostCentres::new(tool.events());
+    centres.add_table(tool.table(), &[], &mut Symbolizer::new());
+    centres.add_to(&mut p);
     p
 }
 
@@ -229,14 +169,14 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Err(BadPattern(lines)) => return fail(&lines),
     };
     let mut stderr = io::stderr().lock();
-    let mut sim = None;
+    let mut caches = None;
     if args.sim.cache_sim {
         match simopts::resolve_caches(&args.sim.caches) {
             Ok(setup) => {
                 for l in simopts::prefixed(&setup.messages, pid) {
                     let _ = writeln!(stderr, "{l}");
                 }
-                sim = Some(CacheSim::new(setup.i1, setup.d1, setup.ll));
+                caches = Some(CacheSim::new(setup.i1, setup.d1, setup.ll));
             }
             Err(fatal) => {
                 for l in simopts::prefixed(&fatal.messages, pid) {
@@ -251,8 +191,9 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&[format!("cannot open trace '{trace_name}': {e}")]),
     };
-    let counts = match simulate(input, args.format, sim.as_mut()) {
-        Ok((c, stats)) => {
+    let mut tool = CachegrindTool::new(caches, false);
+    match simulate(input, args.format, &mut tool) {
+        Ok(stats) => {
             if stats.lines > 0 && stats.events == 0 {
                 // Most likely the wrong file or format: say so, but a
                 // trace without records is still a valid (empty) replay.
@@ -262,7 +203,6 @@ pub fn main(args: &[OsString]) -> ExitCode {
                     program_name()
                 );
             }
-            c
         }
         Err(tracefile::TraceError::Malformed { line, reason }) => {
             return fail(&[format!("{trace_name}:{line}: {reason}")])
@@ -270,8 +210,8 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Err(tracefile::TraceError::Io(e)) => {
             return fail(&[format!("error reading trace '{trace_name}': {e}")])
         }
-    };
-    let profile = build_profile(&trace_name, sim.as_ref(), &counts);
+    }
+    let profile = build_profile(&trace_name, &tool);
     if profile::write_file_atomic(&out_name, |mut w| profile.write_to(&mut w)).is_err() {
         let _ = writeln!(
             stderr,
@@ -285,7 +225,8 @@ pub fn main(args: &[OsString]) -> ExitCode {
         return ExitCode::from(1);
     }
     let _ = writeln!(stderr, "=={pid}== ");
-    for l in summary_lines(&counts.totals(), args.sim.cache_sim, false) {
+    let totals = summary_totals(tool.totals());
+    for l in summary_lines(&totals, args.sim.cache_sim, false) {
         let _ = writeln!(stderr, "=={pid}== {l}");
     }
     ExitCode::SUCCESS
@@ -328,27 +269,33 @@ mod tests {
         assert!(parse_args(&os(&["--branch-sim=yes", "t"])).is_err());
     }
 
+    fn caches() -> CacheSim {
+        CacheSim::new(
+            CacheConfig::new(32768, 8, 64),
+            CacheConfig::new(32768, 8, 64),
+            CacheConfig::new(262_144, 8, 64),
+        )
+    }
+
+    fn profile_text(p: &profile::Profile) -> String {
+        let mut out = Vec::new();
+        p.write_to(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn replays_and_writes_profile() {
         let trace = "I  00401000,4\n L 00600000,8\n M 00600008,4\n S 00700000,8\n\
                      I  00401004,3\n L 00600000,8\n";
-        let mut sim = CacheSim::new(
-            CacheConfig::new(32768, 8, 64),
-            CacheConfig::new(32768, 8, 64),
-            CacheConfig::new(262_144, 8, 64),
-        );
-        let (c, stats) = simulate(trace.as_bytes(), Format::Lackey, Some(&mut sim)).unwrap();
+        let mut tool = CachegrindTool::new(Some(caches()), false);
+        let stats = simulate(trace.as_bytes(), Format::Lackey, &mut tool).unwrap();
         assert_eq!((stats.lines, stats.events), (6, 6));
-        let t = c.totals();
+        let t = summary_totals(tool.totals());
         assert_eq!((t.ir, t.i1mr, t.ilmr), (2, 1, 1));
         assert_eq!((t.dr, t.d1mr, t.dlmr), (3, 1, 1));
         assert_eq!((t.dw, t.d1mw, t.dlmw), (1, 1, 1));
-        let mut out = Vec::new();
-        build_profile("t.trace", Some(&sim), &c)
-            .write_to(&mut out)
-            .unwrap();
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            profile_text(&build_profile("t.trace", &tool)),
             "desc: I1 cache:         32768 B, 64 B, 8-way associative\n\
              desc: D1 cache:         32768 B, 64 B, 8-way associative\n\
              desc: LL cache:         262144 B, 64 B, 8-way associative\n\
@@ -357,26 +304,35 @@ mod tests {
              fl=???\nfn=???\n0 2 1 1 3 1 1 1 1 1\n\
              summary: 2 1 1 3 1 1 1 1 1\n"
         );
-        let (c, _) = simulate(trace.as_bytes(), Format::Lackey, None).unwrap();
-        let mut out = Vec::new();
-        build_profile("t.trace", None, &c)
-            .write_to(&mut out)
-            .unwrap();
+        let mut tool = CachegrindTool::new(None, false);
+        simulate(trace.as_bytes(), Format::Lackey, &mut tool).unwrap();
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            profile_text(&build_profile("t.trace", &tool)),
             "cmd: t.trace\nevents: Ir\nfl=???\nfn=???\n0 2\nsummary: 2\n"
         );
     }
 
     #[test]
     fn empty_trace_has_no_records() {
-        let (c, stats) = simulate(&b"==1== nothing\n"[..], Format::Lackey, None).unwrap();
+        let mut tool = CachegrindTool::new(None, false);
+        let stats = simulate(&b"==1== nothing\n"[..], Format::Lackey, &mut tool).unwrap();
         assert_eq!((stats.lines, stats.events), (1, 0));
-        let mut out = Vec::new();
-        build_profile("-", None, &c).write_to(&mut out).unwrap();
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            profile_text(&build_profile("-", &tool)),
             "cmd: -\nevents: Ir\nsummary: 0\n"
+        );
+    }
+
+    /// Data accesses with no instruction before them (a `din` trace can
+    /// start so) still count, on `???` like everything else.
+    #[test]
+    fn data_before_instructions() {
+        let mut tool = CachegrindTool::new(Some(caches()), false);
+        simulate(&b"1 7000 8\n"[..], Format::Din, &mut tool).unwrap();
+        let text = profile_text(&build_profile("d", &tool));
+        assert!(
+            text.ends_with("fl=???\nfn=???\n0 0 0 0 0 0 0 1 1 1\nsummary: 0 0 0 0 0 0 1 1 1\n"),
+            "{text}"
         );
     }
 }

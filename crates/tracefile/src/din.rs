@@ -1,7 +1,8 @@
 //! Dinero's `din` lines: `label hexaddr [size] [comment]`.
 
 use crate::num::{dec_prefix_u32, hex_prefix};
-use crate::{Access, Event};
+use crate::record;
+use events::{AccessKind, Record};
 
 fn skip_blanks(s: &[u8]) -> &[u8] {
     let n = s
@@ -14,7 +15,7 @@ fn skip_blanks(s: &[u8]) -> &[u8] {
 /// Parses one line (without its newline). Blank lines and escape records
 /// (labels 3 and 4) give `Ok(None)`.
 #[inline]
-pub fn parse_line(line: &[u8]) -> Result<Option<Event>, &'static str> {
+pub fn parse_line(line: &[u8]) -> Result<Option<Record>, &'static str> {
     let s = skip_blanks(line);
     let (label, s) = match s {
         [] => return Ok(None),
@@ -25,10 +26,11 @@ pub fn parse_line(line: &[u8]) -> Result<Option<Event>, &'static str> {
         }
         _ => return Err("unknown label (expected 0 to 4)"),
     };
-    let access = match label {
-        0 => Access::Read,
-        1 => Access::Write,
-        2 => Access::Instr,
+    // An instruction fetch, or a data access of this kind.
+    let kind = match label {
+        0 => Some(AccessKind::Read),
+        1 => Some(AccessKind::Write),
+        2 => None,
         _ => return Ok(None),
     };
     let s = skip_blanks(s);
@@ -42,14 +44,11 @@ pub fn parse_line(line: &[u8]) -> Result<Option<Event>, &'static str> {
     // An optional decimal size; anything else is a comment.
     let sized =
         dec_prefix_u32(s).filter(|&(_, n)| matches!(s.get(n), None | Some(b' ' | b'\t' | b'\r')));
-    Ok(Some(match sized {
-        Some((size, _)) => Event { access, addr, size },
-        None => Event {
-            access,
-            addr: addr & !3,
-            size: 4,
-        },
-    }))
+    let (addr, size) = match sized {
+        Some((size, _)) => (addr, size),
+        None => (addr & !3, 4),
+    };
+    Ok(Some(record(kind, addr, size)))
 }
 
 #[cfg(test)]
@@ -58,15 +57,14 @@ mod tests {
 
     #[test]
     fn lines() {
-        let ev = |access, addr, size| Ok(Some(Event { access, addr, size }));
-        assert_eq!(parse_line(b"2 0"), ev(Access::Instr, 0, 4));
+        assert_eq!(parse_line(b"2 0"), Ok(Some(record(None, 0, 4))));
         assert_eq!(
             parse_line(b"\t0\t0x70f6088b  1"),
-            ev(Access::Read, 0x70f6_088b, 1)
+            Ok(Some(record(Some(AccessKind::Read), 0x70f6_088b, 1)))
         );
         assert_eq!(
             parse_line(b"1 70f6088e cmt"),
-            ev(Access::Write, 0x70f6_088c, 4)
+            Ok(Some(record(Some(AccessKind::Write), 0x70f6_088c, 4)))
         );
         assert_eq!(parse_line(b"4 0"), Ok(None));
         assert_eq!(parse_line(b"   "), Ok(None));

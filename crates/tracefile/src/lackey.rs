@@ -1,18 +1,19 @@
 //! Lackey's `--trace-mem=yes` lines.
 
 use crate::num::{dec_prefix_u32, hex_prefix};
-use crate::{Access, Event};
+use crate::record;
+use events::{AccessKind, Record};
 
 /// The fast path: a well-formed record at the start of `s`, followed by
-/// `\n`. Returns the event and the bytes used (newline included), or
+/// `\n`. Returns the record and the bytes used (newline included), or
 /// `None` for anything else (which [`parse_line`] then classifies).
 #[inline(always)]
-pub fn parse_record(s: &[u8]) -> Option<(Event, usize)> {
-    let access = match s.get(..3)? {
-        b"I  " => Access::Instr,
-        b" L " => Access::Read,
-        b" S " => Access::Write,
-        b" M " => Access::Modify,
+pub fn parse_record(s: &[u8]) -> Option<(Record, usize)> {
+    let kind = match s.get(..3)? {
+        b"I  " => None,
+        b" L " => Some(AccessKind::Read),
+        b" S " => Some(AccessKind::Write),
+        b" M " => Some(AccessKind::Modify),
         _ => return None,
     };
     let (addr, n) = hex_prefix(&s[3..])?;
@@ -26,18 +27,18 @@ pub fn parse_record(s: &[u8]) -> Option<(Event, usize)> {
     if *s.get(i)? != b'\n' {
         return None;
     }
-    Some((Event { access, addr, size }, i + 1))
+    Some((record(kind, addr, size), i + 1))
 }
 
 /// Parses one line (without its newline). Lines that are not trace records
 /// give `Ok(None)`; a record that does not parse is an error.
 #[inline]
-pub fn parse_line(line: &[u8]) -> Result<Option<Event>, &'static str> {
-    let access = match line {
-        [b'I', b' ', b' ', ..] => Access::Instr,
-        [b' ', b'L', b' ', ..] => Access::Read,
-        [b' ', b'S', b' ', ..] => Access::Write,
-        [b' ', b'M', b' ', ..] => Access::Modify,
+pub fn parse_line(line: &[u8]) -> Result<Option<Record>, &'static str> {
+    let kind = match line {
+        [b'I', b' ', b' ', ..] => None,
+        [b' ', b'L', b' ', ..] => Some(AccessKind::Read),
+        [b' ', b'S', b' ', ..] => Some(AccessKind::Write),
+        [b' ', b'M', b' ', ..] => Some(AccessKind::Modify),
         _ => return Ok(None),
     };
     let rest = &line[3..];
@@ -50,7 +51,7 @@ pub fn parse_line(line: &[u8]) -> Result<Option<Event>, &'static str> {
     if !matches!(&rest[n..], [] | [b'\r']) {
         return Err("unexpected text after the size");
     }
-    Ok(Some(Event { access, addr, size }))
+    Ok(Some(record(kind, addr, size)))
 }
 
 #[cfg(test)]
@@ -61,11 +62,7 @@ mod tests {
     fn records_and_errors() {
         assert_eq!(
             parse_line(b" S 04022e08,8\r"),
-            Ok(Some(Event {
-                access: Access::Write,
-                addr: 0x0402_2e08,
-                size: 8
-            }))
+            Ok(Some(record(Some(AccessKind::Write), 0x0402_2e08, 8)))
         );
         assert_eq!(parse_line(b"==1== I  x"), Ok(None));
         assert_eq!(parse_line(b""), Ok(None));

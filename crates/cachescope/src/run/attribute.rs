@@ -1,11 +1,15 @@
 //! Turning one process's per-address instruction counts into Cachegrind's
-//! per-`(file, fn, line)` profile.
+//! per-`(file, fn, line)` profile, and a run's event counts into the
+//! stderr summary's totals.
 
 use std::collections::HashMap;
 
+use costs::{CostCentres, CostTable, Event, EventCounts, EventSet};
 use engine::{ModuleRecord, ProcessProfile};
 use profile::Profile;
-use symbols::{Location, Mapping, Symbolizer};
+use symbols::{Mapping, Symbolizer};
+
+use crate::summary::Totals;
 
 /// Cachegrind's `cmd:` text: the program as given, then each argument,
 /// separated by single spaces (never quoted or escaped).
@@ -43,52 +47,56 @@ fn mapping(m: &ModuleRecord) -> Mapping {
     }
 }
 
-/// Cost centres being accumulated. The symbolizer hands out one shared
-/// string per distinct file and function name of an object, so keying on
-/// the strings' addresses groups addresses without hashing every name
-/// (equal names from different objects are merged when added to the
-/// profile).
-type PerLocation = HashMap<(usize, usize, u32), (Location, u64)>;
-
-/// Adds `counts`, located through `mappings`, to `per_loc`.
-fn locate_all(
-    counts: &HashMap<u64, u64>,
-    mappings: &[Mapping],
-    syms: &mut Symbolizer,
-    per_loc: &mut PerLocation,
-) {
-    // Sorted addresses keep consecutive lookups in the same object and
-    // make the result independent of hash order.
-    let mut addrs: Vec<(&u64, &u64)> = counts.iter().collect();
-    addrs.sort_unstable();
-    for (&addr, &count) in addrs {
-        let loc = syms.locate(mappings, addr);
-        let key = (
-            loc.file.as_ptr() as usize,
-            loc.func.as_ptr() as usize,
-            loc.line,
-        );
-        per_loc.entry(key).or_insert((loc, 0)).1 += count;
-    }
+/// The engine's per-address instruction counts as a cost table.
+fn ir_table(events: EventSet, counts: &HashMap<u64, u64>) -> CostTable {
+    let mut table = CostTable::new(events);
+    table.add_counts(Event::Ir, counts.iter().map(|(&addr, &n)| (addr, n)));
+    table
 }
 
 /// Builds the `events: Ir` profile of `proc_profile`, resolving each
-/// distinct address once. Code unmapped before the end (dlclose) is
-/// resolved against the module it ran from, as Cachegrind resolves code
-/// when it translates it.
-pub fn build_profile(cmd: &str, proc_profile: &ProcessProfile, syms: &mut Symbolizer) -> Profile {
+/// distinct address once, and its event totals. Code unmapped before the
+/// end (dlclose) is resolved against the module it ran from, as Cachegrind
+/// resolves code when it translates it.
+pub fn build_profile(
+    cmd: &str,
+    proc_profile: &ProcessProfile,
+    syms: &mut Symbolizer,
+) -> (Profile, EventCounts) {
+    // The engine counts instructions only (the run mode refuses the
+    // simulations for now).
+    let events = EventSet::new(false, false);
+    let mut centres = CostCentres::new(events);
     let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
-    let mut per_loc = PerLocation::new();
-    locate_all(&proc_profile.instr_counts, &mappings, syms, &mut per_loc);
+    let live = ir_table(events, &proc_profile.instr_counts);
+    centres.add_table(&live, &mappings, syms);
     for gone in &proc_profile.unmapped {
         let old: Vec<Mapping> = gone.module.iter().map(mapping).collect();
-        locate_all(&gone.instr_counts, &old, syms, &mut per_loc);
+        centres.add_table(&ir_table(events, &gone.instr_counts), &old, syms);
     }
-    let mut p = Profile::new(cmd, &["Ir"]);
-    for (loc, count) in per_loc.into_values() {
-        p.add(&loc.file, &loc.func, loc.line as i64, &[count as i64]);
+    let mut p = events.new_profile(cmd);
+    centres.add_to(&mut p);
+    let counts = events.counts(p.totals().into_iter().map(|v| v as u64));
+    (p, counts)
+}
+
+/// The stderr summary's totals for a run's (or a replay's) event counts.
+pub fn summary_totals(c: EventCounts) -> Totals {
+    Totals {
+        ir: c.get(Event::Ir),
+        i1mr: c.get(Event::I1mr),
+        ilmr: c.get(Event::ILmr),
+        dr: c.get(Event::Dr),
+        d1mr: c.get(Event::D1mr),
+        dlmr: c.get(Event::DLmr),
+        dw: c.get(Event::Dw),
+        d1mw: c.get(Event::D1mw),
+        dlmw: c.get(Event::DLmw),
+        bc: c.get(Event::Bc),
+        bcm: c.get(Event::Bcm),
+        bi: c.get(Event::Bi),
+        bim: c.get(Event::Bim),
     }
-    p
 }
 
 #[cfg(test)]
@@ -116,11 +124,23 @@ mod tests {
         };
         gone.instr_counts.insert(0x1000, 3);
         pp.unmapped.push(gone);
-        let p = build_profile("./x a", &pp, &mut Symbolizer::new());
+        let (p, counts) = build_profile("./x a", &pp, &mut Symbolizer::new());
         assert_eq!(p.cmd, "./x a");
         assert_eq!(p.events, vec!["Ir".to_string()]);
         assert_eq!(p.totals(), vec![10]);
         assert_eq!(p.costs["???"]["???"][&0], vec![10]);
+        assert_eq!(summary_totals(counts).ir, 10);
+    }
+
+    #[test]
+    fn summary_totals_by_event() {
+        let t = summary_totals(EventSet::new(true, true).counts(1..=13));
+        assert_eq!((t.ir, t.i1mr, t.ilmr), (1, 2, 3));
+        assert_eq!((t.dr, t.d1mr, t.dlmr), (4, 5, 6));
+        assert_eq!((t.dw, t.d1mw, t.dlmw), (7, 8, 9));
+        assert_eq!((t.bc, t.bcm, t.bi, t.bim), (10, 11, 12, 13));
+        let t = summary_totals(EventSet::new(false, true).counts([5, 4, 3, 2, 1]));
+        assert_eq!((t.ir, t.dr, t.bc, t.bim), (5, 0, 4, 1));
     }
 
     #[test]

@@ -14,6 +14,8 @@ mod attribute;
 mod log;
 mod options;
 
+pub(crate) use attribute::summary_totals;
+
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -236,11 +238,11 @@ impl ProfileSink for CgSink<'_> {
         } else {
             self.cmd.clone()
         };
-        let profile = attribute::build_profile(&cmd, &proc_profile, &mut self.symbols);
+        let (profile, counts) = attribute::build_profile(&cmd, &proc_profile, &mut self.symbols);
         let symbolized_in = started.elapsed();
         let mut totals = Totals::default();
         match profile::write_file_atomic(&path, |mut w| profile.write_to(&mut w)) {
-            Ok(()) => totals.ir = profile.totals().first().copied().unwrap_or(0) as u64,
+            Ok(()) => totals = summary_totals(counts),
             Err(_) => {
                 // Cachegrind then reports all-zero totals.
                 self.log.umsg(
