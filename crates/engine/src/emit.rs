@@ -131,12 +131,22 @@ impl Emitter {
     /// are fixed forms, so a failure is a bug in this module.
     fn insn(&mut self, i: Result<Instruction, iced_x86::IcedError>) {
         let i = i.expect("valid engine instruction");
+        self.encode(&i).expect("encodable engine instruction");
+    }
+
+    /// Encodes `i` at `here()` (a guest instruction re-encoded for its new
+    /// address, or one built from it). The encoder's buffer is reused, so
+    /// translation allocates nothing per instruction here.
+    pub fn encode(&mut self, i: &Instruction) -> Result<(), iced_x86::IcedError> {
         let here = self.here();
-        self.encoder
-            .encode(&i, here)
-            .expect("encodable engine instruction");
-        let b = self.encoder.take_buffer();
-        self.bytes.extend_from_slice(&b);
+        let result = self.encoder.encode(i, here);
+        let mut buf = self.encoder.take_buffer();
+        if result.is_ok() {
+            self.bytes.extend_from_slice(&buf);
+        }
+        buf.clear();
+        self.encoder.set_buffer(buf);
+        result.map(drop)
     }
 
     /// A label to bind later with [`Emitter::bind`].

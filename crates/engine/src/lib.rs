@@ -155,7 +155,7 @@ impl EngineStats {
                 self.lookup_inline_hits,
                 self.lookup_probes,
                 self.lookup_probe_hits,
-                self.lookup_probes - self.lookup_probe_hits.min(self.lookup_probes)
+                self.lookup_probes.saturating_sub(self.lookup_probe_hits)
             ),
             format!(
                 "engine: lookup table: {} targets, {} overflow buckets, {} refused (full)",

@@ -11,8 +11,8 @@
 use crate::emit::{Emitter, GPR64};
 use crate::layout::{self, MAX_BLOCK_INSNS};
 use iced_x86::{
-    Code, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Instruction,
-    InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register, RflagsBits,
+    Code, Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory,
+    Mnemonic, OpAccess, OpKind, Register, RflagsBits,
 };
 
 /// The 16-byte preamble of Valgrind's client-request magic sequence.
@@ -338,7 +338,6 @@ fn counter_position(items: &[Item]) -> Placement {
 
 struct Builder<'a> {
     e: Emitter,
-    enc: Encoder,
     t: Translation,
     ctx: &'a mut dyn TransCtx,
     /// The last `jmp rel32` exit: (offset of the jump in the code, host
@@ -372,16 +371,7 @@ impl Builder<'_> {
     /// Copies (or re-encodes) an ordinary instruction.
     fn copy(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
         if i.is_ip_rel_memory_operand() {
-            let here = self.e.here();
-            self.enc.encode(i, here).map_err(|err| {
-                TransError(format!(
-                    "cannot re-encode `{}` at {:#x}: {err}",
-                    describe(i),
-                    i.ip()
-                ))
-            })?;
-            let bytes = self.enc.take_buffer();
-            self.e.raw(&bytes);
+            self.reencode(i, i)?;
         } else {
             let off = (i.ip() - guest) as usize;
             self.e.raw(&code[off..off + i.len()]);
@@ -410,18 +400,20 @@ impl Builder<'_> {
             })
         }
         .map_err(|err| TransError(format!("cannot translate `{}`: {err}", describe(i))))?;
-        let here = self.e.here();
-        m.set_ip(here);
-        self.enc.encode(&m, here).map_err(|err| {
+        m.set_ip(self.e.here());
+        self.reencode(&m, i)
+    }
+
+    /// Encodes `m` (made from guest instruction `i`) at the current host
+    /// address; an error names `i`.
+    fn reencode(&mut self, m: &Instruction, i: &Instruction) -> Result<(), TransError> {
+        self.e.encode(m).map_err(|err| {
             TransError(format!(
                 "cannot re-encode `{}` at {:#x}: {err}",
                 describe(i),
                 i.ip()
             ))
-        })?;
-        let bytes = self.enc.take_buffer();
-        self.e.raw(&bytes);
-        Ok(())
+        })
     }
 
     fn push_literal(&mut self, value: u64) {
@@ -577,7 +569,6 @@ pub fn translate(
     let counter = ctx.alloc_counter();
     let mut b = Builder {
         e: Emitter::new(host),
-        enc: Encoder::new(64),
         t: Translation {
             host,
             counter,
