@@ -170,6 +170,12 @@ impl BlockInfo {
         &self.mem[start..end]
     }
 
+    /// Memory operands of all its instructions (the number of addresses
+    /// one execution reports).
+    pub fn mem_count(&self) -> usize {
+        self.mem.len()
+    }
+
     /// How the block ends.
     pub fn terminator(&self) -> Terminator {
         self.terminator
@@ -321,6 +327,51 @@ pub trait Tool {
             self.record(r);
         }
     }
+
+    /// One complete execution of block `id` (described by `info`), as the
+    /// engine's trace buffers report it: `addrs` holds the address of each
+    /// of the block's memory operands, in the order of
+    /// [`BlockInfo::mem_operands`] over its instructions. It means the same
+    /// as the records [`expand_block_run`] makes of it (which the default
+    /// hands to [`Tool::records`]); a tool overrides it to work per block
+    /// rather than per record (Cachegrind's tool charges Ir, Dr and Dw per
+    /// block execution and simulates only what can miss).
+    fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
+        let mut records = Vec::with_capacity(1 + info.instrs().len() + addrs.len());
+        expand_block_run(id, info, addrs, &mut records);
+        self.records(&records);
+    }
+}
+
+/// The records one execution of a block stands for: [`Record::Block`], then
+/// for each instruction its [`Record::Instr`] and a [`Record::Data`] per
+/// memory operand, with the addresses from `addrs` (see
+/// [`Tool::block_run`]), appended to `out`.
+///
+/// # Panics
+///
+/// If `addrs` does not hold one address per memory operand of the block.
+pub fn expand_block_run(id: BlockId, info: &BlockInfo, addrs: &[u64], out: &mut Vec<Record>) {
+    assert_eq!(
+        addrs.len(),
+        info.mem.len(),
+        "one address per memory operand"
+    );
+    out.push(Record::Block(id));
+    let mut next = addrs.iter();
+    for (n, i) in info.instrs().iter().enumerate() {
+        out.push(Record::Instr(InstrFetch {
+            addr: i.addr,
+            len: u32::from(i.len),
+        }));
+        for m in info.mem_operands(n) {
+            out.push(Record::Data(DataRef {
+                addr: *next.next().expect("counted above"),
+                size: m.size,
+                kind: m.kind,
+            }));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -404,6 +455,40 @@ mod tests {
         fn record(&mut self, record: Record) {
             self.seen.push(record);
         }
+    }
+
+    #[test]
+    fn a_block_run_stands_for_its_records() {
+        let b = sample_block();
+        assert_eq!(b.mem_count(), 3);
+        let mut t = Recorder::default();
+        t.block_run(BlockId(7), &b, &[0x10, 0x20, 0x30]);
+        let data: Vec<_> = t
+            .seen
+            .iter()
+            .filter_map(|r| match r {
+                Record::Data(d) => Some((d.addr, d.size, d.kind)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(t.seen[0], Record::Block(BlockId(7)));
+        assert_eq!(t.seen.len(), 1 + 4 + 3);
+        assert_eq!(
+            data,
+            [
+                (0x10, 8, AccessKind::Read),
+                (0x20, 4, AccessKind::Modify),
+                (0x30, 8, AccessKind::Read)
+            ]
+        );
+        // Each data record follows its instruction's fetch.
+        assert_eq!(
+            t.seen[4],
+            Record::Instr(InstrFetch {
+                addr: 0x1007,
+                len: 5
+            })
+        );
     }
 
     #[test]

@@ -27,11 +27,11 @@ impl Tracer<'_> {
         let mut regs = get_regs(tid)?;
         let nr = regs.orig_rax as u32;
         space.borrow_mut().stats.count_exit(nr);
+        // One read for every slot an exit may need (each read of client
+        // memory is a system call).
+        let spills = Spills::read(&mut space.borrow_mut(), regs.gs_base)?;
         if nr == layout::MAGIC_SYSCALL {
-            let sysno = space
-                .borrow_mut()
-                .mem()
-                .read_u64(regs.gs_base + layout::S_RAX as u64)?;
+            let sysno = spills.rax;
             if debug_enabled() {
                 eprintln!(
                     "[engine] tid {tid} syscall {sysno} at {:#x} rsp {:#x}",
@@ -51,15 +51,13 @@ impl Tracer<'_> {
             sp.mem().set_multi(self.threads_sharing(&space) > 1);
             if debug_enabled() {
                 eprintln!(
-                    "[engine] tid {tid} exit {:#x} rip {:#x} target/rax {:#x}",
+                    "[engine] tid {tid} exit {:#x} rip {:#x} target {:#x}",
                     nr.wrapping_sub(layout::MAGIC_LINK),
                     regs.rip,
-                    sp.mem()
-                        .read_u64(regs.gs_base + layout::S_TARGET as u64)
-                        .unwrap_or(0)
+                    spills.target
                 );
             }
-            answer_exit(&mut sp, &mut inj, &mut regs, nr)?;
+            answer_exit(&mut sp, &mut inj, &mut regs, nr, &spills)?;
         }
         let patches = space.borrow_mut().mem().take_live();
         if !patches.is_empty() {
@@ -73,6 +71,33 @@ impl Tracer<'_> {
     }
 }
 
+/// The spill slots an exit reads (`layout::S_RAX` to `S_TARGET`).
+struct Spills {
+    rax: u64,
+    rcx: u64,
+    r11: u64,
+    target: u64,
+}
+
+impl Spills {
+    fn read(sp: &mut Space, area: u64) -> Result<Spills, EngineError> {
+        const _: () = assert!(
+            layout::S_RAX == 0
+                && layout::S_RCX == 8
+                && layout::S_R11 == 16
+                && layout::S_TARGET == 24
+        );
+        let b = sp.mem().read(area, 32)?;
+        let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        Ok(Spills {
+            rax: word(0),
+            rcx: word(1),
+            r11: word(2),
+            target: word(3),
+        })
+    }
+}
+
 /// Answers exit `nr` of translated code stopped with `regs`, which become
 /// the registers to resume with.
 fn answer_exit(
@@ -80,23 +105,25 @@ fn answer_exit(
     inj: &mut Injection,
     regs: &mut Regs,
     nr: u32,
+    spills: &Spills,
 ) -> Result<(), EngineError> {
-    let slot = regs.gs_base;
     match nr {
         layout::MAGIC_LINK => {
             let target = sp
                 .stub_target(regs.rip)
                 .ok_or_else(|| EngineError(format!("unknown exit stub at {:#x}", regs.rip)))?;
             let body = sp.ensure(target, &mut inj.injector())?;
-            enter_block(sp, regs, body)
+            enter_block(regs, body, spills);
+            Ok(())
         }
         layout::MAGIC_MISS => {
-            let target = sp.mem().read_u64(slot + layout::S_TARGET as u64)?;
+            let target = spills.target;
             let body = sp.ensure(target, &mut inj.injector())?;
             sp.publish(target);
-            enter_block(sp, regs, body)
+            enter_block(regs, body, spills);
+            Ok(())
         }
-        layout::MAGIC_SYSCALL => on_syscall(sp, regs),
+        layout::MAGIC_SYSCALL => on_syscall(sp, regs, spills.rax),
         _ => Err(EngineError(format!(
             "unexpected engine syscall {nr:#x} at {:#x}",
             regs.rip
@@ -106,24 +133,20 @@ fn answer_exit(
 
 /// Continues at the translated block `body` with the registers the exit
 /// spilled.
-fn enter_block(sp: &mut Space, regs: &mut Regs, body: u64) -> Result<(), EngineError> {
-    let slot = regs.gs_base;
-    let mem = sp.mem();
+fn enter_block(regs: &mut Regs, body: u64, spills: &Spills) {
     regs.rip = body;
-    regs.rax = mem.read_u64(slot + layout::S_RAX as u64)?;
-    regs.rcx = mem.read_u64(slot + layout::S_RCX as u64)?;
-    regs.r11 = mem.read_u64(slot + layout::S_R11 as u64)?;
+    regs.rax = spills.rax;
+    regs.rcx = spills.rcx;
+    regs.r11 = spills.r11;
     regs.orig_rax = u64::MAX;
-    Ok(())
 }
 
 /// An intercepted guest syscall (other than the signal ones): answered here
 /// or run for real from the stop, as a native `syscall` would.
-fn on_syscall(sp: &mut Space, regs: &mut Regs) -> Result<(), EngineError> {
+fn on_syscall(sp: &mut Space, regs: &mut Regs, sysno: u64) -> Result<(), EngineError> {
     let site = sp
         .syscall_site(regs.rip)
         .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
-    let sysno = sp.mem().read_u64(regs.gs_base + layout::S_RAX as u64)?;
     regs.rcx = site.guest_next;
     match sysno as usize {
         syscalls::RSEQ => {
