@@ -73,7 +73,7 @@ fn charge_branch(row: &mut [u64], first: usize, mispredicted: bool) {
 ///
 /// Data references before any instruction fetch (possible in a `din`
 /// trace) are charged to address 0.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CachegrindTool {
     table: CostTable,
     cols: Columns,

@@ -7,6 +7,10 @@
 //! they have a fixed size and a known address), and branches inside a
 //! sequence go to [`Label`]s resolved when the label is bound.
 
+mod trace;
+
+pub use trace::FlagsAt;
+
 use crate::layout;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
 

@@ -78,6 +78,13 @@ pub const S_TARGET: u32 = 24;
 pub const S_RCX0: u32 = 32;
 /// Slot offset: the client's RDX.
 pub const S_RDX: u32 = 40;
+/// Slot offset: the client's value of the register a block borrows in
+/// trace mode for its record's address (inside the spill slots, so that a
+/// signal handler's blocks do not clobber the interrupted block's).
+pub const S_BORROW_R: u32 = 48;
+/// Slot offset: the client's value of the register a block borrows in
+/// trace mode for computing addresses.
+pub const S_BORROW_A: u32 = 56;
 /// Bytes of spill slots at the start of a thread area (saved and restored
 /// around signal handlers, which reuse them).
 pub const SPILL_BYTES: u64 = 64;
@@ -91,6 +98,26 @@ pub const S_STAT_PROBES: u32 = 0x108;
 /// Thread-area offset of the count of probes that found their target.
 pub const S_STAT_PROBE_HITS: u32 = 0x110;
 
+/// Thread-area offset of the trace buffer's write pointer (trace mode):
+/// where the next block record goes. Outside the spill slots: records a
+/// signal handler wrote must not be written over after it returns.
+pub const S_TRACE_PTR: u32 = 0x118;
+/// Thread-area offset of the trace buffer's limit: a block whose record
+/// starts at or past it has the buffer flushed ([`TRACE_SLACK`] bytes of
+/// room remain after it for the records of the blocks before the check).
+pub const S_TRACE_LIMIT: u32 = 0x120;
+/// Thread-area offset of 64 bytes where trace mode stores a gather's or
+/// scatter's index register to read one lane.
+pub const S_VECTOR_SCRATCH: u32 = 0x140;
+/// Offset in a thread area of its trace buffer.
+pub const AREA_TRACE: u64 = 16 << 20;
+/// Bytes of trace buffer before its limit.
+pub const TRACE_BYTES: u64 = 2 << 20;
+/// Room after the limit: a record starting just before the limit fits,
+/// and so do the records of a signal handler's blocks up to its own check
+/// (each block checks).
+pub const TRACE_SLACK: u64 = 1 << 20;
+
 /// Exit: an unlinked direct branch (the stub is identified by its address).
 pub const MAGIC_LINK: u32 = MAGIC_LO;
 /// Exit: indirect-branch lookup miss (target in `S_TARGET`).
@@ -99,6 +126,8 @@ pub const MAGIC_MISS: u32 = MAGIC_LO + 1;
 pub const MAGIC_SYSCALL: u32 = MAGIC_LO + 2;
 /// Exit: end of an injected syscall (its result in RDI).
 pub const MAGIC_INJECT: u32 = MAGIC_LO + 3;
+/// Exit: a trace buffer reached its limit (the check site in `S_TARGET`).
+pub const MAGIC_FLUSH: u32 = MAGIC_LO + 4;
 
 /// Size of one code-cache chunk (reserved address space; pages are only
 /// touched as they are used).

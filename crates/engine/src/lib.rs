@@ -39,17 +39,21 @@ mod client_mem;
 mod emit;
 mod ibtable;
 mod layout;
+mod memrefs;
 mod space;
+mod stream;
 mod sys;
 mod tracer;
 mod translate;
+
+pub use stream::{FinishedTool, StreamTool, ToolFactory};
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// What to run and how.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LaunchConfig {
     /// The program, as given by the user (resolved through `PATH` by the
     /// engine when it has no slash, like `execvp`).
@@ -62,6 +66,24 @@ pub struct LaunchConfig {
     /// `--stats=yes`: gather [`EngineStats`] (translated code also counts
     /// its inline lookups, which costs a little).
     pub stats: bool,
+    /// The tool of each process image, if any: when it needs records
+    /// ([`events::Tool::needs`]), translated code writes trace buffers that
+    /// a consumer thread decodes into it, and each process's tool comes
+    /// back in its [`ProcessProfile`]; otherwise the inline counters serve
+    /// and the tool is not used.
+    pub tool: Option<ToolFactory>,
+}
+
+impl std::fmt::Debug for LaunchConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaunchConfig")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("trace_children", &self.trace_children)
+            .field("stats", &self.stats)
+            .field("tool", &self.tool.is_some())
+            .finish()
+    }
 }
 
 /// Where the engine's time went in one process (`--stats=yes`).
@@ -83,6 +105,8 @@ pub struct EngineStats {
     /// Exits for a system call the tool handles (mmap family, signals,
     /// exec, ...).
     pub exits_syscall: u64,
+    /// Exits because a trace buffer was full (trace mode).
+    pub exits_flush: u64,
     /// Indirect transfers resolved inline (way 0 of the home bucket);
     /// counted only with `--stats=yes`.
     pub lookup_inline_hits: u64,
@@ -123,13 +147,14 @@ impl EngineStats {
             layout::MAGIC_LINK => self.exits_link += 1,
             layout::MAGIC_MISS => self.exits_lookup_miss += 1,
             layout::MAGIC_SYSCALL => self.exits_syscall += 1,
+            layout::MAGIC_FLUSH => self.exits_flush += 1,
             _ => {}
         }
     }
 
     /// Exits to the tool in all.
     pub fn exits(&self) -> u64 {
-        self.exits_link + self.exits_lookup_miss + self.exits_syscall
+        self.exits_link + self.exits_lookup_miss + self.exits_syscall + self.exits_flush
     }
 
     /// The report `--stats=yes` prints, one line per subject.
@@ -144,11 +169,12 @@ impl EngineStats {
                 self.translation_time.as_secs_f64()
             ),
             format!(
-                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {})",
+                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {}, trace buffer full {})",
                 self.exits(),
                 self.exits_link,
                 self.exits_lookup_miss,
-                self.exits_syscall
+                self.exits_syscall,
+                self.exits_flush
             ),
             format!(
                 "engine: indirect lookups: {lookups} ({} inline hits, {} probed: {} found, {} missed)",
@@ -184,6 +210,9 @@ pub struct ProcessProfile {
     /// each with the mapping it ran from; `instr_counts` holds the rest.
     /// (Another module may have been mapped at the same addresses since.)
     pub unmapped: Vec<UnmappedCode>,
+    /// In trace mode, the process's tool with everything it was fed
+    /// (`instr_counts` is then empty: the tool counted).
+    pub tool: Option<FinishedTool>,
 }
 
 /// Counts of instructions from one mapping that went away before exit.

@@ -8,6 +8,10 @@
 //! One counter per block counts its executions; rep-prefixed string
 //! instructions get their own counter with Cachegrind's n+1 rule.
 
+mod traced;
+
+pub use traced::{BlockMeta, FlushSite, TraceMode, REP_WORDS};
+
 use crate::emit::{Emitter, GPR64};
 use crate::layout::{self, MAX_BLOCK_INSNS};
 use iced_x86::{
@@ -38,6 +42,22 @@ pub trait TransCtx {
     fn literal(&mut self, value: u64) -> u64;
     /// Absolute (below 2 GiB) address of the core region.
     fn core(&self) -> u64;
+    /// Trace mode, if blocks write records (then no counters are used).
+    fn trace(&self) -> Option<TraceMode> {
+        None
+    }
+    /// The id of a new traced block.
+    fn alloc_block_id(&mut self) -> u32 {
+        0
+    }
+    /// The number of a new flush site.
+    fn alloc_flush_site(&mut self) -> u32 {
+        0
+    }
+    /// Host address of the flush stub near the block.
+    fn flush_stub(&self) -> u64 {
+        0
+    }
 }
 
 /// A syscall the translated code may hand to the tool (an intercepted
@@ -83,6 +103,10 @@ pub struct Translation {
     pub call_returns: Vec<u64>,
     /// Direct successors (for eager translation).
     pub successors: Vec<u64>,
+    /// Trace mode: the block's metadata.
+    pub meta: Option<BlockMeta>,
+    /// Trace mode: where its buffer checks resume after a flush.
+    pub flush_sites: Vec<FlushSite>,
 }
 
 impl Translation {
@@ -565,6 +589,9 @@ pub fn translate(
     host: u64,
     ctx: &mut dyn TransCtx,
 ) -> Result<Translation, TransError> {
+    if let Some(mode) = ctx.trace() {
+        return traced::translate_traced(code, guest, host, ctx, mode);
+    }
     let (items, stop) = decode_block(code, guest)?;
     let counter = ctx.alloc_counter();
     let mut b = Builder {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use costs::{CostCentres, CostTable, Event, EventCounts, EventSet};
+use costs::{CachegrindTool, CostCentres, CostTable, Event, EventCounts, EventSet};
 use engine::{ModuleRecord, ProcessProfile};
 use profile::Profile;
 use symbols::{Mapping, Symbolizer};
@@ -61,13 +61,23 @@ fn ir_table(events: EventSet, counts: &HashMap<u64, u64>) -> CostTable {
 pub fn build_profile(
     cmd: &str,
     proc_profile: &ProcessProfile,
+    tool: Option<&CachegrindTool>,
     syms: &mut Symbolizer,
 ) -> (Profile, EventCounts) {
-    // The engine counts instructions only (the run mode refuses the
-    // simulations for now).
+    let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
+    if let Some(tool) = tool {
+        // Trace mode: the tool simulated and counted everything.
+        let events = tool.events();
+        let mut centres = CostCentres::new(events);
+        centres.add_table(tool.table(), &mappings, syms);
+        let mut p = tool.new_profile(cmd);
+        centres.add_to(&mut p);
+        let counts = events.counts(p.totals().into_iter().map(|v| v as u64));
+        return (p, counts);
+    }
+    // Counting alone: the engine's inline counters.
     let events = EventSet::new(false, false);
     let mut centres = CostCentres::new(events);
-    let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
     let live = ir_table(events, &proc_profile.instr_counts);
     centres.add_table(&live, &mappings, syms);
     for gone in &proc_profile.unmapped {

@@ -11,6 +11,7 @@
 //! output names is always the client's.
 
 mod attribute;
+mod live;
 mod log;
 mod options;
 
@@ -23,6 +24,7 @@ use engine::{LaunchConfig, Outcome, ProcessProfile, ProfileSink};
 use symbols::Symbolizer;
 
 use crate::outfile::{process_env, BadPattern, Expander};
+use crate::simopts;
 use crate::summary::{summary_lines, Totals};
 use log::{preamble_arg, Log};
 use options::{Command, RunOptions, UsageError};
@@ -88,11 +90,36 @@ fn run(opts: &RunOptions) -> ExitCode {
     if will_probably_start(&opts.program) {
         sink.preamble(me);
     }
+    // The simulated caches, as Cachegrind resolves them at start-up (its
+    // warnings come after the preamble).
+    let mut caches = None;
+    if opts.sim.cache_sim {
+        let (setup, fatal) = match simopts::resolve_caches(&opts.sim.caches) {
+            Ok(setup) => (Some(setup), None),
+            Err(fatal) => (None, Some(fatal)),
+        };
+        let messages = setup
+            .as_ref()
+            .map_or_else(|| &fatal.as_ref().expect("one").messages, |s| &s.messages);
+        for m in messages {
+            match m {
+                cachesim::Message::Umsg(t) => sink.log.umsg(me, t),
+                cachesim::Message::Dmsg(t) => sink.log.dmsg(me, t),
+            }
+        }
+        match setup {
+            Some(s) => caches = Some(cachesim::CacheSim::new(s.i1, s.d1, s.ll)),
+            None => return ExitCode::from(1),
+        }
+    }
+    let tool = (opts.sim.cache_sim || opts.sim.branch_sim)
+        .then(|| live::factory(caches, opts.sim.branch_sim));
     let config = LaunchConfig {
         program: opts.program.clone(),
         args: opts.args.clone(),
         trace_children: opts.trace_children,
         stats: opts.stats,
+        tool,
     };
     let result = engine::run(&config, &mut sink);
     // Freeing the symbol tables of big objects (hundreds of thousands of
@@ -238,7 +265,10 @@ impl ProfileSink for CgSink<'_> {
         } else {
             self.cmd.clone()
         };
-        let (profile, counts) = attribute::build_profile(&cmd, &proc_profile, &mut self.symbols);
+        let mut proc_profile = proc_profile;
+        let tool = proc_profile.tool.take().and_then(live::finished);
+        let (profile, counts) =
+            attribute::build_profile(&cmd, &proc_profile, tool.as_ref(), &mut self.symbols);
         let symbolized_in = started.elapsed();
         let mut totals = Totals::default();
         match profile::write_file_atomic(&path, |mut w| profile.write_to(&mut w)) {
@@ -267,7 +297,7 @@ impl ProfileSink for CgSink<'_> {
             );
         }
         if self.opts.verbosity > 0 {
-            for l in summary_lines(&totals, false, false) {
+            for l in summary_lines(&totals, self.opts.sim.cache_sim, self.opts.sim.branch_sim) {
                 self.log.umsg(pid, &l);
             }
         }

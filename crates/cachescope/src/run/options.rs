@@ -154,17 +154,6 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
     };
     opts.program = program.clone();
     opts.args = args[i + 1..].to_vec();
-    if opts.sim.cache_sim || opts.sim.branch_sim {
-        let which = if opts.sim.cache_sim {
-            "--cache-sim=yes"
-        } else {
-            "--branch-sim=yes"
-        };
-        return Err(UsageError(vec![format!(
-            "{which} is not supported in run mode yet (only instruction counts); \
-             use --cache-sim=no --branch-sim=no"
-        )]));
-    }
     Ok(Command::Run(opts))
 }
 

@@ -62,6 +62,11 @@ impl Areas {
         }
     }
 
+    /// The areas whose threads are alive.
+    pub fn live_areas(&self) -> Vec<u64> {
+        self.live.iter().copied().collect()
+    }
+
     /// A fresh 8-byte counter: its offset in every area.
     pub fn alloc_counter(&mut self) -> u32 {
         let c = self.next_counter;

@@ -36,6 +36,8 @@ pub(super) struct Chunk {
     aux_low: u64,
     /// The shared probe stub (the rest of the indirect-branch lookup).
     pub probe_stub: u64,
+    /// The shared flush stub (trace mode's full buffers).
+    pub flush_stub: u64,
 }
 
 impl Chunk {
@@ -164,12 +166,16 @@ impl CodeCache {
         let probe_stub = e.here();
         e.probe_stub(self.htab(), base);
         e.align8();
+        let flush_stub = e.here();
+        e.flush_stub();
+        e.align8();
         mem.write(base, &e.bytes);
         self.chunks.push(Chunk {
             base,
             code_next: e.here(),
             aux_low: base + CHUNK_SIZE,
             probe_stub,
+            flush_stub,
         });
         self.chunks.len() - 1
     }

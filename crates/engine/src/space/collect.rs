@@ -22,6 +22,19 @@ impl Space {
                 }
             }
         }
+        // Trace mode: every thread's records are with the consumer (each
+        // thread's were handed over as it exited); its tool has the counts.
+        let tool = self.tracing.as_ref().map(|t| t.link.finish());
+        if let Some(tool) = tool {
+            return ProcessProfile {
+                pid,
+                stats: self.count_lookups.then(|| self.stats_at_exit()),
+                instr_counts: HashMap::new(),
+                modules: self.modules.records().to_vec(),
+                unmapped: Vec::new(),
+                tool: tool.map(crate::FinishedTool),
+            };
+        }
         let counts = self.areas.counts(&mut *self.mem);
         let stats = self.count_lookups.then(|| {
             let ran = self.blocks.live().chain(self.blocks.retired());
@@ -69,6 +82,7 @@ impl Space {
             instr_counts,
             modules: modules.to_vec(),
             unmapped,
+            tool: None,
         }
     }
 

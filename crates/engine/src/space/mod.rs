@@ -16,7 +16,8 @@
 //! * `blocks`: the block table, live and retired blocks;
 //! * `areas`: thread areas and their counters;
 //! * `modules`: the memory map, module records, guest code pages;
-//! * `collect`: the profile at exit.
+//! * `collect`: the profile at exit;
+//! * `trace`: trace mode's block ids, flush sites and buffer hand-over.
 //!
 //! Everything done to the client goes through a [`ClientMemory`] (and an
 //! [`Injector`] for the few syscalls the client must make itself), so all of
@@ -30,6 +31,9 @@ mod invalidate;
 mod links;
 mod lookups;
 mod modules;
+mod trace;
+
+pub(crate) use trace::Tracing;
 
 use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
@@ -76,6 +80,8 @@ pub struct Space {
     pub count_lookups: bool,
     /// What `--stats=yes` reports.
     pub stats: EngineStats,
+    /// Trace mode (a tool needs records), if on.
+    tracing: Option<Tracing>,
 }
 
 impl Space {
@@ -94,12 +100,17 @@ impl Space {
             fresh: Vec::new(),
             count_lookups: false,
             stats: EngineStats::default(),
+            tracing: None,
         }
     }
 
     /// The copy a forked child gets: its memory, `mem`, is a copy of ours.
     pub fn fork_copy(&self, mem: Box<dyn ClientMemory>) -> Space {
-        Space {
+        let tracing = self.tracing.as_ref().map(|t| Tracing {
+            link: t.link.fork(),
+            ..t.clone()
+        });
+        let mut child = Space {
             mem,
             core: self.core,
             cache: self.cache.clone(),
@@ -112,7 +123,13 @@ impl Space {
             fresh: Vec::new(),
             count_lookups: self.count_lookups,
             stats: self.stats.clone(),
+            tracing,
+        };
+        // The child's copies of the buffers hold the parent's records.
+        for area in child.areas.live_areas() {
+            child.reset_trace(area);
         }
+        child
     }
 
     /// The client's memory.
@@ -122,12 +139,15 @@ impl Space {
 
     /// A thread area for a new thread (its GS base).
     pub fn alloc_area(&mut self, inj: &mut Injector) -> Result<u64, EngineError> {
-        self.areas.alloc(&mut *self.mem, inj)
+        let area = self.areas.alloc(&mut *self.mem, inj)?;
+        self.reset_trace(area);
+        Ok(area)
     }
 
     /// A thread exited: its counters join the totals and its area is
     /// recycled. (Called while the client's memory is still there.)
     pub fn thread_exited(&mut self, area: u64) {
+        self.drain_trace(area);
         self.areas.thread_exited(area, &mut *self.mem);
     }
 
@@ -248,6 +268,7 @@ impl Space {
             count_lookups: self.count_lookups,
             areas: &mut self.areas,
             literals: &mut literals,
+            tracing: self.tracing.as_mut(),
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -283,6 +304,18 @@ impl Space {
         }
         for s in &t.syscalls {
             self.syscalls.insert(s.stop_rip, *s);
+        }
+        if let Some(tr) = &mut self.tracing {
+            for site in &t.flush_sites {
+                let n = site.id as usize;
+                if tr.sites.len() <= n {
+                    tr.sites.resize(n + 1, *site);
+                }
+                tr.sites[n] = *site;
+            }
+            if let Some(meta) = t.meta.take() {
+                tr.link.block(meta);
+            }
         }
         // Return sites are reached by `ret` through the table: translate
         // them eagerly and publish them as soon as they exist.
@@ -334,6 +367,8 @@ struct Ctx<'a> {
     /// Literals placed (address, value), to write once translation
     /// succeeded.
     literals: &'a mut Vec<(u64, u64)>,
+    /// Trace mode's numbering of blocks and flush sites.
+    tracing: Option<&'a mut Tracing>,
 }
 
 impl TransCtx for Ctx<'_> {
@@ -353,6 +388,23 @@ impl TransCtx for Ctx<'_> {
     }
     fn core(&self) -> u64 {
         self.core
+    }
+    fn trace(&self) -> Option<translate::TraceMode> {
+        self.tracing.as_ref().map(|t| t.mode)
+    }
+    fn alloc_block_id(&mut self) -> u32 {
+        let t = self.tracing.as_mut().expect("trace mode");
+        t.next_block += 1;
+        t.next_block - 1
+    }
+    fn alloc_flush_site(&mut self) -> u32 {
+        // Sites of a translation that fails are never used: harmless.
+        let t = self.tracing.as_mut().expect("trace mode");
+        t.next_site += 1;
+        t.next_site - 1
+    }
+    fn flush_stub(&self) -> u64 {
+        self.chunk.flush_stub
     }
 }
 

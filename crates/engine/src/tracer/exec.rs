@@ -11,7 +11,8 @@ use super::launch::is_x86_64_elf;
 use super::{cont_syscall, get_regs, set_regs, syscalls, wait_for, Tracer};
 use crate::client_mem::{ClientMemory, ProcMemory};
 use crate::layout::{self, CORE_CANDIDATES, CORE_SIZE};
-use crate::space::Space;
+use crate::space::{Space, Tracing};
+use crate::translate::TraceMode;
 use crate::sys::{self, WaitStatus};
 use crate::EngineError;
 use std::cell::RefCell;
@@ -25,6 +26,9 @@ impl Tracer<'_> {
         // The old image is gone (and, as under Valgrind, its counts with it).
         if let Some(old) = self.tasks.get(&pid).map(|t| t.tgid) {
             if let Some(p) = self.procs.remove(&old) {
+                if !p.shares_parent {
+                    p.space.borrow().discard_trace();
+                }
                 for t in p.threads {
                     self.tasks.remove(&t);
                 }
@@ -93,6 +97,16 @@ impl Tracer<'_> {
         mem.write(core + layout::SYSTAB, &interest_table());
         let mut space = Space::new(Box::new(mem), core);
         space.count_lookups = self.cfg.stats;
+        if let (Some(factory), Some(consumer)) = (&self.cfg.tool, &self.consumer) {
+            let tool = factory();
+            let needs = tool.needs();
+            if needs.any() {
+                let mode = TraceMode {
+                    data: needs.data_refs || needs.instr_fetches,
+                };
+                space.set_tracing(Tracing::new(mode, consumer.link(tool)));
+            }
+        }
         inj.gadget = core + layout::GADGET;
         let area = space.alloc_area(&mut inj.injector())?;
         let body = space.ensure(regs.rip, &mut inj.injector())?;

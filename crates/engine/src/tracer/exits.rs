@@ -124,10 +124,44 @@ fn answer_exit(
             Ok(())
         }
         layout::MAGIC_SYSCALL => on_syscall(sp, regs, spills.rax),
+        layout::MAGIC_FLUSH => {
+            let site = sp.flush_site(spills.target as u32).ok_or_else(|| {
+                EngineError(format!("unknown trace flush site {}", spills.target))
+            })?;
+            let record = *gpr(regs, site.record_reg);
+            let moved = sp.flush_trace(regs.gs_base, record)?;
+            enter_block(regs, site.resume, spills);
+            *gpr(regs, site.record_reg) = moved;
+            Ok(())
+        }
         _ => Err(EngineError(format!(
             "unexpected engine syscall {nr:#x} at {:#x}",
             regs.rip
         ))),
+    }
+}
+
+/// The field of `regs` holding 64-bit general-purpose register `r`.
+fn gpr(regs: &mut Regs, r: iced_x86::Register) -> &mut u64 {
+    use iced_x86::Register as R;
+    match r {
+        R::RAX => &mut regs.rax,
+        R::RBX => &mut regs.rbx,
+        R::RCX => &mut regs.rcx,
+        R::RDX => &mut regs.rdx,
+        R::RSI => &mut regs.rsi,
+        R::RDI => &mut regs.rdi,
+        R::RBP => &mut regs.rbp,
+        R::RSP => &mut regs.rsp,
+        R::R8 => &mut regs.r8,
+        R::R9 => &mut regs.r9,
+        R::R10 => &mut regs.r10,
+        R::R11 => &mut regs.r11,
+        R::R12 => &mut regs.r12,
+        R::R13 => &mut regs.r13,
+        R::R14 => &mut regs.r14,
+        R::R15 => &mut regs.r15,
+        other => unreachable!("not a 64-bit GPR: {other:?}"),
     }
 }
 

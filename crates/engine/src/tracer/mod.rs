@@ -27,6 +27,7 @@ mod syscalls;
 mod tasks;
 
 use crate::space::Space;
+use crate::stream::Consumer;
 use crate::sys::{self, Regs, WaitStatus};
 use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
 use std::cell::RefCell;
@@ -48,6 +49,8 @@ struct Tracer<'a> {
     /// as (tgid, tid, signal).
     requeue: Vec<(i32, i32, i32)>,
     outcome: Option<Outcome>,
+    /// Trace mode's consumer thread (when a tool is given).
+    consumer: Option<Consumer>,
 }
 
 /// Entry point behind [`crate::run`].
@@ -63,6 +66,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         early: HashSet::new(),
         requeue: Vec::new(),
         outcome: None,
+        consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());

@@ -1,0 +1,373 @@
+//! The tool side of trace mode: one consumer thread decodes the records
+//! that translated code wrote into the threads' trace buffers, with the
+//! metadata of their blocks, and feeds each process's tool, while the
+//! client runs on.
+//!
+//! The tracer hands it, in order, on one channel: a process's tool
+//! ([`Msg::Start`]), each block's metadata as it is translated, each
+//! buffer's complete records as a thread's buffer fills or the thread ends,
+//! a fork (the child's tool is a copy of the parent's as it stands, cache
+//! state included), and the end of a process (its tool comes back).
+//! Records of one thread arrive in execution order; different threads are
+//! interleaved a buffer at a time (Cachegrind serialises threads at its
+//! scheduler's time slices; we run them in parallel).
+//!
+//! Conditional-branch outcomes and indirect targets are not in the records:
+//! the next block a thread runs tells them, as drcachesim infers branch
+//! targets from the next instruction fetched.
+
+use crate::translate::{BlockMeta, REP_WORDS};
+use events::{BlockId, CondBranch, InstrFetch, Needs, Record, Terminator, Transfer};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+
+/// A tool the engine feeds from trace buffers: one per process.
+pub trait StreamTool: events::Tool + Send {
+    /// The tool a forked child continues with: a copy of this one as it
+    /// stands (costs and model state).
+    fn fork(&self) -> Box<dyn StreamTool>;
+    /// The concrete tool, for whoever receives it with the profile.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+/// Makes the tool of each new process image (the first one, and each
+/// `execve` that is followed).
+pub type ToolFactory = Arc<dyn Fn() -> Box<dyn StreamTool> + Send + Sync>;
+
+/// A process's tool at its end, as the sink receives it.
+pub struct FinishedTool(pub Box<dyn StreamTool>);
+
+impl std::fmt::Debug for FinishedTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FinishedTool")
+    }
+}
+
+impl Clone for FinishedTool {
+    fn clone(&self) -> Self {
+        FinishedTool(self.0.fork())
+    }
+}
+
+/// What the tracer tells the consumer.
+pub(crate) enum Msg {
+    /// A process image starts with this tool.
+    Start {
+        key: u64,
+        tool: Box<dyn StreamTool>,
+    },
+    /// A block was translated.
+    Block { key: u64, meta: Box<BlockMeta> },
+    /// Complete records of one thread (little-endian words).
+    Records { key: u64, thread: u64, bytes: Vec<u8> },
+    /// A thread ended (its next records, if its area is reused, are
+    /// another thread's).
+    ThreadEnd { key: u64, thread: u64 },
+    /// A forked child's process starts from a copy of its parent's.
+    Fork { parent: u64, child: u64 },
+    /// A process ended: its tool, please.
+    Finish {
+        key: u64,
+        reply: Sender<Option<Box<dyn StreamTool>>>,
+    },
+    /// A process image went away without a profile (exec).
+    Discard { key: u64 },
+}
+
+/// The tracer's end of the consumer.
+pub(crate) struct Consumer {
+    tx: Sender<Msg>,
+    keys: Arc<AtomicU64>,
+}
+
+/// What an address space keeps to talk to the consumer.
+#[derive(Clone)]
+pub(crate) struct StreamLink {
+    tx: Sender<Msg>,
+    keys: Arc<AtomicU64>,
+    /// This process's key.
+    pub key: u64,
+}
+
+impl Consumer {
+    /// Starts the consumer thread.
+    pub fn start() -> Consumer {
+        let (tx, rx) = channel();
+        // It ends when the last sender (this and every link) is gone.
+        std::thread::Builder::new()
+            .name("cachescope-consumer".into())
+            .spawn(move || consume(rx))
+            .expect("spawn the consumer thread");
+        Consumer {
+            tx,
+            keys: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// A link for a new process image running `tool`.
+    pub fn link(&self, tool: Box<dyn StreamTool>) -> StreamLink {
+        let key = self.keys.fetch_add(1, Ordering::Relaxed);
+        let _ = self.tx.send(Msg::Start { key, tool });
+        StreamLink {
+            tx: self.tx.clone(),
+            keys: self.keys.clone(),
+            key,
+        }
+    }
+}
+
+impl StreamLink {
+    /// Sends `msg` (the consumer outlives every link).
+    fn send(&self, msg: Msg) {
+        let _ = self.tx.send(msg);
+    }
+
+    /// A block of this process was translated.
+    pub fn block(&self, meta: BlockMeta) {
+        self.send(Msg::Block {
+            key: self.key,
+            meta: Box::new(meta),
+        });
+    }
+
+    /// Complete records of thread `thread`.
+    pub fn records(&self, thread: u64, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            self.send(Msg::Records {
+                key: self.key,
+                thread,
+                bytes,
+            });
+        }
+    }
+
+    /// Thread `thread` ended.
+    pub fn thread_end(&self, thread: u64) {
+        self.send(Msg::ThreadEnd {
+            key: self.key,
+            thread,
+        });
+    }
+
+    /// The link of a forked child, whose tool starts as a copy of ours.
+    pub fn fork(&self) -> StreamLink {
+        let child = self.keys.fetch_add(1, Ordering::Relaxed);
+        self.send(Msg::Fork {
+            parent: self.key,
+            child,
+        });
+        StreamLink {
+            tx: self.tx.clone(),
+            keys: self.keys.clone(),
+            key: child,
+        }
+    }
+
+    /// The process ended: its tool, once every record before is consumed.
+    pub fn finish(&self) -> Option<Box<dyn StreamTool>> {
+        let (reply, answer) = channel();
+        self.send(Msg::Finish {
+            key: self.key,
+            reply,
+        });
+        answer.recv().ok().flatten()
+    }
+
+    /// The process image went away (exec): drop its tool.
+    pub fn discard(&self) {
+        self.send(Msg::Discard { key: self.key });
+    }
+}
+
+/// One process as the consumer sees it.
+struct Proc {
+    tool: Box<dyn StreamTool>,
+    needs: Needs,
+    blocks: Vec<Option<Arc<BlockMeta>>>,
+    /// Per thread: the block it ran last (whose branch the next resolves).
+    last: HashMap<u64, u32>,
+}
+
+impl Proc {
+    fn new(tool: Box<dyn StreamTool>) -> Proc {
+        let needs = tool.needs();
+        Proc {
+            tool,
+            needs,
+            blocks: Vec::new(),
+            last: HashMap::new(),
+        }
+    }
+}
+
+fn consume(rx: Receiver<Msg>) {
+    let mut procs: HashMap<u64, Proc> = HashMap::new();
+    let mut scratch = Vec::new();
+    for msg in rx {
+        match msg {
+            Msg::Start { key, tool } => {
+                procs.insert(key, Proc::new(tool));
+            }
+            Msg::Block { key, meta } => {
+                if let Some(p) = procs.get_mut(&key) {
+                    let id = meta.id as usize;
+                    p.tool.block(BlockId(meta.id), &meta.info);
+                    if p.blocks.len() <= id {
+                        p.blocks.resize(id + 1, None);
+                    }
+                    p.blocks[id] = Some(Arc::new(*meta));
+                }
+            }
+            Msg::Records { key, thread, bytes } => {
+                if let Some(p) = procs.get_mut(&key) {
+                    decode(p, thread, &bytes, &mut scratch);
+                }
+            }
+            Msg::ThreadEnd { key, thread } => {
+                if let Some(p) = procs.get_mut(&key) {
+                    p.last.remove(&thread);
+                }
+            }
+            Msg::Fork { parent, child } => {
+                if let Some(p) = procs.get(&parent) {
+                    let copy = Proc {
+                        tool: p.tool.fork(),
+                        needs: p.needs,
+                        blocks: p.blocks.clone(),
+                        last: HashMap::new(),
+                    };
+                    procs.insert(child, copy);
+                }
+            }
+            Msg::Finish { key, reply } => {
+                let _ = reply.send(procs.remove(&key).map(|p| p.tool));
+            }
+            Msg::Discard { key } => {
+                procs.remove(&key);
+            }
+        }
+    }
+}
+
+/// Word `i` of a record buffer.
+#[inline(always)]
+fn word(bytes: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+/// Feeds the records in `bytes` of thread `thread` to `p`'s tool.
+fn decode(p: &mut Proc, thread: u64, bytes: &[u8], addrs: &mut Vec<u64>) {
+    let n = bytes.len() / 8;
+    let branches = p.needs.cond_branches || p.needs.indirect_targets;
+    let mut last = p.last.get(&thread).copied();
+    let mut i = 0;
+    while i < n {
+        let id = word(bytes, i) as u32;
+        let Some(meta) = p.blocks.get(id as usize).and_then(Option::as_ref).cloned() else {
+            // Not a record start: the rest cannot be decoded.
+            debug_assert!(false, "unknown block id {id} in a trace buffer");
+            break;
+        };
+        let words = meta.words as usize;
+        if i + words > n {
+            break;
+        }
+        if branches {
+            if let Some(prev) = last.and_then(|l| p.blocks[l as usize].clone()) {
+                resolve(&mut *p.tool, &prev, meta.info.start());
+            }
+        }
+        addrs.clear();
+        addrs.extend((i + 1..i + words).map(|w| word(bytes, w)));
+        if meta.rep.is_some() {
+            rep_run(&mut *p.tool, &meta, addrs, branches);
+        } else {
+            p.tool.block_run(BlockId(id), &meta.info, addrs);
+        }
+        last = Some(id);
+        i += words;
+    }
+    match last {
+        Some(l) => p.last.insert(thread, l),
+        None => p.last.remove(&thread),
+    };
+}
+
+/// The branch that ended `prev` went to `next`: its record, if it has one.
+fn resolve(tool: &mut dyn StreamTool, prev: &BlockMeta, next: u64) {
+    let Some(last) = prev.info.instrs().last() else {
+        return;
+    };
+    let pc = last.addr;
+    match prev.info.terminator() {
+        Terminator::CondJump { target } => {
+            // Neither the target nor the fall-through: a signal handler
+            // came in between; the outcome is unknown (counted not taken).
+            tool.record(Record::CondBranch(CondBranch {
+                pc,
+                taken: next == target,
+            }));
+        }
+        Terminator::IndirectJump | Terminator::IndirectCall => {
+            tool.record(Record::Indirect(Transfer { pc, target: next }));
+        }
+        _ => {}
+    }
+}
+
+/// One execution of a rep string instruction's block: each iteration as a
+/// block run with its addresses, and the final check (Cachegrind's n+1 Ir)
+/// as a fetch alone.
+fn rep_run(tool: &mut dyn StreamTool, meta: &BlockMeta, words: &[u64], branches: bool) {
+    let rep = meta.rep.as_ref().expect("a rep block");
+    debug_assert_eq!(words.len(), REP_WORDS as usize - 1);
+    let [rcx0, rsi0, rdi0, rcx1, rsi1, rdi1, zf] = words[..7] else {
+        return;
+    };
+    let iterations = rcx0.saturating_sub(rcx1);
+    let zf = zf & 0xff != 0;
+    let extra = iterations == 0
+        || (rcx1 == 0
+            && match rep.cond {
+                None => true,
+                Some(repe) => zf == repe,
+            });
+    let uses_rdi = rep.from_rsi.iter().any(|&s| !s);
+    let backwards = if uses_rdi { rdi1 < rdi0 } else { rsi1 < rsi0 };
+    let id = BlockId(meta.id);
+    let pc = meta.info.start();
+    let operands = meta.info.mem_count();
+    let mut addrs = Vec::with_capacity(operands);
+    for k in 0..iterations {
+        let off = k.wrapping_mul(rep.step);
+        addrs.clear();
+        for &from_rsi in rep.from_rsi.iter().take(operands) {
+            let base = if from_rsi { rsi0 } else { rdi0 };
+            addrs.push(if backwards {
+                base.wrapping_sub(off)
+            } else {
+                base.wrapping_add(off)
+            });
+        }
+        tool.block_run(id, &meta.info, &addrs);
+        if branches {
+            tool.record(Record::CondBranch(CondBranch { pc, taken: false }));
+        }
+    }
+    if extra {
+        let i = meta.info.instrs()[0];
+        tool.records(&[
+            Record::Block(id),
+            Record::Instr(InstrFetch {
+                addr: i.addr,
+                len: u32::from(i.len),
+            }),
+        ]);
+        if branches {
+            tool.record(Record::CondBranch(CondBranch { pc, taken: true }));
+        }
+    }
+}

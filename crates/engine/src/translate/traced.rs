@@ -1,0 +1,427 @@
+//! Trace mode: the translation of a block that writes a record of each of
+//! its executions into the thread's trace buffer (see `emit::trace`), and
+//! the block's metadata that the tool decodes those records with.
+//!
+//! A record is 8-byte words: the block id, then, when data addresses are
+//! traced, one word per data access of the block in order (computed just
+//! before the instruction that makes it). A rep-prefixed string
+//! instruction is a block of its own whose record holds RCX, RSI and RDI
+//! before and after it and whether ZF was set after it, from which the
+//! tool derives each iteration (Cachegrind's n+1 Ir rule included). No
+//! block counters are kept: the records are the counts.
+
+use super::*;
+use crate::emit::FlagsAt;
+use crate::memrefs::{data_accesses, AddrExpr};
+use events::{BlockInfo, MemOperand, Terminator};
+
+/// What trace mode records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceMode {
+    /// Data addresses (cache simulation); without them a record is just
+    /// the block id (enough for Ir and branch outcomes).
+    pub data: bool,
+}
+
+/// The metadata of one traced block: what the tool decodes its records
+/// with.
+#[derive(Debug, Clone)]
+pub struct BlockMeta {
+    /// The id its records start with.
+    pub id: u32,
+    /// Its instructions and their memory operands (empty without data
+    /// tracing), and how it ends.
+    pub info: BlockInfo,
+    /// Words per record.
+    pub words: u32,
+    /// For a rep string instruction's block: how to expand its record.
+    pub rep: Option<RepString>,
+}
+
+/// How a rep string instruction's record expands into iterations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepString {
+    /// `Some(true)` for `repe`/`repz` `cmps`/`scas`, `Some(false)` for
+    /// `repne`, `None` for the unconditional ones.
+    pub cond: Option<bool>,
+    /// Bytes each iteration moves RSI/RDI by.
+    pub step: u64,
+    /// Per memory operand of one iteration: whether it is at RSI (else RDI).
+    pub from_rsi: Vec<bool>,
+}
+
+/// Record words of a rep string block: id, RCX/RSI/RDI before, RCX/RSI/RDI
+/// after, ZF after.
+pub const REP_WORDS: u32 = 8;
+
+/// Where a flush resumes: the site's number is what the check passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushSite {
+    /// The site's number (`S_TARGET` at the flush stop).
+    pub id: u32,
+    /// Host address to resume at after the flush.
+    pub resume: u64,
+    /// The register holding the record's address there.
+    pub record_reg: Register,
+}
+
+/// The 64-bit GPRs a block may borrow, RAX first (the flag-keeping check
+/// uses AH/AL of the address register when it is RAX).
+const CANDIDATES: [Register; 15] = [
+    Register::RAX,
+    Register::R11,
+    Register::R10,
+    Register::R9,
+    Register::R8,
+    Register::RDX,
+    Register::RCX,
+    Register::RSI,
+    Register::RDI,
+    Register::RBX,
+    Register::RBP,
+    Register::R12,
+    Register::R13,
+    Register::R14,
+    Register::R15,
+];
+
+/// Bit of `r`'s full register in a used-register mask.
+fn bit(r: Register) -> u32 {
+    1 << r.full_register().number()
+}
+
+/// The registers `i` touches, as a mask over the 64-bit GPR numbers.
+fn touched(i: &Instruction, info: &mut InstructionInfoFactory) -> u32 {
+    let mut m = 0;
+    for u in info.info(i).used_registers() {
+        let r = u.register();
+        if r.is_gpr() {
+            m |= bit(r);
+        }
+    }
+    // A rep string instruction's record reads RCX, RSI and RDI.
+    if is_rep(i) {
+        m |= bit(Register::RCX) | bit(Register::RSI) | bit(Register::RDI);
+    }
+    m
+}
+
+/// Cuts `items` where fewer than two registers would be left to borrow
+/// (never before the first), returning where decoding goes on.
+fn keep_two_free(items: &mut Vec<Item>, info: &mut InstructionInfoFactory) -> Option<u64> {
+    let mut used = bit(Register::RSP);
+    for n in 0..items.len() {
+        let m = match &items[n] {
+            Item::Insn(i) => touched(i, info),
+            Item::ClientRequest(_) => 0,
+        };
+        let free = CANDIDATES.iter().filter(|&&r| (used | m) & bit(r) == 0).count();
+        if free < 2 && n > 0 {
+            let at = match &items[n] {
+                Item::Insn(i) => i.ip(),
+                Item::ClientRequest(ip) => *ip,
+            };
+            items.truncate(n);
+            return Some(at);
+        }
+        used |= m;
+    }
+    None
+}
+
+/// The borrowed registers: `a` (addresses; RAX if free) and `r` (the
+/// record; never RAX).
+fn borrow(items: &[Item], info: &mut InstructionInfoFactory) -> Result<(Register, Register), TransError> {
+    let mut used = bit(Register::RSP);
+    for it in items {
+        if let Item::Insn(i) = it {
+            used |= touched(i, info);
+        }
+    }
+    let mut free = CANDIDATES.iter().copied().filter(|&r| used & bit(r) == 0);
+    match (free.next(), free.next()) {
+        (Some(a), Some(r)) => Ok((a, r)),
+        _ => Err(TransError(
+            "cannot trace a block that uses every general-purpose register".into(),
+        )),
+    }
+}
+
+fn terminator_of(items: &[Item], stop: &Stop) -> Terminator {
+    let last = match (stop, items.last()) {
+        (Stop::Terminator, Some(Item::Insn(i))) => i,
+        _ => return Terminator::FallThrough,
+    };
+    match last.flow_control() {
+        FlowControl::UnconditionalBranch => Terminator::Jump {
+            target: last.near_branch_target(),
+        },
+        FlowControl::ConditionalBranch => Terminator::CondJump {
+            target: last.near_branch_target(),
+        },
+        FlowControl::Call if last.mnemonic() == Mnemonic::Syscall => Terminator::Syscall,
+        FlowControl::Call => Terminator::Call {
+            target: last.near_branch_target(),
+        },
+        FlowControl::IndirectCall => Terminator::IndirectCall,
+        FlowControl::IndirectBranch => Terminator::IndirectJump,
+        FlowControl::Return => Terminator::Return,
+        _ => Terminator::FallThrough,
+    }
+}
+
+impl Builder<'_> {
+    /// Stores the address of `addr` (for `i`) in word `word` of the record.
+    fn trace_access(
+        &mut self,
+        r: Register,
+        a: Register,
+        word: u32,
+        addr: &AddrExpr,
+        i: &Instruction,
+    ) -> Result<(), TransError> {
+        let unsupported = |what: &str| {
+            TransError(format!(
+                "cannot trace the {what} operand of `{}` at {:#x}",
+                describe(i),
+                i.ip()
+            ))
+        };
+        match *addr {
+            AddrExpr::Mem {
+                seg,
+                base,
+                index,
+                scale,
+                disp,
+            } => {
+                let fs = seg == Register::FS;
+                if seg == Register::GS {
+                    return Err(unsupported("GS-relative"));
+                }
+                let narrow = |r: Register| r != Register::None && !r.is_gpr64();
+                if index == Register::AL {
+                    if fs {
+                        return Err(unsupported("FS-relative xlat"));
+                    }
+                    // xlat: [rbx + al].
+                    self.e.movzx8(a, Register::AL);
+                    self.e.trace_addr(r, a, word, fs, a, base, 1, disp);
+                    return Ok(());
+                }
+                if fs && (narrow(base) || narrow(index) || i32::try_from(disp).is_err()) {
+                    return Err(unsupported("FS-relative 32-bit addressed"));
+                }
+                // 32-bit addressing wraps at 2^32: the displacement's low
+                // half says the same.
+                let disp = if narrow(base) || narrow(index) {
+                    i64::from(disp as u32 as i32)
+                } else {
+                    disp
+                };
+                self.e
+                    .trace_addr(r, a, word, fs, base, index, u32::from(scale), disp);
+            }
+            AddrExpr::VsibLane {
+                seg,
+                base,
+                index,
+                index_bytes,
+                lane,
+                scale,
+                disp,
+            } => {
+                if seg != Register::None || i32::try_from(disp).is_err() {
+                    return Err(unsupported("segment-relative vector-indexed"));
+                }
+                self.e.vector_lane(a, index, index_bytes, lane);
+                self.e
+                    .trace_addr(r, a, word, false, base, a, u32::from(scale), disp);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`translate`] in trace mode.
+pub(super) fn translate_traced(
+    code: &[u8],
+    guest: u64,
+    host: u64,
+    ctx: &mut dyn TransCtx,
+    mode: TraceMode,
+) -> Result<Translation, TransError> {
+    let (mut items, mut stop) = decode_block(code, guest)?;
+    // A rep string instruction is a block of its own.
+    if let Some(n) = items
+        .iter()
+        .position(|it| matches!(it, Item::Insn(i) if is_rep(i)))
+    {
+        if n > 0 {
+            let at = match &items[n] {
+                Item::Insn(i) => i.ip(),
+                Item::ClientRequest(ip) => *ip,
+            };
+            items.truncate(n);
+            stop = Stop::Continue(at);
+        } else if items.len() > 1 {
+            let next = match &items[0] {
+                Item::Insn(i) => i.next_ip(),
+                Item::ClientRequest(ip) => ip + 19,
+            };
+            items.truncate(1);
+            stop = Stop::Continue(next);
+        }
+    }
+    let mut info = InstructionInfoFactory::new();
+    if let Some(at) = keep_two_free(&mut items, &mut info) {
+        stop = Stop::Continue(at);
+    }
+    let (a_reg, r) = borrow(&items, &mut info)?;
+    let accesses: Vec<Vec<crate::memrefs::Access>> = items
+        .iter()
+        .map(|it| match it {
+            Item::Insn(i) if mode.data => data_accesses(i).as_slice().to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let rep = match items.first() {
+        Some(Item::Insn(i)) if is_rep(i) => Some(i),
+        _ => None,
+    };
+    let n_access: usize = accesses.iter().map(Vec::len).sum();
+    let words = match rep {
+        Some(_) => REP_WORDS,
+        None => 1 + n_access as u32,
+    };
+    // `a` is needed for addresses only (a rep block stores registers).
+    let a = (n_access > 0 && rep.is_none()).then_some(a_reg);
+    let id = ctx.alloc_block_id();
+    let mut block_info = BlockInfo::new(guest, terminator_of(&items, &stop));
+    let mut b = Builder {
+        e: Emitter::new(host),
+        t: Translation {
+            host,
+            ..Default::default()
+        },
+        ctx,
+        tail_jmp: None,
+    };
+    b.t.body = b.e.here();
+    b.e.trace_enter(r, a, id, words);
+    let check_at = match counter_position(&items) {
+        Placement::DeadFlags(n) => Some(n),
+        _ => None,
+    };
+    let mut flush_sites = Vec::new();
+    let mut check = |b: &mut Builder, flags: FlagsAt| {
+        let site = b.ctx.alloc_flush_site();
+        let stub = b.ctx.flush_stub();
+        b.e.trace_check(r, site, stub, flags);
+        flush_sites.push(FlushSite {
+            id: site,
+            resume: b.e.here(),
+            record_reg: r,
+        });
+    };
+    if check_at.is_none() {
+        // Flags may be live everywhere: keep them around the check.
+        let stash = (a != Some(Register::RAX)).then_some(layout::S_RCX0);
+        check(&mut b, FlagsAt::Live(stash));
+    }
+    let mut word = 1u32;
+    let mut end = guest;
+    for (n, item) in items.iter().enumerate() {
+        if check_at == Some(n) {
+            check(&mut b, FlagsAt::Dead);
+        }
+        match item {
+            Item::ClientRequest(ip) => {
+                b.t.counted.push(*ip);
+                block_info.push(*ip, 19, &[]);
+                end = ip + 19;
+            }
+            Item::Insn(i) => {
+                end = i.next_ip();
+                b.t.counted.push(i.ip());
+                let ops: Vec<MemOperand> = accesses[n]
+                    .iter()
+                    .map(|acc| MemOperand {
+                        size: acc.size,
+                        kind: acc.kind,
+                    })
+                    .collect();
+                block_info.push(i.ip(), i.len() as u8, &ops);
+                if rep.is_some() {
+                    for (w, reg) in [(1, Register::RCX), (2, Register::RSI), (3, Register::RDI)] {
+                        b.e.trace_store(r, w, reg);
+                    }
+                    b.copy(i, code, guest)?;
+                    for (w, reg) in [(4, Register::RCX), (5, Register::RSI), (6, Register::RDI)] {
+                        b.e.trace_store(r, w, reg);
+                    }
+                    if is_cond_rep(i) {
+                        b.e.trace_setz(r, 7);
+                    }
+                    continue;
+                }
+                if let Some(a) = a {
+                    for acc in &accesses[n] {
+                        b.trace_access(r, a, word, &acc.addr, i)?;
+                        word += 1;
+                    }
+                }
+                if i.flow_control() == FlowControl::Next {
+                    b.copy(i, code, guest)?;
+                } else {
+                    b.e.trace_leave(r, a);
+                    b.terminator(i, code, guest)?;
+                }
+            }
+        }
+    }
+    if let Stop::Continue(next) = stop {
+        b.e.trace_leave(r, a);
+        b.exit_jmp(next);
+    }
+    if let Some((at, end, target)) = b.tail_jmp {
+        if end == b.e.here() {
+            b.t.tail = Some(target);
+            b.t.tail_at = at;
+        }
+    }
+    debug_assert!(b.e.is_complete());
+    b.t.guest_end = end;
+    b.t.code = std::mem::take(&mut b.e.bytes);
+    b.t.flush_sites = flush_sites;
+    let rep = rep.map(|i| RepString {
+        cond: is_cond_rep(i).then(|| i.has_repe_prefix()),
+        step: u64::from(element_size(i)),
+        from_rsi: data_accesses(i)
+            .iter()
+            .map(|acc| {
+                matches!(acc.addr, AddrExpr::Mem { base, .. } if base.full_register() == Register::RSI)
+            })
+            .collect(),
+    });
+    b.t.meta = Some(BlockMeta {
+        id,
+        info: block_info,
+        words,
+        rep,
+    });
+    Ok(b.t)
+}
+
+/// Bytes a string instruction's element has.
+fn element_size(i: &Instruction) -> u32 {
+    match i.mnemonic() {
+        Mnemonic::Movsb | Mnemonic::Cmpsb | Mnemonic::Stosb | Mnemonic::Lodsb | Mnemonic::Scasb
+        | Mnemonic::Insb | Mnemonic::Outsb => 1,
+        Mnemonic::Movsw | Mnemonic::Cmpsw | Mnemonic::Stosw | Mnemonic::Lodsw | Mnemonic::Scasw
+        | Mnemonic::Insw | Mnemonic::Outsw => 2,
+        Mnemonic::Movsd | Mnemonic::Cmpsd | Mnemonic::Stosd | Mnemonic::Lodsd | Mnemonic::Scasd
+        | Mnemonic::Insd | Mnemonic::Outsd => 4,
+        _ => 8,
+    }
+}
