@@ -39,6 +39,7 @@ mod client_mem;
 mod emit;
 mod ibtable;
 mod layout;
+mod memrefs;
 mod space;
 mod sys;
 mod tracer;
