@@ -88,6 +88,7 @@ fn main() -> ExitCode {
         args: args.collect(),
         trace_children: std::env::var_os("COUNT_TRACE_CHILDREN").is_some(),
         stats: false,
+        tool: None,
     };
     match engine::run(&cfg, &mut Print) {
         Ok(engine::Outcome::Exited(c)) => ExitCode::from(c as u8),

@@ -55,14 +55,15 @@ impl Clone for FinishedTool {
 /// What the tracer tells the consumer.
 pub(crate) enum Msg {
     /// A process image starts with this tool.
-    Start {
-        key: u64,
-        tool: Box<dyn StreamTool>,
-    },
+    Start { key: u64, tool: Box<dyn StreamTool> },
     /// A block was translated.
     Block { key: u64, meta: Box<BlockMeta> },
     /// Complete records of one thread (little-endian words).
-    Records { key: u64, thread: u64, bytes: Vec<u8> },
+    Records {
+        key: u64,
+        thread: u64,
+        bytes: Vec<u8>,
+    },
     /// A thread ended (its next records, if its area is reused, are
     /// another thread's).
     ThreadEnd { key: u64, thread: u64 },

@@ -134,7 +134,7 @@ mod tests {
         };
         gone.instr_counts.insert(0x1000, 3);
         pp.unmapped.push(gone);
-        let (p, counts) = build_profile("./x a", &pp, &mut Symbolizer::new());
+        let (p, counts) = build_profile("./x a", &pp, None, &mut Symbolizer::new());
         assert_eq!(p.cmd, "./x a");
         assert_eq!(p.events, vec!["Ir".to_string()]);
         assert_eq!(p.totals(), vec![10]);

@@ -105,7 +105,10 @@ impl Emitter {
         disp: i64,
     ) {
         let fits = i32::try_from(disp).is_ok();
-        assert!(fits || !fs, "fs-relative operands have 32-bit displacements");
+        assert!(
+            fits || !fs,
+            "fs-relative operands have 32-bit displacements"
+        );
         let mut have = false; // whether `a` holds a partial sum
         if fs {
             self.insn(Instruction::with1(Code::Rdfsbase_r64, a));

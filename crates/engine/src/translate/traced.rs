@@ -115,7 +115,10 @@ fn keep_two_free(items: &mut Vec<Item>, info: &mut InstructionInfoFactory) -> Op
             Item::Insn(i) => touched(i, info),
             Item::ClientRequest(_) => 0,
         };
-        let free = CANDIDATES.iter().filter(|&&r| (used | m) & bit(r) == 0).count();
+        let free = CANDIDATES
+            .iter()
+            .filter(|&&r| (used | m) & bit(r) == 0)
+            .count();
         if free < 2 && n > 0 {
             let at = match &items[n] {
                 Item::Insn(i) => i.ip(),
@@ -131,7 +134,10 @@ fn keep_two_free(items: &mut Vec<Item>, info: &mut InstructionInfoFactory) -> Op
 
 /// The borrowed registers: `a` (addresses; RAX if free) and `r` (the
 /// record; never RAX).
-fn borrow(items: &[Item], info: &mut InstructionInfoFactory) -> Result<(Register, Register), TransError> {
+fn borrow(
+    items: &[Item],
+    info: &mut InstructionInfoFactory,
+) -> Result<(Register, Register), TransError> {
     let mut used = bit(Register::RSP);
     for it in items {
         if let Item::Insn(i) = it {
@@ -416,12 +422,27 @@ pub(super) fn translate_traced(
 /// Bytes a string instruction's element has.
 fn element_size(i: &Instruction) -> u32 {
     match i.mnemonic() {
-        Mnemonic::Movsb | Mnemonic::Cmpsb | Mnemonic::Stosb | Mnemonic::Lodsb | Mnemonic::Scasb
-        | Mnemonic::Insb | Mnemonic::Outsb => 1,
-        Mnemonic::Movsw | Mnemonic::Cmpsw | Mnemonic::Stosw | Mnemonic::Lodsw | Mnemonic::Scasw
-        | Mnemonic::Insw | Mnemonic::Outsw => 2,
-        Mnemonic::Movsd | Mnemonic::Cmpsd | Mnemonic::Stosd | Mnemonic::Lodsd | Mnemonic::Scasd
-        | Mnemonic::Insd | Mnemonic::Outsd => 4,
+        Mnemonic::Movsb
+        | Mnemonic::Cmpsb
+        | Mnemonic::Stosb
+        | Mnemonic::Lodsb
+        | Mnemonic::Scasb
+        | Mnemonic::Insb
+        | Mnemonic::Outsb => 1,
+        Mnemonic::Movsw
+        | Mnemonic::Cmpsw
+        | Mnemonic::Stosw
+        | Mnemonic::Lodsw
+        | Mnemonic::Scasw
+        | Mnemonic::Insw
+        | Mnemonic::Outsw => 2,
+        Mnemonic::Movsd
+        | Mnemonic::Cmpsd
+        | Mnemonic::Stosd
+        | Mnemonic::Lodsd
+        | Mnemonic::Scasd
+        | Mnemonic::Insd
+        | Mnemonic::Outsd => 4,
         _ => 8,
     }
 }
