@@ -64,6 +64,14 @@ pub trait ClientMemory {
     /// Reads exactly `len` bytes at `addr`, after making the queued writes.
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError>;
 
+    /// Fills `buf` from `addr` (no allocation: trace buffers are read into
+    /// recycled memory).
+    fn read_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let b = self.read(addr, buf.len())?;
+        buf.copy_from_slice(&b);
+        Ok(())
+    }
+
     /// Reads one little-endian 64-bit word.
     fn read_u64(&mut self, addr: u64) -> Result<u64, EngineError> {
         let b = self.read(addr, 8)?;
@@ -187,12 +195,20 @@ impl ClientMemory for ProcMemory {
     }
 
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
-        self.flush()?;
         let mut buf = vec![0u8; len];
-        self.mem
-            .read_exact_at(&mut buf, addr)
-            .map_err(|e| io_err(&format!("cannot read client memory at {addr:#x}"), e))?;
+        self.read_into(addr, &mut buf)?;
         Ok(buf)
+    }
+
+    fn read_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.flush()?;
+        if buf.len() >= 4096 && crate::sys::read_remote(self.pid, addr, buf).ok() == Some(buf.len())
+        {
+            return Ok(());
+        }
+        self.mem
+            .read_exact_at(buf, addr)
+            .map_err(|e| io_err(&format!("cannot read client memory at {addr:#x}"), e))
     }
 
     fn set_multi(&mut self, multi: bool) {

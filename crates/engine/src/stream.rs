@@ -21,8 +21,8 @@ use events::{BlockId, CondBranch, InstrFetch, Needs, Record, Terminator, Transfe
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
 
 /// A tool the engine feeds from trace buffers: one per process.
 pub trait StreamTool: events::Tool + Send {
@@ -62,7 +62,7 @@ pub(crate) enum Msg {
     Records {
         key: u64,
         thread: u64,
-        bytes: Vec<u8>,
+        words: Vec<u64>,
     },
     /// A thread ended (its next records, if its area is reused, are
     /// another thread's).
@@ -78,17 +78,27 @@ pub(crate) enum Msg {
     Discard { key: u64 },
 }
 
+/// Buffers of records in flight at most: the client waits for the
+/// consumer beyond that (memory stays bounded; 2 MiB each).
+const IN_FLIGHT: usize = 8;
+
+/// Record buffers the consumer is done with, for the tracer to fill again
+/// (allocating and faulting in 2 MiB per flush cost more than copying it).
+type Pool = Arc<Mutex<Vec<Vec<u64>>>>;
+
 /// The tracer's end of the consumer.
 pub(crate) struct Consumer {
-    tx: Sender<Msg>,
+    tx: SyncSender<Msg>,
     keys: Arc<AtomicU64>,
+    pool: Pool,
 }
 
 /// What an address space keeps to talk to the consumer.
 #[derive(Clone)]
 pub(crate) struct StreamLink {
-    tx: Sender<Msg>,
+    tx: SyncSender<Msg>,
     keys: Arc<AtomicU64>,
+    pool: Pool,
     /// This process's key.
     pub key: u64,
 }
@@ -96,15 +106,18 @@ pub(crate) struct StreamLink {
 impl Consumer {
     /// Starts the consumer thread.
     pub fn start() -> Consumer {
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(IN_FLIGHT);
+        let pool = Pool::default();
+        let returned = pool.clone();
         // It ends when the last sender (this and every link) is gone.
         std::thread::Builder::new()
             .name("cachescope-consumer".into())
-            .spawn(move || consume(rx))
+            .spawn(move || consume(rx, returned))
             .expect("spawn the consumer thread");
         Consumer {
             tx,
             keys: Arc::new(AtomicU64::new(1)),
+            pool,
         }
     }
 
@@ -115,6 +128,7 @@ impl Consumer {
         StreamLink {
             tx: self.tx.clone(),
             keys: self.keys.clone(),
+            pool: self.pool.clone(),
             key,
         }
     }
@@ -134,13 +148,26 @@ impl StreamLink {
         });
     }
 
+    /// An empty buffer for `words` words of records (recycled).
+    pub fn buffer(&self, words: usize) -> Vec<u64> {
+        let mut b = self
+            .pool
+            .lock()
+            .ok()
+            .and_then(|mut p| p.pop())
+            .unwrap_or_default();
+        b.clear();
+        b.resize(words, 0);
+        b
+    }
+
     /// Complete records of thread `thread`.
-    pub fn records(&self, thread: u64, bytes: Vec<u8>) {
-        if !bytes.is_empty() {
+    pub fn records(&self, thread: u64, words: Vec<u64>) {
+        if !words.is_empty() {
             self.send(Msg::Records {
                 key: self.key,
                 thread,
-                bytes,
+                words,
             });
         }
     }
@@ -163,6 +190,7 @@ impl StreamLink {
         StreamLink {
             tx: self.tx.clone(),
             keys: self.keys.clone(),
+            pool: self.pool.clone(),
             key: child,
         }
     }
@@ -204,9 +232,8 @@ impl Proc {
     }
 }
 
-fn consume(rx: Receiver<Msg>) {
+fn consume(rx: Receiver<Msg>, pool: Pool) {
     let mut procs: HashMap<u64, Proc> = HashMap::new();
-    let mut scratch = Vec::new();
     for msg in rx {
         match msg {
             Msg::Start { key, tool } => {
@@ -222,9 +249,14 @@ fn consume(rx: Receiver<Msg>) {
                     p.blocks[id] = Some(Arc::new(*meta));
                 }
             }
-            Msg::Records { key, thread, bytes } => {
+            Msg::Records { key, thread, words } => {
                 if let Some(p) = procs.get_mut(&key) {
-                    decode(p, thread, &bytes, &mut scratch);
+                    decode(p, thread, &words);
+                }
+                if let Ok(mut p) = pool.lock() {
+                    if p.len() < IN_FLIGHT {
+                        p.push(words);
+                    }
                 }
             }
             Msg::ThreadEnd { key, thread } => {
@@ -253,47 +285,44 @@ fn consume(rx: Receiver<Msg>) {
     }
 }
 
-/// Word `i` of a record buffer.
-#[inline(always)]
-fn word(bytes: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-}
-
-/// Feeds the records in `bytes` of thread `thread` to `p`'s tool.
-fn decode(p: &mut Proc, thread: u64, bytes: &[u8], addrs: &mut Vec<u64>) {
-    let n = bytes.len() / 8;
-    let branches = p.needs.cond_branches || p.needs.indirect_targets;
-    let mut last = p.last.get(&thread).copied();
+/// Feeds the records in `words` of thread `thread` to `p`'s tool.
+fn decode(p: &mut Proc, thread: u64, words: &[u64]) {
+    let Proc {
+        tool,
+        needs,
+        blocks,
+        last: lasts,
+    } = p;
+    let branches = needs.cond_branches || needs.indirect_targets;
+    let mut last = lasts.get(&thread).copied();
     let mut i = 0;
-    while i < n {
-        let id = word(bytes, i) as u32;
-        let Some(meta) = p.blocks.get(id as usize).and_then(Option::as_ref).cloned() else {
+    while i < words.len() {
+        let id = words[i] as u32;
+        let Some(meta) = blocks.get(id as usize).and_then(Option::as_deref) else {
             // Not a record start: the rest cannot be decoded.
             debug_assert!(false, "unknown block id {id} in a trace buffer");
             break;
         };
-        let words = meta.words as usize;
-        if i + words > n {
+        let n = meta.words as usize;
+        let Some(addrs) = words.get(i + 1..i + n) else {
             break;
-        }
+        };
         if branches {
-            if let Some(prev) = last.and_then(|l| p.blocks[l as usize].clone()) {
-                resolve(&mut *p.tool, &prev, meta.info.start());
+            if let Some(prev) = last.and_then(|l| blocks[l as usize].as_deref()) {
+                resolve(&mut **tool, prev, meta.info.start());
             }
         }
-        addrs.clear();
-        addrs.extend((i + 1..i + words).map(|w| word(bytes, w)));
         if meta.rep.is_some() {
-            rep_run(&mut *p.tool, &meta, addrs, branches);
+            rep_run(&mut **tool, meta, addrs, branches);
         } else {
-            p.tool.block_run(BlockId(id), &meta.info, addrs);
+            tool.block_run(BlockId(id), &meta.info, addrs);
         }
         last = Some(id);
-        i += words;
+        i += n;
     }
     match last {
-        Some(l) => p.last.insert(thread, l),
-        None => p.last.remove(&thread),
+        Some(l) => lasts.insert(thread, l),
+        None => lasts.remove(&thread),
     };
 }
 

@@ -56,8 +56,9 @@ impl Emitter {
 
     /// The buffer check: when the record at `r` starts past the buffer's
     /// limit, `site` (which tells the tool where to resume and where the
-    /// record is) goes to the chunk's flush stub.
-    pub fn trace_check(&mut self, r: Register, site: u32, flush_stub: u64, flags: FlagsAt) {
+    /// record is) goes to the chunk's flush stub. Returns where the flush
+    /// resumes (before the flags are restored).
+    pub fn trace_check(&mut self, r: Register, site: u32, flush_stub: u64, flags: FlagsAt) -> u64 {
         if let FlagsAt::Live(stash) = flags {
             if let Some(slot) = stash {
                 self.store_gs(Register::RAX, slot);
@@ -79,6 +80,7 @@ impl Emitter {
         ));
         self.jmp(flush_stub);
         self.bind(ok);
+        let resume = self.here();
         if let FlagsAt::Live(stash) = flags {
             // OF from AL (0x7f + 1 overflows exactly when AL was 1), the
             // rest from AH.
@@ -88,6 +90,7 @@ impl Emitter {
                 self.load_gs(Register::RAX, slot);
             }
         }
+        resume
     }
 
     /// Computes `fs_base? + base + index * scale + disp` into `a` (flag

@@ -79,15 +79,18 @@ impl Space {
                 "trace buffer of thread area {area:#x} is corrupt (record {record:#x}, end {ptr:#x})"
             )));
         }
-        let bytes = self.mem.read(start, (ptr - start) as usize)?;
-        let (done, open) = bytes.split_at((record - start) as usize);
-        self.mem.write(start, open);
+        let Some(t) = &self.tracing else {
+            return Ok(record);
+        };
+        let mut done = t.link.buffer(((record - start) / 8) as usize);
+        self.mem
+            .read_into(start, bytemuck::cast_slice_mut(&mut done))?;
+        let open = self.mem.read(record, (ptr - record) as usize)?;
+        self.mem.write(start, &open);
         let new_ptr = start + open.len() as u64;
         self.mem
             .write(area + u64::from(S_TRACE_PTR), &new_ptr.to_le_bytes());
-        if let Some(t) = &self.tracing {
-            t.link.records(area, done.to_vec());
-        }
+        t.link.records(area, done);
         Ok(start)
     }
 
@@ -101,8 +104,13 @@ impl Space {
             return;
         };
         if (start..=start + TRACE_BYTES + TRACE_SLACK).contains(&ptr) {
-            if let Ok(bytes) = self.mem.read(start, (ptr - start) as usize) {
-                link.records(area, bytes);
+            let mut words = link.buffer(((ptr - start) / 8) as usize);
+            if self
+                .mem
+                .read_into(start, bytemuck::cast_slice_mut(&mut words))
+                .is_ok()
+            {
+                link.records(area, words);
             }
         }
         link.thread_end(area);

@@ -128,9 +128,11 @@ fn answer_exit(
             let site = sp.flush_site(spills.target as u32).ok_or_else(|| {
                 EngineError(format!("unknown trace flush site {}", spills.target))
             })?;
+            // RAX, RCX and R11 first: the syscall clobbered the last two,
+            // and the record's register may be one of them.
+            enter_block(regs, site.resume, spills);
             let record = *gpr(regs, site.record_reg);
             let moved = sp.flush_trace(regs.gs_base, record)?;
-            enter_block(regs, site.resume, spills);
             *gpr(regs, site.record_reg) = moved;
             Ok(())
         }

@@ -323,10 +323,10 @@ pub(super) fn translate_traced(
     let mut check = |b: &mut Builder, flags: FlagsAt| {
         let site = b.ctx.alloc_flush_site();
         let stub = b.ctx.flush_stub();
-        b.e.trace_check(r, site, stub, flags);
+        let resume = b.e.trace_check(r, site, stub, flags);
         flush_sites.push(FlushSite {
             id: site,
-            resume: b.e.here(),
+            resume,
             record_reg: r,
         });
     };
