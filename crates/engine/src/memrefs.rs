@@ -28,6 +28,12 @@
 //!   (explicit ones, the string instructions' `[rsi]`/`[rdi]`, `xlat`'s
 //!   `[rbx+al]`, `maskmov*`'s `[rdi]`), one access each, or one per lane for
 //!   a VSIB (gather/scatter) operand. Reads come before writes.
+//! * `bt`/`bts`/`btr`/`btc` with a register bit offset and a memory operand
+//!   are counted at the operand, with its size. The machine accesses the
+//!   operand-sized word at operand + size*(offset div bits): the operand
+//!   itself for an offset within it, which is all compilers emit; an offset
+//!   outside it would need a shift the address expression cannot express.
+//!   (VEX accesses the one byte at operand + (offset >> 3).)
 //! * Not modelled (no accesses): VIA/Zhaoxin PadLock's `xstore`,
 //!   `xcrypt*`, `xsha*`, `ccs_*` (variable-length, `#UD` on Intel and AMD,
 //!   unknown to VEX).
