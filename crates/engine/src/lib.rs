@@ -52,6 +52,14 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// Not an API: the per-instruction data-access rules (the private
+/// `memrefs` module), for the engine's own integration tests
+/// (`tests/memrefs_lackey.rs`).
+#[doc(hidden)]
+pub mod memrefs_for_tests {
+    pub use crate::memrefs::{data_accesses, Access, Accesses, AddrExpr};
+}
+
 /// What to run and how.
 #[derive(Clone)]
 pub struct LaunchConfig {

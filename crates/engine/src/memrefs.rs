@@ -28,6 +28,12 @@
 //!   (explicit ones, the string instructions' `[rsi]`/`[rdi]`, `xlat`'s
 //!   `[rbx+al]`, `maskmov*`'s `[rdi]`), one access each, or one per lane for
 //!   a VSIB (gather/scatter) operand. Reads come before writes.
+//! * `bt`/`bts`/`btr`/`btc` with a register bit offset and a memory operand
+//!   are counted at the operand, with its size. The machine accesses the
+//!   operand-sized word at operand + size*(offset div bits): the operand
+//!   itself for an offset within it, which is all compilers emit; an offset
+//!   outside it would need a shift the address expression cannot express.
+//!   (VEX accesses the one byte at operand + (offset >> 3).)
 //! * Not modelled (no accesses): VIA/Zhaoxin PadLock's `xstore`,
 //!   `xcrypt*`, `xsha*`, `ccs_*` (variable-length, `#UD` on Intel and AMD,
 //!   unknown to VEX).
@@ -49,11 +55,11 @@ use std::cell::RefCell;
 
 /// The most accesses one instruction can make: `enter $n,$31` makes 62
 /// (spec'd by the machine: 2 per nesting level), a 16-lane gather 16.
-pub(crate) const MAX_ACCESSES: usize = 64;
+pub const MAX_ACCESSES: usize = 64;
 
 /// The size cap (spec §2.4): no access is counted as larger than one
 /// 64-byte line, so none touches more than two lines.
-pub(crate) const SIZE_CAP: u32 = 64;
+pub const SIZE_CAP: u32 = 64;
 
 /// How to compute an access's address from the registers before the
 /// instruction runs.
@@ -64,7 +70,7 @@ pub(crate) const SIZE_CAP: u32 = 64;
 ///   added); `disp` may then be given zero-extended from 32 bits;
 /// * `xlat`'s index is `Register::AL`, zero-extended (the only 8-bit index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AddrExpr {
+pub enum AddrExpr {
     /// seg_base + base + index*scale + disp. `base`/`index` may be
     /// `Register::None`. RIP-relative operands are resolved: base `None`,
     /// `disp` = the absolute address. `seg` is `Register::FS` or
@@ -120,7 +126,7 @@ impl AddrExpr {
     /// base; for `AL`: its zero-extended value) and `lane(r, bytes, k)` for
     /// the sign-extended `k`-th `bytes`-wide element of vector register `r`.
     /// (Tests use it; it also pins down the semantics the emission follows.)
-    pub(crate) fn eval(
+    pub fn eval(
         &self,
         gpr: &dyn Fn(Register) -> u64,
         lane: &dyn Fn(Register, u8, u8) -> i64,
@@ -177,7 +183,7 @@ impl AddrExpr {
 
 /// One data access of one instruction execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Access {
+pub struct Access {
     /// Read, write, or one read-modify-write of the same location.
     pub kind: AccessKind,
     /// Bytes, at most [`SIZE_CAP`].
@@ -189,7 +195,7 @@ pub(crate) struct Access {
 /// The accesses of one execution of an instruction, in order: a
 /// fixed-capacity list (no heap allocation), at most [`MAX_ACCESSES`].
 #[derive(Clone, Copy)]
-pub(crate) struct Accesses {
+pub struct Accesses {
     len: u8,
     items: [Access; MAX_ACCESSES],
 }
@@ -208,7 +214,7 @@ impl Accesses {
     };
 
     /// The empty list.
-    pub(crate) const fn new() -> Accesses {
+    pub const fn new() -> Accesses {
         Accesses {
             len: 0,
             items: [Self::FILLER; MAX_ACCESSES],
@@ -231,22 +237,22 @@ impl Accesses {
     }
 
     /// The accesses, in order.
-    pub(crate) fn as_slice(&self) -> &[Access] {
+    pub fn as_slice(&self) -> &[Access] {
         &self.items[..self.len as usize]
     }
 
     /// How many.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len as usize
     }
 
     /// Whether the instruction touches no data.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Iterates over the accesses in order.
-    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Access> {
+    pub fn iter(&self) -> std::slice::Iter<'_, Access> {
         self.as_slice().iter()
     }
 }
@@ -306,7 +312,7 @@ fn op_accesses(i: &Instruction) -> [OpAccess; 5] {
 /// The accesses of one execution of `i` (for a rep-prefixed string
 /// instruction: of ONE iteration), in the order the instruction makes
 /// them. See the module documentation for the rules.
-pub(crate) fn data_accesses(i: &Instruction) -> Accesses {
+pub fn data_accesses(i: &Instruction) -> Accesses {
     let mut out = Accesses::new();
     if i.code() == Code::INVALID || touches_nothing(i) {
         return out;
