@@ -13,6 +13,7 @@
 //!   ([`writer::WriteOptions`] for the two compressions).
 #![forbid(unsafe_code)]
 
+pub mod annotate;
 pub mod model;
 pub mod names;
 pub mod reader;
