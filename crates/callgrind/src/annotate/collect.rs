@@ -127,10 +127,8 @@ impl Tables {
                             } else {
                                 cur.file.clone()
                             };
-                            let callee = format!(
-                                "{callee_file}:{}",
-                                names.functions.text(call.function)
-                            );
+                            let callee =
+                                format!("{callee_file}:{}", names.functions.text(call.function));
                             t.callers
                                 .entry(callee.clone())
                                 .or_default()

@@ -116,6 +116,8 @@ mod tests {
         out.clear();
         cols.counts(&mut out, &vec![Some(2000), Some(0)], &w, &total);
         assert_eq!(out, " 0              2,000 (100.0%) ");
-        assert!(cols.compare(Some(&vec![Some(1)]), Some(&vec![None])).is_lt());
+        assert!(cols
+            .compare(Some(&vec![Some(1)]), Some(&vec![None]))
+            .is_lt());
     }
 }

@@ -211,7 +211,8 @@ fn cwd_prefix() -> String {
     let physical = std::env::current_dir().ok();
     let logical = std::env::var("PWD").ok().filter(|p| {
         Path::new(p).is_absolute()
-            && std::fs::canonicalize(p).ok() == physical.as_ref().and_then(|c| c.canonicalize().ok())
+            && std::fs::canonicalize(p).ok()
+                == physical.as_ref().and_then(|c| c.canonicalize().ok())
     });
     match logical.or_else(|| physical.map(|p| p.to_string_lossy().into_owned())) {
         Some(p) if p == "/" => p,
@@ -319,7 +320,10 @@ impl Report<'_> {
         out.push_str(FANCY);
 
         let mut functions: Vec<(&String, &Cc)> = t.fn_totals.iter().collect();
-        functions.sort_by(|a, b| cols.compare(Some(a.1), Some(b.1)).then_with(|| a.0.cmp(b.0)));
+        functions.sort_by(|a, b| {
+            cols.compare(Some(a.1), Some(b.1))
+                .then_with(|| a.0.cmp(b.0))
+        });
         let thresholds: Vec<f64> = thresholds.iter().map(|t| perl_number(t)).collect();
         let mut reached = vec![0i128; thresholds.len()];
         let mut files = Vec::new();

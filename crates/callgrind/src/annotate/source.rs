@@ -169,7 +169,11 @@ impl Report<'_> {
                 }
             }
             if low != 1.0 {
-                out.push_str(&format!("-- line {} {}\n", perl_format(low), "-".repeat(40)));
+                out.push_str(&format!(
+                    "-- line {} {}\n",
+                    perl_format(low),
+                    "-".repeat(40)
+                ));
             }
             let high_value = high.unwrap_or(0.0);
             let mut last_read = None;
@@ -225,7 +229,8 @@ impl Report<'_> {
     fn print_line_calls(&self, out: &mut String, file: &str, n: u64, widths: &[usize]) {
         let t = self.tables;
         let site = (file.to_string(), n);
-        let (Some(callees), Some(caller)) = (t.called_from_line.get(&site), t.func_of_line.get(&site))
+        let (Some(callees), Some(caller)) =
+            (t.called_from_line.get(&site), t.func_of_line.get(&site))
         else {
             return;
         };
