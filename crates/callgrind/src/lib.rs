@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod annotate;
+pub mod builder;
 pub mod model;
 pub mod names;
 pub mod reader;
