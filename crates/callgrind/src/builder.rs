@@ -24,6 +24,16 @@ pub struct FunctionKey {
     pub function: NameId,
 }
 
+/// Where a cost or call is: a source file (the function's own, or an
+/// inlined one) and a position in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    /// The source file.
+    pub file: NameId,
+    /// The position.
+    pub position: Position,
+}
+
 /// One arc's aggregate.
 #[derive(Debug, Clone)]
 struct ArcCost {
@@ -82,36 +92,34 @@ impl PartBuilder {
         (f, index)
     }
 
-    /// Adds self costs of `key` at `position` in source file `file` (the
-    /// function's own, or an inlined one).
-    pub fn add_cost(&mut self, key: FunctionKey, file: NameId, position: Position, costs: &[u64]) {
+    /// Adds self costs of `key` at `site`.
+    pub fn add_cost(&mut self, key: FunctionKey, site: Site, costs: &[u64]) {
         let n = self.events;
-        let (f, index) = self.function(key, file);
+        let (f, index) = self.function(key, site.file);
         add(
             f.costs
-                .entry((index, position))
+                .entry((index, site.position))
                 .or_insert_with(|| vec![0; n]),
             costs,
         );
     }
 
-    /// Adds `count` calls from `caller` at `site` (in `file`) to `callee`
-    /// starting at `target`, with their inclusive costs.
+    /// Adds `count` calls from `caller` at `site` to `callee` starting at
+    /// `target`, with their inclusive costs.
     pub fn add_call(
         &mut self,
         caller: FunctionKey,
-        file: NameId,
-        site: Position,
+        site: Site,
         callee: FunctionKey,
         target: Position,
         count: u64,
         inclusive: &[u64],
     ) {
         let n = self.events;
-        let (f, index) = self.function(caller, file);
+        let (f, index) = self.function(caller, site.file);
         let arc = f
             .calls
-            .entry((index, site, callee))
+            .entry((index, site.position, callee))
             .or_insert_with(|| ArcCost {
                 count: 0,
                 target,

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use callgrind::builder::{FunctionKey, PartBuilder};
+use callgrind::builder::{FunctionKey, PartBuilder, Site};
 use callgrind::{parse, Event, Part, Position, Positions, Profile, WriteOptions};
 
 fn small_profile() -> Profile {
@@ -39,18 +39,29 @@ fn small_profile() -> Profile {
         function: puts,
     };
     let at = |line| Position { addr: 0, line };
+    let site = |file, line| Site {
+        file,
+        position: at(line),
+    };
     let mut b = PartBuilder::new(3);
-    b.add_cost(main_key, main_c, at(10), &[3, 1, 0]);
-    b.add_cost(main_key, main_c, at(11), &[2, 0, 1]);
-    b.add_call(main_key, main_c, at(11), work_key, at(3), 2, &[40, 10, 2]);
-    b.add_cost(main_key, inline_h, at(5), &[4, 0, 0]);
-    b.add_cost(main_key, main_c, at(250), &[1, 0, 0]);
-    b.add_call(main_key, main_c, at(250), puts_key, at(0), 1, &[100, 20, 5]);
-    b.add_cost(work_key, main_c, at(3), &[20, 5, 1]);
-    b.add_cost(work_key, main_c, at(4), &[20, 5, 1]);
+    b.add_cost(main_key, site(main_c, 10), &[3, 1, 0]);
+    b.add_cost(main_key, site(main_c, 11), &[2, 0, 1]);
+    b.add_call(main_key, site(main_c, 11), work_key, at(3), 2, &[40, 10, 2]);
+    b.add_cost(main_key, site(inline_h, 5), &[4, 0, 0]);
+    b.add_cost(main_key, site(main_c, 250), &[1, 0, 0]);
+    b.add_call(
+        main_key,
+        site(main_c, 250),
+        puts_key,
+        at(0),
+        1,
+        &[100, 20, 5],
+    );
+    b.add_cost(work_key, site(main_c, 3), &[20, 5, 1]);
+    b.add_cost(work_key, site(main_c, 4), &[20, 5, 1]);
     // Repeated keys add up.
-    b.add_cost(main_key, main_c, at(10), &[3, 1, 0]);
-    b.add_cost(puts_key, unknown, at(0), &[100, 20, 5]);
+    b.add_cost(main_key, site(main_c, 10), &[3, 1, 0]);
+    b.add_cost(puts_key, site(unknown, 0), &[100, 20, 5]);
     p.parts.push(Part {
         number: Some(1),
         desc: vec!["I1 cache: ".into(), "Timerange: Basic block 0 - 9".into()],
