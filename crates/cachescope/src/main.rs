@@ -1,9 +1,10 @@
 //! The `cachescope` command: composes the engine, the simulators, symbols and
 //! profile writers.
 //!
-//! Dispatch: invoked as `cg_annotate`, `cg_merge` or `cg_diff` (a symlink or
-//! a copy), the binary behaves as that Valgrind tool. Otherwise the first
-//! argument may name a subcommand (`replay`, `annotate`, `merge`, `diff`);
+//! Dispatch: invoked as `cg_annotate`, `cg_merge`, `cg_diff` or
+//! `callgrind_annotate` (a symlink or a copy), the binary behaves as that
+//! Valgrind tool. Otherwise the first argument may name a subcommand
+//! (`replay`, `annotate`, `merge`, `diff`, `callgrind_annotate`);
 //! anything else is Valgrind's command line: `[options] prog [args]`.
 #![forbid(unsafe_code)]
 
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         "cg_annotate" => return cgtools::annotate_main(rest),
         "cg_merge" => return cgtools::merge_main(rest),
         "cg_diff" => return cgtools::diff_main(rest),
+        "callgrind_annotate" => return cgtools::callgrind_annotate_main(rest),
         _ => {}
     }
     let sub = rest.first().and_then(|a| a.to_str());
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Some("annotate") => cgtools::annotate_main(sub_args),
         Some("merge") => cgtools::merge_main(sub_args),
         Some("diff") => cgtools::diff_main(sub_args),
+        Some("callgrind_annotate") => cgtools::callgrind_annotate_main(sub_args),
         _ => run::main(rest),
     }
 }

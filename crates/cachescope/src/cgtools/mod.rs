@@ -277,6 +277,17 @@ pub fn annotate_main(args: &[OsString]) -> ExitCode {
     report("cg_annotate", annotate(&opts, &mut lock))
 }
 
+/// `callgrind_annotate` / `cachescope callgrind_annotate`: Valgrind 3.19's
+/// Perl script, whose command line and errors follow its own conventions
+/// (see the `callgrind` crate).
+pub fn callgrind_annotate_main(args: &[OsString]) -> ExitCode {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    ExitCode::from(callgrind::annotate::cli::main(&args))
+}
+
 /// `cg_merge` / `cachescope merge`.
 pub fn merge_main(args: &[OsString]) -> ExitCode {
     let mut parser_args = common_args().to_vec();
