@@ -48,6 +48,8 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+pub use tracer::SignalForwarding;
+
 /// What to run and how.
 #[derive(Debug, Clone)]
 pub struct LaunchConfig {

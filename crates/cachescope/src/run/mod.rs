@@ -94,7 +94,17 @@ fn run(opts: &RunOptions) -> ExitCode {
         trace_children: opts.trace_children,
         stats: opts.stats,
     };
+    // Signals sent to us (timeout's SIGTERM, kill, Ctrl-C) are the
+    // client's, as under Valgrind where the tool is the client's process:
+    // it handles them or dies of them, and its profile is written either
+    // way. Without the handlers (never expected) we would die unreported.
+    let forwarding = engine::SignalForwarding::install();
+    if let Err(e) = &forwarding {
+        eprintln!("cachescope: warning: {e}");
+    }
     let result = engine::run(&config, &mut sink);
+    // Our own dispositions back, before dying of the client's signal.
+    drop(forwarding);
     // Freeing the symbol tables of big objects (hundreds of thousands of
     // names) takes longer than anything else left to do: exit without.
     std::mem::forget(std::mem::take(&mut sink.symbols));

@@ -29,6 +29,7 @@ mod tasks;
 use crate::space::Space;
 use crate::sys::{self, Regs, WaitStatus};
 use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
+pub use signals::SignalForwarding;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -47,12 +48,18 @@ struct Tracer<'a> {
     /// Signals that arrived during an injection, re-sent afterwards
     /// as (tgid, tid, signal).
     requeue: Vec<(i32, i32, i32)>,
+    /// Signals forwarded from the tool to the client, for pairing with
+    /// their duplicates.
+    forwarded: signals::Forwarded,
     outcome: Option<Outcome>,
 }
 
 /// Entry point behind [`crate::run`].
 pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, EngineError> {
     let pid = launch::launch(cfg)?;
+    // Signals the tool receives from now on are the client's (a no-op
+    // unless a SignalForwarding is installed).
+    sys::set_forward_target(pid);
     let mut tracer = Tracer {
         cfg,
         sink,
@@ -62,10 +69,12 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         announced: HashMap::new(),
         early: HashSet::new(),
         requeue: Vec::new(),
+        forwarded: signals::Forwarded::default(),
         outcome: None,
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());
+    sys::set_forward_target(0);
     if let Err(e) = result {
         tracer.kill_all();
         return Err(e);
@@ -90,12 +99,16 @@ impl Tracer<'_> {
                 WaitStatus::Exited(pid, code) => {
                     self.on_vanished(pid)?;
                     if pid == self.main_pid {
+                        // Reaped: its pid may be reused, so no more
+                        // forwarding to it.
+                        sys::set_forward_target(0);
                         self.outcome = Some(Outcome::Exited(code));
                     }
                 }
                 WaitStatus::Signaled(pid, sig) => {
                     self.on_vanished(pid)?;
                     if pid == self.main_pid {
+                        sys::set_forward_target(0);
                         self.outcome = Some(Outcome::Signaled(sig));
                     }
                 }
