@@ -48,7 +48,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-pub use tracer::SignalForwarding;
+pub use tracer::{find_program, ProgramError, SignalForwarding, Unrunnable};
 
 /// What to run and how.
 #[derive(Debug, Clone)]

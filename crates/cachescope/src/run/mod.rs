@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use engine::{LaunchConfig, Outcome, ProcessProfile, ProfileSink};
 use symbols::Symbolizer;
 
-use crate::outfile::{process_env, BadPattern, Expander};
+use crate::outfile::{process_env, write_output, BadPattern, Expander, OutputError};
 use crate::summary::{summary_lines, Totals};
 use log::{preamble_arg, Log};
 use options::{Command, RunOptions, UsageError};
@@ -85,9 +85,12 @@ fn run(opts: &RunOptions) -> ExitCode {
         bad_out_file: false,
     };
     // Valgrind prints nothing but the error for a program it cannot start.
-    if will_probably_start(&opts.program) {
-        sink.preamble(me);
+    if let Err(e) = engine::find_program(&opts.program) {
+        let (line, status) = unrunnable(&opts.program, &e);
+        eprintln!("cachescope: {line}");
+        return ExitCode::from(status);
     }
+    sink.preamble(me);
     let config = LaunchConfig {
         program: opts.program.clone(),
         args: opts.args.clone(),
@@ -120,34 +123,32 @@ fn run(opts: &RunOptions) -> ExitCode {
     }
 }
 
-/// Whether `program` resolves (like `execvp`) to an executable file that
-/// starts like an ELF image or a `#!` script. The engine makes the real
-/// checks and reports failures; this only keeps the preamble from being
-/// printed before such an error (a start notification from the engine
-/// would make it unnecessary).
-fn will_probably_start(program: &std::ffi::OsStr) -> bool {
-    use std::io::Read;
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
-    let runnable = |p: &std::path::Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    let name = std::path::Path::new(program);
-    let path = if program.as_bytes().contains(&b'/') {
-        Some(name.to_path_buf())
-    } else {
-        let dirs = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-        std::env::split_paths(&dirs)
-            .map(|d| d.join(name))
-            .find(|p| runnable(p))
-    };
-    let Some(path) = path.filter(|p| runnable(p)) else {
-        return false;
-    };
-    let mut magic = [0u8; 4];
-    std::fs::File::open(&path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"\x7fELF" || magic.starts_with(b"#!"))
+/// The one line and exit status for a program that cannot be run, in
+/// Valgrind's words (`valgrind: ./x: No such file or directory`) and with
+/// the shell's statuses: 127 when there is nothing to run, 126 when there
+/// is something that cannot be run.
+fn unrunnable(program: &std::ffi::OsStr, e: &engine::ProgramError) -> (String, u8) {
+    use engine::Unrunnable as U;
+    let p = program.to_string_lossy();
+    match &e.kind {
+        U::NotInPath => (format!("{p}: command not found"), 127),
+        U::NoSuchFile => (format!("{p}: No such file or directory"), 127),
+        U::Directory => (format!("{p}: is a directory"), 126),
+        U::NoPermission => (format!("{p}: Permission denied"), 126),
+        U::BadInterpreter => (
+            format!("{p}: bad interpreter: No such file or directory"),
+            126,
+        ),
+        U::NotElf => (
+            format!("{p}: cannot execute: not an ELF executable or '#!' script"),
+            126,
+        ),
+        U::ForeignElf => (
+            format!("{p}: cannot execute: not an x86-64 program (only x86-64 ELF is supported)"),
+            126,
+        ),
+        U::Unreadable(k) => (format!("{p}: {}", std::io::Error::from(*k)), 126),
+    }
 }
 
 /// Ends cachescope the way the client ended: killed by `sig`, as Valgrind
@@ -251,9 +252,13 @@ impl ProfileSink for CgSink<'_> {
         let (profile, counts) = attribute::build_profile(&cmd, &proc_profile, &mut self.symbols);
         let symbolized_in = started.elapsed();
         let mut totals = Totals::default();
-        match profile::write_file_atomic(&path, |mut w| profile.write_to(&mut w)) {
+        match write_output(&path, |mut w| profile.write_to(&mut w)) {
             Ok(()) => totals = summary_totals(counts),
-            Err(_) => {
+            Err(OutputError::Open(e)) => {
+                if self.opts.verbosity > 1 {
+                    self.log
+                        .dmsg(pid, &format!("cachescope: {}: {e}", path.display()));
+                }
                 // Cachegrind then reports all-zero totals.
                 self.log.umsg(
                     pid,
@@ -261,6 +266,19 @@ impl ProfileSink for CgSink<'_> {
                 );
                 self.log
                     .umsg(pid, "       ... so detailed results will be missing.");
+            }
+            Err(OutputError::Write(e)) => {
+                // Cachegrind does not check its writes (it exits 0 with a
+                // truncated file and says nothing); we say so in one line,
+                // and the totals, which are right, are still shown.
+                self.log.umsg(
+                    pid,
+                    &format!(
+                        "error: can't write output data file '{}': {e}",
+                        path.display()
+                    ),
+                );
+                totals = summary_totals(counts);
             }
         }
         if self.opts.verbosity > 1 {

@@ -29,6 +29,7 @@ mod tasks;
 use crate::space::Space;
 use crate::sys::{self, Regs, WaitStatus};
 use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
+pub use launch::{find_program, ProgramError, Unrunnable};
 pub use signals::SignalForwarding;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
