@@ -2,7 +2,8 @@
 //! profile writers.
 //!
 //! Dispatch: invoked as `cg_annotate`, `cg_merge` or `cg_diff` (a symlink or
-//! a copy), the binary behaves as that Valgrind tool. Otherwise the first
+//! a copy), the binary behaves as that Valgrind tool; as `valgrind`, as
+//! Valgrind's launcher (see `valgrind.rs`). Otherwise the first
 //! argument may name a subcommand (`replay`, `annotate`, `merge`, `diff`);
 //! anything else is Valgrind's command line: `[options] prog [args]`.
 #![forbid(unsafe_code)]
@@ -13,6 +14,7 @@ mod replay;
 mod run;
 mod simopts;
 mod summary;
+mod valgrind;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
         "cg_annotate" => return cgtools::annotate_main(rest),
         "cg_merge" => return cgtools::merge_main(rest),
         "cg_diff" => return cgtools::diff_main(rest),
+        "valgrind" => return valgrind::main(rest),
         _ => {}
     }
     let sub = rest.first().and_then(|a| a.to_str());

@@ -201,6 +201,16 @@ pub struct UnmappedCode {
 pub trait ProfileSink {
     /// Called once per traced process, after its last thread exited.
     fn process_finished(&mut self, profile: ProcessProfile);
+
+    /// With `trace_children`, whether to follow a process into the program
+    /// it just exec'd: `exe` is the file name it gave `execve` (as given,
+    /// like Valgrind's `--trace-children-skip` sees it) and `argv` the new
+    /// program's arguments, `argv[0]` included. An image not followed runs
+    /// natively. By default, every one is followed.
+    fn follow_exec(&mut self, exe: &str, argv: &[String]) -> bool {
+        let _ = (exe, argv);
+        true
+    }
 }
 
 /// How the client ended.

@@ -13,6 +13,7 @@
 mod attribute;
 mod log;
 mod options;
+mod skip;
 
 pub(crate) use attribute::summary_totals;
 
@@ -32,26 +33,34 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Entry point of the run mode (arguments after the command name).
 pub fn main(args: &[OsString]) -> ExitCode {
+    main_as(args, "cachescope")
+}
+
+/// The run mode under the command name `name` (`cachescope`, or
+/// `valgrind` for the drop-in), which prefixes its error lines as
+/// Valgrind's `valgrind: `.
+pub fn main_as(args: &[OsString], name: &str) -> ExitCode {
+    let started = std::time::Instant::now();
     match options::parse(args) {
         Ok(Command::Help) => {
-            print!("{}", options::usage());
+            print!("{}", options::usage(name));
             ExitCode::SUCCESS
         }
         Ok(Command::Version) => {
             println!("cachescope-{VERSION}");
             ExitCode::SUCCESS
         }
-        Ok(Command::Run(opts)) => run(&opts),
+        Ok(Command::Run(opts)) => run(&opts, name, started),
         Err(UsageError(lines)) => {
             for l in lines {
-                eprintln!("cachescope: {l}");
+                eprintln!("{name}: {l}");
             }
             ExitCode::from(1)
         }
     }
 }
 
-fn run(opts: &RunOptions) -> ExitCode {
+fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
     let me = std::process::id() as i32;
     let mut expander = Expander::new(std::env::current_dir().ok());
     let log = match &opts.log_file {
@@ -69,12 +78,17 @@ fn run(opts: &RunOptions) -> ExitCode {
                 Ok(log) => log,
                 Err(lines) => {
                     for l in lines {
-                        eprintln!("cachescope: {l}");
+                        eprintln!("{name}: {l}");
                     }
                     return ExitCode::from(1);
                 }
             }
         }
+    };
+    let log = if opts.time_stamp {
+        log.with_time_stamps(started)
+    } else {
+        log
     };
     let mut sink = CgSink {
         opts,
@@ -87,7 +101,7 @@ fn run(opts: &RunOptions) -> ExitCode {
     // Valgrind prints nothing but the error for a program it cannot start.
     if let Err(e) = engine::find_program(&opts.program) {
         let (line, status) = unrunnable(&opts.program, &e);
-        eprintln!("cachescope: {line}");
+        eprintln!("{name}: {line}");
         return ExitCode::from(status);
     }
     sink.preamble(me);
@@ -103,7 +117,7 @@ fn run(opts: &RunOptions) -> ExitCode {
     // way. Without the handlers (never expected) we would die unreported.
     let forwarding = engine::SignalForwarding::install();
     if let Err(e) = &forwarding {
-        eprintln!("cachescope: warning: {e}");
+        eprintln!("{name}: warning: {e}");
     }
     let result = engine::run(&config, &mut sink);
     // Our own dispositions back, before dying of the client's signal.
@@ -113,7 +127,7 @@ fn run(opts: &RunOptions) -> ExitCode {
     std::mem::forget(std::mem::take(&mut sink.symbols));
     match result {
         Err(e) => {
-            eprintln!("cachescope: {e}");
+            eprintln!("{name}: {e}");
             ExitCode::from(1)
         }
         // Valgrind exits 1 after reporting a bad output-file pattern.
@@ -217,6 +231,10 @@ impl CgSink<'_> {
 }
 
 impl ProfileSink for CgSink<'_> {
+    fn follow_exec(&mut self, exe: &str, argv: &[String]) -> bool {
+        !self.opts.skip.skips(exe, argv)
+    }
+
     fn process_finished(&mut self, proc_profile: ProcessProfile) {
         let pid = proc_profile.pid;
         // Valgrind's core prints this blank line at exit, before the tool
