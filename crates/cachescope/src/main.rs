@@ -3,8 +3,9 @@
 //!
 //! Dispatch: invoked as `cg_annotate`, `cg_merge`, `cg_diff` or
 //! `callgrind_annotate` (a symlink or a copy), the binary behaves as that
-//! Valgrind tool. Otherwise the first argument may name a subcommand
-//! (`replay`, `annotate`, `merge`, `diff`, `callgrind_annotate`);
+//! Valgrind tool; as `valgrind`, as Valgrind's launcher (see `valgrind.rs`).
+//! Otherwise the first argument may name a subcommand (`replay`,
+//! `annotate`, `merge`, `diff`, `callgrind_annotate`);
 //! anything else is Valgrind's command line: `[options] prog [args]`.
 #![forbid(unsafe_code)]
 
@@ -14,6 +15,7 @@ mod replay;
 mod run;
 mod simopts;
 mod summary;
+mod valgrind;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
         "cg_merge" => return cgtools::merge_main(rest),
         "cg_diff" => return cgtools::diff_main(rest),
         "callgrind_annotate" => return cgtools::callgrind_annotate_main(rest),
+        "valgrind" => return valgrind::main(rest),
         _ => {}
     }
     let sub = rest.first().and_then(|a| a.to_str());

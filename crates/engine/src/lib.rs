@@ -59,6 +59,7 @@ use std::path::PathBuf;
 pub mod memrefs_for_tests {
     pub use crate::memrefs::{data_accesses, Access, Accesses, AddrExpr};
 }
+pub use tracer::{find_program, ProgramError, SignalForwarding, Unrunnable};
 
 /// What to run and how.
 #[derive(Clone)]
@@ -236,6 +237,16 @@ pub struct UnmappedCode {
 pub trait ProfileSink {
     /// Called once per traced process, after its last thread exited.
     fn process_finished(&mut self, profile: ProcessProfile);
+
+    /// With `trace_children`, whether to follow a process into the program
+    /// it just exec'd: `exe` is the file name it gave `execve` (as given,
+    /// like Valgrind's `--trace-children-skip` sees it) and `argv` the new
+    /// program's arguments, `argv[0]` included. An image not followed runs
+    /// natively. By default, every one is followed.
+    fn follow_exec(&mut self, exe: &str, argv: &[String]) -> bool {
+        let _ = (exe, argv);
+        true
+    }
 }
 
 /// How the client ended.

@@ -381,3 +381,200 @@ pub fn signal_address(pid: i32) -> io::Result<u64> {
     // SAFETY: si_addr is meaningful for the fault signals we ask it for.
     Ok(unsafe { info.si_addr() } as u64)
 }
+
+/// A signal's `siginfo_t` as the kernel lays it out on x86-64 (128 bytes),
+/// kept as bytes so that it can be passed through a pipe and handed back
+/// to `PTRACE_SETSIGINFO` unchanged.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SigInfo(pub [u8; SIGINFO_BYTES]);
+
+/// Size of `siginfo_t` on x86-64.
+pub const SIGINFO_BYTES: usize = 128;
+const _: () = assert!(std::mem::size_of::<libc::siginfo_t>() == SIGINFO_BYTES);
+
+impl SigInfo {
+    fn i32_at(&self, at: usize) -> i32 {
+        i32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    /// `si_signo`.
+    pub fn signo(&self) -> i32 {
+        self.i32_at(0)
+    }
+
+    /// `si_code` (`SI_USER` for kill, `SI_KERNEL` for a terminal's, ...).
+    pub fn code(&self) -> i32 {
+        self.i32_at(8)
+    }
+
+    /// `si_pid`: the sender, for signals sent by a process (the union's
+    /// first field; meaningless for faults).
+    pub fn pid(&self) -> i32 {
+        self.i32_at(16)
+    }
+
+    /// `si_uid`: the sender's real user id (as `pid`).
+    pub fn uid(&self) -> i32 {
+        self.i32_at(20)
+    }
+}
+
+impl std::fmt::Debug for SigInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SigInfo(signo {}, code {}, pid {}, uid {})",
+            self.signo(),
+            self.code(),
+            self.pid(),
+            self.uid()
+        )
+    }
+}
+
+/// The siginfo of the signal a task is stopped for (signal-delivery stop).
+pub fn get_siginfo(pid: i32) -> io::Result<SigInfo> {
+    let mut info = SigInfo([0; SIGINFO_BYTES]);
+    ptrace(
+        libc::PTRACE_GETSIGINFO,
+        pid,
+        0,
+        info.0.as_mut_ptr() as usize,
+    )?;
+    Ok(info)
+}
+
+/// Replaces the siginfo of the signal a task is stopped for: the client
+/// then sees `info` (sender and all) when the signal is delivered.
+pub fn set_siginfo(pid: i32, info: &SigInfo) -> io::Result<()> {
+    ptrace(libc::PTRACE_SETSIGINFO, pid, 0, info.0.as_ptr() as usize).map(drop)
+}
+
+// Signal forwarding: signals sent to the tool go on to the client, as if
+// they had been sent to it (under Valgrind the tool *is* the client's
+// process). The handler only calls async-signal-safe functions: it records
+// the original siginfo in a pipe (so the tracer can give the client the
+// real sender's) and then re-sends the signal to the client's main
+// process with kill(2), at once, so that a tracer blocked in waitpid needs
+// no waking.
+
+/// The client's main process, or 0 when there is none to forward to.
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// Write end of the record pipe (-1 before installation).
+static FORWARD_PIPE_W: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// Read end of the record pipe (-1 before installation).
+static FORWARD_PIPE_R: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn forward_handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    use std::sync::atomic::Ordering::Relaxed;
+    // SAFETY: errno is thread-local; the handler must leave it as it found
+    // it for the interrupted code.
+    let errno = unsafe { *libc::__errno_location() };
+    let pid = FORWARD_TO.load(Relaxed);
+    // Never pid 0 (that would signal our whole process group).
+    if pid > 0 {
+        let fd = FORWARD_PIPE_W.load(Relaxed);
+        if fd >= 0 && !info.is_null() {
+            // SAFETY: the kernel passes a valid siginfo_t of SIGINFO_BYTES;
+            // a write of at most PIPE_BUF bytes to a pipe is atomic, and the
+            // non-blocking pipe drops the record rather than block when
+            // full (the signal is still forwarded).
+            unsafe { libc::write(fd, info as *const libc::c_void, SIGINFO_BYTES) };
+        }
+        // SAFETY: plain syscall with integer arguments.
+        unsafe { libc::kill(pid, sig) };
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Installs the forwarding handler for each of `signals` (blocking all of
+/// them while it runs) and returns the dispositions it replaced, for
+/// [`restore_signal_actions`].
+pub fn install_forwarding(signals: &[i32]) -> io::Result<Vec<(i32, libc::sigaction)>> {
+    use std::sync::atomic::Ordering::SeqCst;
+    if FORWARD_PIPE_W.load(SeqCst) < 0 {
+        let mut fds = [0 as libc::c_int; 2];
+        // Close-on-exec keeps the pipe out of the client, which is forked
+        // from this process.
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: fds is a valid array of two ints.
+        let r = unsafe { libc::pipe2(fds.as_mut_ptr(), flags) };
+        check(r as libc::c_long)?;
+        FORWARD_PIPE_R.store(fds[0], SeqCst);
+        FORWARD_PIPE_W.store(fds[1], SeqCst);
+    }
+    // SAFETY: sigaction is plain old data; all-zero is a valid value.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = forward_handler as *const () as usize;
+    // SA_RESTART: the tool's own blocking calls (waitpid, writes) go on.
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: sa_mask is a valid sigset_t to initialise.
+    unsafe { libc::sigemptyset(&mut act.sa_mask) };
+    for &s in signals {
+        // SAFETY: as above; s is a signal number.
+        unsafe { libc::sigaddset(&mut act.sa_mask, s) };
+    }
+    let mut previous = Vec::with_capacity(signals.len());
+    for &s in signals {
+        // SAFETY: all-zero sigaction is valid.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a null new action only reads the current one into old.
+        if unsafe { libc::sigaction(s, std::ptr::null(), &mut old) } == -1 {
+            let err = io::Error::last_os_error();
+            restore_signal_actions(&previous);
+            return Err(err);
+        }
+        // A signal ignored at startup stays ignored (as shells leave it):
+        // the client inherits that, and it reaches neither of us natively.
+        if old.sa_sigaction == libc::SIG_IGN {
+            continue;
+        }
+        // SAFETY: act is a valid sigaction structure.
+        if unsafe { libc::sigaction(s, &act, std::ptr::null_mut()) } == -1 {
+            let err = io::Error::last_os_error();
+            restore_signal_actions(&previous);
+            return Err(err);
+        }
+        previous.push((s, old));
+    }
+    Ok(previous)
+}
+
+/// Puts back dispositions saved by [`install_forwarding`].
+pub fn restore_signal_actions(previous: &[(i32, libc::sigaction)]) {
+    for (s, old) in previous {
+        // SAFETY: old is a sigaction the kernel gave us for s.
+        unsafe { libc::sigaction(*s, old, std::ptr::null_mut()) };
+    }
+}
+
+/// Sets the process that forwarded signals go to (0: none).
+pub fn set_forward_target(pid: i32) {
+    FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether forwarding handlers are installed.
+pub fn forwarding_installed() -> bool {
+    FORWARD_PIPE_R.load(std::sync::atomic::Ordering::SeqCst) >= 0
+}
+
+/// Takes the siginfo records of the signals forwarded since the last call,
+/// oldest first.
+pub fn take_forwarded() -> Vec<SigInfo> {
+    let fd = FORWARD_PIPE_R.load(std::sync::atomic::Ordering::SeqCst);
+    let mut out = Vec::new();
+    if fd < 0 {
+        return out;
+    }
+    loop {
+        let mut info = SigInfo([0; SIGINFO_BYTES]);
+        // SAFETY: reading into a local buffer of SIGINFO_BYTES from our
+        // non-blocking pipe; records are written whole (atomic writes).
+        let n = unsafe { libc::read(fd, info.0.as_mut_ptr() as *mut libc::c_void, SIGINFO_BYTES) };
+        if n != SIGINFO_BYTES as isize {
+            return out;
+        }
+        out.push(info);
+    }
+}

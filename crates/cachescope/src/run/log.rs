@@ -1,26 +1,49 @@
 //! Valgrind-style messages: user messages prefixed `==PID== `, debug
-//! messages `--PID-- `, to stderr or to the `--log-file`.
+//! messages `--PID-- `, to stderr or to the `--log-file`; with
+//! `--time-stamp=yes`, the time since startup goes inside the prefix, as
+//! `==00:00:00:01.234 PID== ` (days, hours, minutes, seconds.millis).
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
+use std::time::Instant;
 
 /// Where messages go.
 pub struct Log {
     file: Option<File>,
+    /// `--time-stamp=yes`: when cachescope started.
+    started: Option<Instant>,
 }
 
 impl Log {
     /// Messages to stderr.
     pub fn stderr() -> Self {
-        Log { file: None }
+        Log {
+            file: None,
+            started: None,
+        }
     }
 
     /// Messages to a new file at `path` (created or truncated).
     pub fn to_file(path: &Path) -> io::Result<Self> {
         Ok(Log {
             file: Some(File::create(path)?),
+            started: None,
         })
+    }
+
+    /// Messages get Valgrind's time stamps, counted from `started`.
+    pub fn with_time_stamps(mut self, started: Instant) -> Self {
+        self.started = Some(started);
+        self
+    }
+
+    /// `PID`, or `TIME PID` with time stamps.
+    fn who(&self, pid: i32) -> String {
+        match self.started {
+            None => pid.to_string(),
+            Some(t) => format!("{} {pid}", time_stamp(t.elapsed().as_millis())),
+        }
     }
 
     /// Whether messages go to a file (Valgrind then adds `Parent PID:` to
@@ -43,13 +66,23 @@ impl Log {
 
     /// A user message (`==PID== text`; an empty text gives `==PID== `).
     pub fn umsg(&mut self, pid: i32, text: &str) {
-        self.write_line(&format!("=={pid}== {text}"));
+        self.write_line(&format!("=={}== {text}", self.who(pid)));
     }
 
     /// A debug message (`--PID-- text`).
     pub fn dmsg(&mut self, pid: i32, text: &str) {
-        self.write_line(&format!("--{pid}-- {text}"));
+        self.write_line(&format!("--{}-- {text}", self.who(pid)));
     }
+}
+
+/// Valgrind's `--time-stamp=yes` text for `ms` milliseconds:
+/// `DD:HH:MM:SS.mmm`.
+fn time_stamp(ms: u128) -> String {
+    let (s, ms) = (ms / 1000, ms % 1000);
+    let (m, s) = (s / 60, s % 60);
+    let (h, m) = (m / 60, m % 60);
+    let (d, h) = (h / 24, h % 24);
+    format!("{d:02}:{h:02}:{m:02}:{s:02}.{ms:03}")
 }
 
 /// Valgrind's rendering of a command-line word in the preamble: bytes
@@ -74,6 +107,18 @@ pub fn preamble_arg(arg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_stamps_read_like_valgrind() {
+        assert_eq!(time_stamp(0), "00:00:00:00.000");
+        assert_eq!(time_stamp(90_061_001), "01:01:01:01.001");
+        let log = Log::stderr().with_time_stamps(Instant::now());
+        let who = log.who(42);
+        assert!(
+            who.starts_with("00:00:00:0") && who.ends_with(" 42"),
+            "{who}"
+        );
+    }
 
     #[test]
     fn preamble_args_are_escaped_like_valgrind() {

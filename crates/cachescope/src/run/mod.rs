@@ -14,6 +14,7 @@ mod attribute;
 mod live;
 mod log;
 mod options;
+mod skip;
 
 pub(crate) use attribute::summary_totals;
 
@@ -23,7 +24,7 @@ use std::process::ExitCode;
 use engine::{LaunchConfig, Outcome, ProcessProfile, ProfileSink};
 use symbols::Symbolizer;
 
-use crate::outfile::{process_env, BadPattern, Expander};
+use crate::outfile::{process_env, write_output, BadPattern, Expander, OutputError};
 use crate::simopts;
 use crate::summary::{summary_lines, Totals};
 use log::{preamble_arg, Log};
@@ -34,26 +35,34 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Entry point of the run mode (arguments after the command name).
 pub fn main(args: &[OsString]) -> ExitCode {
+    main_as(args, "cachescope")
+}
+
+/// The run mode under the command name `name` (`cachescope`, or
+/// `valgrind` for the drop-in), which prefixes its error lines as
+/// Valgrind's `valgrind: `.
+pub fn main_as(args: &[OsString], name: &str) -> ExitCode {
+    let started = std::time::Instant::now();
     match options::parse(args) {
         Ok(Command::Help) => {
-            print!("{}", options::usage());
+            print!("{}", options::usage(name));
             ExitCode::SUCCESS
         }
         Ok(Command::Version) => {
             println!("cachescope-{VERSION}");
             ExitCode::SUCCESS
         }
-        Ok(Command::Run(opts)) => run(&opts),
+        Ok(Command::Run(opts)) => run(&opts, name, started),
         Err(UsageError(lines)) => {
             for l in lines {
-                eprintln!("cachescope: {l}");
+                eprintln!("{name}: {l}");
             }
             ExitCode::from(1)
         }
     }
 }
 
-fn run(opts: &RunOptions) -> ExitCode {
+fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
     let me = std::process::id() as i32;
     let mut expander = Expander::new(std::env::current_dir().ok());
     let log = match &opts.log_file {
@@ -71,12 +80,17 @@ fn run(opts: &RunOptions) -> ExitCode {
                 Ok(log) => log,
                 Err(lines) => {
                     for l in lines {
-                        eprintln!("cachescope: {l}");
+                        eprintln!("{name}: {l}");
                     }
                     return ExitCode::from(1);
                 }
             }
         }
+    };
+    let log = if opts.time_stamp {
+        log.with_time_stamps(started)
+    } else {
+        log
     };
     let mut sink = CgSink {
         opts,
@@ -87,9 +101,12 @@ fn run(opts: &RunOptions) -> ExitCode {
         bad_out_file: false,
     };
     // Valgrind prints nothing but the error for a program it cannot start.
-    if will_probably_start(&opts.program) {
-        sink.preamble(me);
+    if let Err(e) = engine::find_program(&opts.program) {
+        let (line, status) = unrunnable(&opts.program, &e);
+        eprintln!("{name}: {line}");
+        return ExitCode::from(status);
     }
+    sink.preamble(me);
     // The simulated caches, as Cachegrind resolves them at start-up (its
     // warnings come after the preamble).
     let mut caches = None;
@@ -121,13 +138,23 @@ fn run(opts: &RunOptions) -> ExitCode {
         stats: opts.stats,
         tool,
     };
+    // Signals sent to us (timeout's SIGTERM, kill, Ctrl-C) are the
+    // client's, as under Valgrind where the tool is the client's process:
+    // it handles them or dies of them, and its profile is written either
+    // way. Without the handlers (never expected) we would die unreported.
+    let forwarding = engine::SignalForwarding::install();
+    if let Err(e) = &forwarding {
+        eprintln!("{name}: warning: {e}");
+    }
     let result = engine::run(&config, &mut sink);
+    // Our own dispositions back, before dying of the client's signal.
+    drop(forwarding);
     // Freeing the symbol tables of big objects (hundreds of thousands of
     // names) takes longer than anything else left to do: exit without.
     std::mem::forget(std::mem::take(&mut sink.symbols));
     match result {
         Err(e) => {
-            eprintln!("cachescope: {e}");
+            eprintln!("{name}: {e}");
             ExitCode::from(1)
         }
         // Valgrind exits 1 after reporting a bad output-file pattern.
@@ -137,34 +164,32 @@ fn run(opts: &RunOptions) -> ExitCode {
     }
 }
 
-/// Whether `program` resolves (like `execvp`) to an executable file that
-/// starts like an ELF image or a `#!` script. The engine makes the real
-/// checks and reports failures; this only keeps the preamble from being
-/// printed before such an error (a start notification from the engine
-/// would make it unnecessary).
-fn will_probably_start(program: &std::ffi::OsStr) -> bool {
-    use std::io::Read;
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
-    let runnable = |p: &std::path::Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    let name = std::path::Path::new(program);
-    let path = if program.as_bytes().contains(&b'/') {
-        Some(name.to_path_buf())
-    } else {
-        let dirs = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-        std::env::split_paths(&dirs)
-            .map(|d| d.join(name))
-            .find(|p| runnable(p))
-    };
-    let Some(path) = path.filter(|p| runnable(p)) else {
-        return false;
-    };
-    let mut magic = [0u8; 4];
-    std::fs::File::open(&path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"\x7fELF" || magic.starts_with(b"#!"))
+/// The one line and exit status for a program that cannot be run, in
+/// Valgrind's words (`valgrind: ./x: No such file or directory`) and with
+/// the shell's statuses: 127 when there is nothing to run, 126 when there
+/// is something that cannot be run.
+fn unrunnable(program: &std::ffi::OsStr, e: &engine::ProgramError) -> (String, u8) {
+    use engine::Unrunnable as U;
+    let p = program.to_string_lossy();
+    match &e.kind {
+        U::NotInPath => (format!("{p}: command not found"), 127),
+        U::NoSuchFile => (format!("{p}: No such file or directory"), 127),
+        U::Directory => (format!("{p}: is a directory"), 126),
+        U::NoPermission => (format!("{p}: Permission denied"), 126),
+        U::BadInterpreter => (
+            format!("{p}: bad interpreter: No such file or directory"),
+            126,
+        ),
+        U::NotElf => (
+            format!("{p}: cannot execute: not an ELF executable or '#!' script"),
+            126,
+        ),
+        U::ForeignElf => (
+            format!("{p}: cannot execute: not an x86-64 program (only x86-64 ELF is supported)"),
+            126,
+        ),
+        U::Unreadable(k) => (format!("{p}: {}", std::io::Error::from(*k)), 126),
+    }
 }
 
 /// Ends cachescope the way the client ended: killed by `sig`, as Valgrind
@@ -233,6 +258,10 @@ impl CgSink<'_> {
 }
 
 impl ProfileSink for CgSink<'_> {
+    fn follow_exec(&mut self, exe: &str, argv: &[String]) -> bool {
+        !self.opts.skip.skips(exe, argv)
+    }
+
     fn process_finished(&mut self, proc_profile: ProcessProfile) {
         let pid = proc_profile.pid;
         // Valgrind's core prints this blank line at exit, before the tool
@@ -271,9 +300,13 @@ impl ProfileSink for CgSink<'_> {
             attribute::build_profile(&cmd, &proc_profile, tool.as_ref(), &mut self.symbols);
         let symbolized_in = started.elapsed();
         let mut totals = Totals::default();
-        match profile::write_file_atomic(&path, |mut w| profile.write_to(&mut w)) {
+        match write_output(&path, |mut w| profile.write_to(&mut w)) {
             Ok(()) => totals = summary_totals(counts),
-            Err(_) => {
+            Err(OutputError::Open(e)) => {
+                if self.opts.verbosity > 1 {
+                    self.log
+                        .dmsg(pid, &format!("cachescope: {}: {e}", path.display()));
+                }
                 // Cachegrind then reports all-zero totals.
                 self.log.umsg(
                     pid,
@@ -281,6 +314,19 @@ impl ProfileSink for CgSink<'_> {
                 );
                 self.log
                     .umsg(pid, "       ... so detailed results will be missing.");
+            }
+            Err(OutputError::Write(e)) => {
+                // Cachegrind does not check its writes (it exits 0 with a
+                // truncated file and says nothing); we say so in one line,
+                // and the totals, which are right, are still shown.
+                self.log.umsg(
+                    pid,
+                    &format!(
+                        "error: can't write output data file '{}': {e}",
+                        path.display()
+                    ),
+                );
+                totals = summary_totals(counts);
             }
         }
         if self.opts.verbosity > 1 {

@@ -7,6 +7,7 @@
 
 use std::ffi::OsString;
 
+use super::skip::{patterns, SkipPatterns};
 use crate::simopts::{BadOption, SimOptions, USE_HELP};
 
 /// The default `--cachegrind-out-file` pattern.
@@ -19,10 +20,13 @@ pub struct RunOptions {
     pub verbosity: i32,
     /// `--log-file=` pattern (unexpanded), if any.
     pub log_file: Option<String>,
-    /// `--trace-children=yes|no` (`--trace-children-skip` patterns are
-    /// accepted but not applied: with `yes`, every exec'd program is
-    /// profiled).
+    /// `--trace-children=yes|no`.
     pub trace_children: bool,
+    /// `--trace-children-skip=` and `--trace-children-skip-by-arg=`: exec'd
+    /// programs not followed even with `--trace-children=yes`.
+    pub skip: SkipPatterns,
+    /// `--time-stamp=yes`: messages carry the time since startup.
+    pub time_stamp: bool,
     /// `--stats=yes|no`: the engine's statistics at each process's exit.
     pub stats: bool,
     /// `--cachegrind-out-file=` pattern (unexpanded).
@@ -41,7 +45,7 @@ pub struct RunOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     /// Run and profile a program.
-    Run(RunOptions),
+    Run(Box<RunOptions>),
     /// `--help` / `-h`.
     Help,
     /// `--version`.
@@ -84,6 +88,8 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         verbosity: 1,
         log_file: None,
         trace_children: false,
+        skip: SkipPatterns::default(),
+        time_stamp: false,
         stats: false,
         out_file: DEFAULT_OUT_FILE.to_string(),
         names: symbols::NameOptions::default(),
@@ -126,6 +132,10 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             }
             ("--log-file", Some(f)) => opts.log_file = Some(f.to_string()),
             ("--trace-children", Some(v)) => opts.trace_children = yes_no(arg, v)?,
+            // Valgrind keeps the last of each (a string option).
+            ("--trace-children-skip", Some(v)) => opts.skip.by_exe = patterns(v),
+            ("--trace-children-skip-by-arg", Some(v)) => opts.skip.by_arg = patterns(v),
+            ("--time-stamp", Some(v)) => opts.time_stamp = yes_no(arg, v)?,
             ("--stats", Some(v)) => opts.stats = yes_no(arg, v)?,
             ("--cachegrind-out-file", Some(f)) => opts.out_file = f.to_string(),
             ("--demangle", Some(v)) => opts.names.demangle = yes_no(arg, v)?,
@@ -138,11 +148,10 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
                 }
             }
             // Accepted for wrappers' sake; they change nothing here:
-            // Cachegrind reports no errors, scheduling is the kernel's, and
-            // skipped children only matter with --trace-children=yes.
+            // Cachegrind reports no errors, and scheduling is the kernel's
+            // (threads run truly in parallel, with exact counts).
             ("--error-exitcode", Some(v)) if v.parse::<i32>().is_ok() => {}
             ("--fair-sched", Some("yes" | "no" | "try")) => {}
-            ("--trace-children-skip" | "--trace-children-skip-by-arg", Some(_)) => {}
             _ => return Err(unknown(arg)),
         }
     }
@@ -154,33 +163,40 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
     };
     opts.program = program.clone();
     opts.args = args[i + 1..].to_vec();
-    Ok(Command::Run(opts))
+    Ok(Command::Run(Box::new(opts)))
 }
 
 fn unknown(arg: &str) -> UsageError {
     UsageError(vec![format!("Unknown option: {arg}"), USE_HELP.to_string()])
 }
 
-/// The `--help` text.
-pub fn usage() -> String {
+/// The `--help` text, for the command `name` (`cachescope` or `valgrind`).
+pub fn usage(name: &str) -> String {
     format!(
-        "usage: cachescope [options] prog-and-args\n\
+        "usage: {name} [options] prog-and-args\n\
          \n\
          \x20 Runs prog under cachescope's instrumentation engine and writes a\n\
          \x20 Cachegrind profile (cachegrind.out format).\n\
          \n\
          \x20 core options (Valgrind's spelling):\n\
-         \x20   --tool=cachegrind          the only tool [cachegrind]\n\
+         \x20   --tool=cachegrind          the tool (as `valgrind`, the others are\n\
+         \x20                              Valgrind's own, run when installed)\n\
          \x20   -h --help                  show this message\n\
          \x20   --version                  show version\n\
          \x20   -q --quiet                 run silently; only print error msgs\n\
          \x20   -v --verbose               be more verbose\n\
          \x20   --trace-children=no|yes    profile exec'd programs too? [no]\n\
+         \x20   --trace-children-skip=patt1,patt2,...  but not the programs\n\
+         \x20                              whose name matches one of these globs\n\
+         \x20   --trace-children-skip-by-arg=patt1,patt2,...  nor those with an\n\
+         \x20                              argument matching one of these\n\
+         \x20   --time-stamp=no|yes        add timestamps to log messages? [no]\n\
          \x20   --log-file=<file>          log messages to <file> (%p, %q{{VAR}}, %n, %%)\n\
          \x20   --demangle=no|yes          demangle C++ and Rust names? [yes]\n\
          \x20   --show-below-main=no|yes   keep the names of main's callers? [no]\n\
-         \x20   --error-exitcode=<n>, --fair-sched=..., --trace-children-skip=...\n\
-         \x20                              accepted and ignored\n\
+         \x20   --error-exitcode=<n>, --fair-sched=no|yes|try\n\
+         \x20                              accepted (no errors to report; threads\n\
+         \x20                              run in parallel, counted exactly)\n\
          \n\
          \x20 cachegrind options:\n\
          \x20   --cache-sim=no             cache simulation (yes: not yet) [no]\n\
@@ -201,7 +217,7 @@ mod tests {
 
     fn run(v: &[&str]) -> RunOptions {
         match parse(&os(v)) {
-            Ok(Command::Run(r)) => r,
+            Ok(Command::Run(r)) => *r,
             other => panic!("{other:?}"),
         }
     }
@@ -222,6 +238,15 @@ mod tests {
         assert_eq!(r.out_file, DEFAULT_OUT_FILE);
         assert!(!r.trace_children);
         assert!(run(&["--trace-children=yes", "ls"]).trace_children);
+        let r = run(&[
+            "--trace-children-skip=*a,*b",
+            "--trace-children-skip-by-arg=x",
+            "--time-stamp=yes",
+            "ls",
+        ]);
+        assert_eq!(r.skip.by_exe, ["*a", "*b"]);
+        assert_eq!(r.skip.by_arg, ["x"]);
+        assert!(r.time_stamp && !run(&["ls"]).time_stamp);
         assert!(!r.stats);
         assert!(run(&["--stats=yes", "ls"]).stats);
     }

@@ -34,6 +34,15 @@ pub fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Fails the test, loudly, when the oracle or tool `tool` is missing
+/// (rather than letting a comparison pass with nothing to compare with).
+pub fn require(tool: &str) {
+    assert!(
+        have(tool),
+        "this test needs `{tool}` on PATH (an oracle or a tool it drives): install it"
+    );
+}
+
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 

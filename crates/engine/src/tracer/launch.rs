@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 /// Spawns the program of `cfg` under ptrace with the engine's options;
 /// returns its pid, stopped at `PTRACE_EVENT_EXEC` of its image.
 pub(super) fn launch(cfg: &LaunchConfig) -> Result<i32, EngineError> {
-    let path = resolve_program(&cfg.program)?;
-    check_program(&path)?;
+    let path = find_program(&cfg.program)?;
     let cpath = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| EngineError("program name contains a NUL byte".into()))?;
     let mut argv = vec![CString::new(cfg.program.clone().into_vec())
@@ -92,8 +91,56 @@ pub(super) fn launch(cfg: &LaunchConfig) -> Result<i32, EngineError> {
     Ok(pid)
 }
 
+/// Why a program cannot be run, in the categories a shell reports (and
+/// tells apart by exit status: 127 for not found, 126 for not runnable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unrunnable {
+    /// A name without a slash, not found in `PATH`.
+    NotInPath,
+    /// A path that names nothing.
+    NoSuchFile,
+    /// A directory.
+    Directory,
+    /// A file without execute permission (or not a regular file).
+    NoPermission,
+    /// A `#!` script whose interpreter does not exist.
+    BadInterpreter,
+    /// Neither an ELF image nor a `#!` script.
+    NotElf,
+    /// An ELF image for another machine or class.
+    ForeignElf,
+    /// The file could not be read.
+    Unreadable(std::io::ErrorKind),
+}
+
+/// A program that cannot be run: the reason, and the engine's one-line
+/// message for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramError {
+    /// The reason.
+    pub kind: Unrunnable,
+    /// One line for the user, naming the program.
+    pub message: String,
+}
+
+impl From<ProgramError> for EngineError {
+    fn from(e: ProgramError) -> Self {
+        EngineError(e.message)
+    }
+}
+
+/// Finds `program` like `execvp` does and checks that the engine can run
+/// it: an x86-64 ELF image, or a `#!` script whose interpreter exists.
+/// [`crate::run`] makes the same checks; a caller can make them first, to
+/// report a failure in its own words before anything else.
+pub fn find_program(program: &OsStr) -> Result<PathBuf, ProgramError> {
+    let path = resolve_program(program)?;
+    check_program(&path)?;
+    Ok(path)
+}
+
 /// Finds the program like `execvp` does.
-fn resolve_program(program: &OsStr) -> Result<PathBuf, EngineError> {
+fn resolve_program(program: &OsStr) -> Result<PathBuf, ProgramError> {
     let name = Path::new(program);
     if program.as_bytes().contains(&b'/') {
         return Ok(name.to_path_buf());
@@ -107,43 +154,62 @@ fn resolve_program(program: &OsStr) -> Result<PathBuf, EngineError> {
             }
         }
     }
-    Err(EngineError(format!(
-        "cannot run '{}': program not found in PATH",
-        name.display()
-    )))
+    Err(ProgramError {
+        kind: Unrunnable::NotInPath,
+        message: format!("cannot run '{}': program not found in PATH", name.display()),
+    })
 }
 
 /// Checks the file is something we can run: an x86-64 ELF (or a script
-/// whose interpreter the kernel will load).
-fn check_program(path: &Path) -> Result<(), EngineError> {
+/// whose interpreter the kernel will find).
+fn check_program(path: &Path) -> Result<(), ProgramError> {
     let shown = path.display();
-    let md = std::fs::metadata(path).map_err(|e| {
-        EngineError(match e.kind() {
-            std::io::ErrorKind::NotFound => format!("cannot run '{shown}': no such file"),
-            _ => format!("cannot run '{shown}': {e}"),
-        })
+    let refuse = |kind: Unrunnable, why: &dyn std::fmt::Display| ProgramError {
+        kind,
+        message: format!("cannot run '{shown}': {why}"),
+    };
+    let md = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => refuse(Unrunnable::NoSuchFile, &"no such file"),
+        k => refuse(Unrunnable::Unreadable(k), &e),
     })?;
-    if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
-        return Err(EngineError(format!(
-            "cannot run '{shown}': not an executable file"
-        )));
+    if md.is_dir() {
+        return Err(refuse(Unrunnable::Directory, &"not an executable file"));
     }
-    let mut head = [0u8; 20];
+    if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+        return Err(refuse(Unrunnable::NoPermission, &"not an executable file"));
+    }
+    let mut head = [0u8; 256];
     let n = std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut head))
-        .map_err(|e| EngineError(format!("cannot run '{shown}': {e}")))?;
-    if n >= 2 && &head[..2] == b"#!" {
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => refuse(Unrunnable::NoPermission, &e),
+            k => refuse(Unrunnable::Unreadable(k), &e),
+        })?;
+    let head = &head[..n];
+    if let Some(line) = head.strip_prefix(b"#!") {
+        // The interpreter: the first word of the first line.
+        let line = line.split(|&b| b == b'\n').next().unwrap_or(&[]);
+        let interp = line
+            .split(|&b| b == b' ' || b == b'\t')
+            .find(|w| !w.is_empty())
+            .unwrap_or(&[]);
+        let interp = Path::new(OsStr::from_bytes(interp));
+        if std::fs::metadata(interp).is_err() {
+            return Err(refuse(
+                Unrunnable::BadInterpreter,
+                &format_args!("bad interpreter '{}': no such file", interp.display()),
+            ));
+        }
         return Ok(());
     }
     if n < 20 || &head[..4] != b"\x7fELF" {
-        return Err(EngineError(format!(
-            "cannot run '{shown}': not an ELF executable"
-        )));
+        return Err(refuse(Unrunnable::NotElf, &"not an ELF executable"));
     }
-    if !is_x86_64(&head) {
-        return Err(EngineError(format!(
-            "cannot run '{shown}': not an x86-64 program (only x86-64 ELF is supported)"
-        )));
+    if !is_x86_64(head[..20].try_into().expect("20 bytes")) {
+        return Err(refuse(
+            Unrunnable::ForeignElf,
+            &"not an x86-64 program (only x86-64 ELF is supported)",
+        ));
     }
     Ok(())
 }

@@ -30,6 +30,8 @@ use crate::space::Space;
 use crate::stream::Consumer;
 use crate::sys::{self, Regs, WaitStatus};
 use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
+pub use launch::{find_program, ProgramError, Unrunnable};
+pub use signals::SignalForwarding;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -48,6 +50,9 @@ struct Tracer<'a> {
     /// Signals that arrived during an injection, re-sent afterwards
     /// as (tgid, tid, signal).
     requeue: Vec<(i32, i32, i32)>,
+    /// Signals forwarded from the tool to the client, for pairing with
+    /// their duplicates.
+    forwarded: signals::Forwarded,
     outcome: Option<Outcome>,
     /// Trace mode's consumer thread (when a tool is given).
     consumer: Option<Consumer>,
@@ -56,6 +61,9 @@ struct Tracer<'a> {
 /// Entry point behind [`crate::run`].
 pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, EngineError> {
     let pid = launch::launch(cfg)?;
+    // Signals the tool receives from now on are the client's (a no-op
+    // unless a SignalForwarding is installed).
+    sys::set_forward_target(pid);
     let mut tracer = Tracer {
         cfg,
         sink,
@@ -65,11 +73,13 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         announced: HashMap::new(),
         early: HashSet::new(),
         requeue: Vec::new(),
+        forwarded: signals::Forwarded::default(),
         outcome: None,
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());
+    sys::set_forward_target(0);
     if let Err(e) = result {
         tracer.kill_all();
         return Err(e);
@@ -94,12 +104,16 @@ impl Tracer<'_> {
                 WaitStatus::Exited(pid, code) => {
                     self.on_vanished(pid)?;
                     if pid == self.main_pid {
+                        // Reaped: its pid may be reused, so no more
+                        // forwarding to it.
+                        sys::set_forward_target(0);
                         self.outcome = Some(Outcome::Exited(code));
                     }
                 }
                 WaitStatus::Signaled(pid, sig) => {
                     self.on_vanished(pid)?;
                     if pid == self.main_pid {
+                        sys::set_forward_target(0);
                         self.outcome = Some(Outcome::Signaled(sig));
                     }
                 }
@@ -108,6 +122,7 @@ impl Tracer<'_> {
                     libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
                     libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
                     libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Vfork)?,
+                    libc::PTRACE_EVENT_EXEC if self.skips_exec(pid) => self.let_exec_go(pid),
                     libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
                     libc::PTRACE_EVENT_EXIT => {
                         self.on_thread_exit(pid);

@@ -234,4 +234,58 @@ impl Tracer<'_> {
             self.sink.process_finished(profile);
         }
     }
+
+    /// At `PTRACE_EVENT_EXEC` of `pid`, with `--trace-children=yes`:
+    /// whether the caller declines to follow this program
+    /// ([`crate::ProfileSink::follow_exec`], Valgrind's
+    /// `--trace-children-skip`).
+    pub(super) fn skips_exec(&mut self, pid: i32) -> bool {
+        if !self.cfg.trace_children || !self.tasks.contains_key(&pid) {
+            return false;
+        }
+        let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|raw| {
+                let raw = raw.strip_suffix(b"\0").unwrap_or(&raw).to_vec();
+                raw.split(|&b| b == 0)
+                    .map(|w| String::from_utf8_lossy(w).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let exe = exec_file_name(pid)
+            .or_else(|| argv.first().cloned())
+            .unwrap_or_default();
+        !self.sink.follow_exec(&exe, &argv)
+    }
+
+    /// A traced process exec'd a program that is not followed: the old
+    /// image's bookkeeping goes (and, as under Valgrind, its counts with
+    /// it), and the new one runs natively.
+    pub(super) fn let_exec_go(&mut self, pid: i32) {
+        if let Some(old) = self.tasks.get(&pid).map(|t| t.tgid) {
+            if let Some(p) = self.procs.remove(&old) {
+                for t in p.threads {
+                    self.tasks.remove(&t);
+                }
+            }
+        }
+        let _ = sys::detach(pid, 0);
+    }
+}
+
+/// The file name a process stopped at `PTRACE_EVENT_EXEC` gave `execve`,
+/// as given (a script's, not its interpreter's): the kernel leaves it on
+/// the new stack and points the `AT_EXECFN` auxiliary vector entry at it.
+fn exec_file_name(pid: i32) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    const AT_EXECFN: u64 = 31;
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    let addr = auxv.chunks_exact(16).find_map(|e| {
+        let key = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
+        (key == AT_EXECFN).then(|| u64::from_le_bytes(e[8..].try_into().expect("8 bytes")))
+    })?;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = mem.read_at(&mut buf, addr).ok()?;
+    let name = buf[..n].split(|&b| b == 0).next()?;
+    Some(String::from_utf8_lossy(name).into_owned())
 }
