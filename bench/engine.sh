@@ -36,6 +36,8 @@
 #                         target/ may be rebuilt while the suite runs.
 #        BENCH_STATS=1    also run cachescope once more per workload with
 #                         --stats=yes and keep its stderr (path printed).
+#        BENCH_SIM="..."  the simulation options both tools get instead of
+#                         --cache-sim=no (bench/sim.sh sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,7 +105,7 @@ if [[ ${BENCH_STATS:-} == 1 ]]; then
 fi
 
 echo "cachescope: $CACHESCOPE ($("$cachescope" --version 2>&1 | head -n 1)); valgrind: $(valgrind --version)"
-echo "best of $runs run(s); work dir $work"
+echo "best of $runs run(s); work dir $work; tools run with ${BENCH_SIM:---cache-sim=no}"
 
 # ---------------------------------------------------------------------------
 # Input generators. Python with a fixed xorshift, never `random`, so the
@@ -351,7 +353,9 @@ run_once() {
     rm -rf "$dir" "$dir.prof"
     mkdir -p "$dir" "$dir.prof"
     local -a tool=()
-    local -a tool_opts=(-q --cache-sim=no "--trace-children=$trace"
+    local -a sim_opts
+    read -r -a sim_opts <<<"${BENCH_SIM:---cache-sim=no}"
+    local -a tool_opts=(-q "${sim_opts[@]}" "--trace-children=$trace"
                         "--cachegrind-out-file=$dir.prof/cachegrind.out.%p")
     case $runner in
         valgrind) tool=(valgrind --tool=cachegrind "${tool_opts[@]}") ;;
