@@ -40,11 +40,12 @@ fn usage_errors_read_like_valgrind() {
             "cachescope: Use --help for more information."
         ]
     );
-    let r = cs(&dir, &["--cache-sim=yes", "true"]);
+    let r = cs(&dir, &["--D1=1000,2,64", "true"]);
     assert_eq!(r.end, End::Code(1));
-    assert!(r
-        .stderr_text()
-        .starts_with("cachescope: --cache-sim=yes is not supported"));
+    assert_eq!(
+        lines(&r.stderr_text())[0],
+        "cachescope: Cache set count is not a power of two."
+    );
     let r = cs(&dir, &["--version"]);
     assert_eq!(r.end, End::Code(0));
     assert!(String::from_utf8_lossy(&r.stdout).starts_with("cachescope-"));
