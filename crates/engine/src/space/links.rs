@@ -135,7 +135,7 @@ mod tests {
         let later = sp
             .translate_at(CODE + 0x200, &mut mmap_as_asked, None, 0)
             .unwrap();
-        assert_eq!(addr_in(&find(&fake, later, 8, "je ")), tbody);
+        assert_eq!(addr_in(&find(&fake, later, 16, "je ")), tbody);
         assert!(!sp.links.waiting.contains_key(&target));
     }
 
