@@ -370,6 +370,21 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// Ends the translation of a block whose guest code ends at `end`: a
+    /// final `jmp rel32` exit becomes the tail (its target may be placed
+    /// right after), and the code is moved into the translation.
+    fn seal(&mut self, end: u64) {
+        if let Some((at, end, target)) = self.tail_jmp {
+            if end == self.e.here() {
+                self.t.tail = Some(target);
+                self.t.tail_at = at;
+            }
+        }
+        debug_assert!(self.e.is_complete());
+        self.t.guest_end = end;
+        self.t.code = std::mem::take(&mut self.e.bytes);
+    }
+
     fn exit_jmp(&mut self, guest_target: u64) {
         self.e.align_rel32(1);
         self.exit_jmp_unaligned(guest_target);
@@ -642,16 +657,7 @@ pub fn translate(
     if let Stop::Continue(next) = stop {
         b.exit_jmp(next);
     }
-    // A final `jmp rel32` exit: its target may be placed right after.
-    if let Some((at, end, target)) = b.tail_jmp {
-        if end == b.e.here() {
-            b.t.tail = Some(target);
-            b.t.tail_at = at;
-        }
-    }
-    debug_assert!(b.e.is_complete());
-    b.t.guest_end = end;
-    b.t.code = std::mem::take(&mut b.e.bytes);
+    b.seal(end);
     Ok(b.t)
 }
 

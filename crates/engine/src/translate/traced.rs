@@ -390,15 +390,7 @@ pub(super) fn translate_traced(
         b.e.trace_leave(r, a);
         b.exit_jmp(next);
     }
-    if let Some((at, end, target)) = b.tail_jmp {
-        if end == b.e.here() {
-            b.t.tail = Some(target);
-            b.t.tail_at = at;
-        }
-    }
-    debug_assert!(b.e.is_complete());
-    b.t.guest_end = end;
-    b.t.code = std::mem::take(&mut b.e.bytes);
+    b.seal(end);
     b.t.flush_sites = flush_sites;
     let rep = rep.map(|i| RepString {
         cond: is_cond_rep(i).then(|| i.has_repe_prefix()),
