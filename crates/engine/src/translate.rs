@@ -136,6 +136,16 @@ enum Item {
     ClientRequest(u64),
 }
 
+impl Item {
+    /// Guest address of the item.
+    fn ip(&self) -> u64 {
+        match self {
+            Item::Insn(i) => i.ip(),
+            Item::ClientRequest(ip) => *ip,
+        }
+    }
+}
+
 fn is_magic(code: &[u8]) -> bool {
     code.len() >= 19 && code[..16] == MAGIC_PREAMBLE && code[16..19] == MAGIC_REQUEST
 }

@@ -107,44 +107,34 @@ fn touched(i: &Instruction, info: &mut InstructionInfoFactory) -> u32 {
 }
 
 /// Cuts `items` where fewer than two registers would be left to borrow
-/// (never before the first), returning where decoding goes on.
-fn keep_two_free(items: &mut Vec<Item>, info: &mut InstructionInfoFactory) -> Option<u64> {
+/// (never before the first), setting `stop` to where decoding goes on, and
+/// returns the two borrowed registers: `a` (addresses; RAX if free) and
+/// `r` (the record; never RAX).
+fn borrow(
+    items: &mut Vec<Item>,
+    stop: &mut Stop,
+    info: &mut InstructionInfoFactory,
+) -> Result<(Register, Register), TransError> {
+    let free_in = |used: u32| {
+        CANDIDATES
+            .iter()
+            .copied()
+            .filter(move |&r| used & bit(r) == 0)
+    };
     let mut used = bit(Register::RSP);
     for n in 0..items.len() {
         let m = match &items[n] {
             Item::Insn(i) => touched(i, info),
             Item::ClientRequest(_) => 0,
         };
-        let free = CANDIDATES
-            .iter()
-            .filter(|&&r| (used | m) & bit(r) == 0)
-            .count();
-        if free < 2 && n > 0 {
-            let at = match &items[n] {
-                Item::Insn(i) => i.ip(),
-                Item::ClientRequest(ip) => *ip,
-            };
+        if free_in(used | m).nth(1).is_none() && n > 0 {
+            *stop = Stop::Continue(items[n].ip());
             items.truncate(n);
-            return Some(at);
+            break;
         }
         used |= m;
     }
-    None
-}
-
-/// The borrowed registers: `a` (addresses; RAX if free) and `r` (the
-/// record; never RAX).
-fn borrow(
-    items: &[Item],
-    info: &mut InstructionInfoFactory,
-) -> Result<(Register, Register), TransError> {
-    let mut used = bit(Register::RSP);
-    for it in items {
-        if let Item::Insn(i) = it {
-            used |= touched(i, info);
-        }
-    }
-    let mut free = CANDIDATES.iter().copied().filter(|&r| used & bit(r) == 0);
+    let mut free = free_in(used);
     match (free.next(), free.next()) {
         (Some(a), Some(r)) => Ok((a, r)),
         _ => Err(TransError(
@@ -263,27 +253,15 @@ pub(super) fn translate_traced(
         .iter()
         .position(|it| matches!(it, Item::Insn(i) if is_rep(i)))
     {
-        if n > 0 {
-            let at = match &items[n] {
-                Item::Insn(i) => i.ip(),
-                Item::ClientRequest(ip) => *ip,
-            };
-            items.truncate(n);
-            stop = Stop::Continue(at);
-        } else if items.len() > 1 {
-            let next = match &items[0] {
-                Item::Insn(i) => i.next_ip(),
-                Item::ClientRequest(ip) => ip + 19,
-            };
-            items.truncate(1);
-            stop = Stop::Continue(next);
+        // Cut before it, or right after it when it comes first.
+        let cut = n.max(1);
+        if cut < items.len() {
+            stop = Stop::Continue(items[cut].ip());
+            items.truncate(cut);
         }
     }
     let mut info = InstructionInfoFactory::new();
-    if let Some(at) = keep_two_free(&mut items, &mut info) {
-        stop = Stop::Continue(at);
-    }
-    let (a_reg, r) = borrow(&items, &mut info)?;
+    let (a_reg, r) = borrow(&mut items, &mut stop, &mut info)?;
     let accesses: Vec<Vec<crate::memrefs::Access>> = items
         .iter()
         .map(|it| match it {
@@ -392,10 +370,12 @@ pub(super) fn translate_traced(
     }
     b.seal(end);
     b.t.flush_sites = flush_sites;
+    // One iteration's accesses (none without data tracing) say which
+    // pointer each operand follows; the element size is the operand size.
     let rep = rep.map(|i| RepString {
         cond: is_cond_rep(i).then(|| i.has_repe_prefix()),
-        step: u64::from(element_size(i)),
-        from_rsi: data_accesses(i)
+        step: i.memory_size().size() as u64,
+        from_rsi: accesses[0]
             .iter()
             .map(|acc| {
                 matches!(acc.addr, AddrExpr::Mem { base, .. } if base.full_register() == Register::RSI)
@@ -411,30 +391,98 @@ pub(super) fn translate_traced(
     Ok(b.t)
 }
 
-/// Bytes a string instruction's element has.
-fn element_size(i: &Instruction) -> u32 {
-    match i.mnemonic() {
-        Mnemonic::Movsb
-        | Mnemonic::Cmpsb
-        | Mnemonic::Stosb
-        | Mnemonic::Lodsb
-        | Mnemonic::Scasb
-        | Mnemonic::Insb
-        | Mnemonic::Outsb => 1,
-        Mnemonic::Movsw
-        | Mnemonic::Cmpsw
-        | Mnemonic::Stosw
-        | Mnemonic::Lodsw
-        | Mnemonic::Scasw
-        | Mnemonic::Insw
-        | Mnemonic::Outsw => 2,
-        Mnemonic::Movsd
-        | Mnemonic::Cmpsd
-        | Mnemonic::Stosd
-        | Mnemonic::Lodsd
-        | Mnemonic::Scasd
-        | Mnemonic::Insd
-        | Mnemonic::Outsd => 4,
-        _ => 8,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A context in trace mode with data addresses.
+    struct Ctx {
+        blocks: u32,
+        sites: u32,
+    }
+
+    impl TransCtx for Ctx {
+        fn alloc_counter(&mut self) -> u32 {
+            unreachable!("no counters in trace mode")
+        }
+        fn probe_stub(&self) -> u64 {
+            0x50_0000
+        }
+        fn literal(&mut self, _value: u64) -> u64 {
+            0x48_0000
+        }
+        fn core(&self) -> u64 {
+            0x7000_0000
+        }
+        fn trace(&self) -> Option<TraceMode> {
+            Some(TraceMode { data: true })
+        }
+        fn alloc_block_id(&mut self) -> u32 {
+            self.blocks += 1;
+            self.blocks - 1
+        }
+        fn alloc_flush_site(&mut self) -> u32 {
+            self.sites += 1;
+            self.sites - 1
+        }
+        fn flush_stub(&self) -> u64 {
+            0x51_0000
+        }
+    }
+
+    fn traced(code: &[u8]) -> Translation {
+        let mut ctx = Ctx {
+            blocks: 7,
+            sites: 0,
+        };
+        translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
+    }
+
+    #[test]
+    fn a_record_holds_the_id_and_one_address_per_access() {
+        // mov rax,[rdi] ; mov [rsi+8],rax ; ret
+        let t = traced(&[0x48, 0x8b, 0x07, 0x48, 0x89, 0x46, 0x08, 0xc3]);
+        let meta = t.meta.as_ref().unwrap();
+        assert_eq!(meta.id, 7);
+        // id, the load, the store, the return address read by `ret`.
+        assert_eq!(meta.words, 4);
+        assert_eq!(meta.info.mem_count(), 3);
+        assert_eq!(meta.info.terminator(), Terminator::Return);
+        assert_eq!(t.flush_sites.len(), 1);
+        // The borrowed registers are none of the block's.
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        let borrowed: Vec<&String> = d.iter().filter(|l| l.starts_with("mov gs:[")).collect();
+        for l in &borrowed {
+            assert!(
+                !l.contains("rdi") && !l.contains("rsi") && !l.contains("rsp"),
+                "{d:#?}"
+            );
+        }
+        // The store's address is computed before the store.
+        let lea = d
+            .iter()
+            .position(|l| l.starts_with("lea ") && l.ends_with(",[rsi+8]"))
+            .unwrap_or_else(|| panic!("{d:#?}"));
+        let store = d.iter().position(|l| l == "mov [rsi+8],rax").unwrap();
+        assert!(lea < store, "{d:#?}");
+    }
+
+    #[test]
+    fn a_rep_string_instruction_is_a_block_of_its_own() {
+        // add rax,1 ; rep movsq ; ret
+        let t = traced(&[0x48, 0x83, 0xc0, 0x01, 0xf3, 0x48, 0xa5, 0xc3]);
+        assert_eq!(t.guest_end, 0x1004, "cut before the rep");
+        let t = traced(&[0xf3, 0x48, 0xa5, 0xc3]);
+        assert_eq!(t.guest_end, 0x1003, "cut after the rep");
+        let meta = t.meta.unwrap();
+        assert_eq!(meta.words, REP_WORDS);
+        let rep = meta.rep.unwrap();
+        assert_eq!(rep.step, 8);
+        assert_eq!(rep.from_rsi, [true, false]);
+        assert_eq!(rep.cond, None);
+        // repne scasb: one byte, at RDI.
+        let rep = traced(&[0xf2, 0xae]).meta.unwrap().rep.unwrap();
+        assert_eq!((rep.step, rep.cond), (1, Some(false)));
+        assert_eq!(rep.from_rsi, [false]);
     }
 }
