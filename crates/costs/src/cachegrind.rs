@@ -193,15 +193,10 @@ impl CachegrindTool {
 enum PlanOp {
     /// Fetch the instruction in `slot`.
     Fetch { slot: u32, addr: u64, len: u8 },
-    /// Access memory operand `operand` of the block (its index in the
-    /// reported addresses) for the instruction in `slot`; misses go to the
-    /// columns after `first` (Dr or Dw).
-    Data {
-        slot: u32,
-        operand: u32,
-        size: u32,
-        first: u32,
-    },
+    /// Access the block's next memory operand (the next reported address)
+    /// for the instruction in `slot`; misses go to the columns after
+    /// `first` (Dr or Dw).
+    Data { slot: u32, size: u32, first: u32 },
 }
 
 /// What one execution of a block does to the models, worked out when the
@@ -236,7 +231,6 @@ impl BlockPlan {
         let mut ops = Vec::new();
         let mut accesses = Vec::with_capacity(slots.len());
         let mut last_line = None;
-        let mut operand = 0u32;
         for (n, (i, &slot)) in info.instrs().iter().zip(slots.iter()).enumerate() {
             let first = i.addr / line;
             let last = (i.addr + u64::from(i.len.max(1)) - 1) / line;
@@ -262,11 +256,9 @@ impl BlockPlan {
                 };
                 ops.push(PlanOp::Data {
                     slot: slot as u32,
-                    operand,
                     size: m.size,
                     first: first as u32,
                 });
-                operand += 1;
             }
             accesses.push((reads, writes));
         }
@@ -321,6 +313,9 @@ impl Tool for CachegrindTool {
         self.in_block = None;
         self.current = plan.slots.last().copied();
         let Some(sim) = &mut self.caches else { return };
+        // Data operations take the block's addresses in order.
+        debug_assert_eq!(addrs.len(), info.mem_count());
+        let mut addrs = addrs.iter();
         for op in plan.ops.iter() {
             match *op {
                 PlanOp::Fetch { slot, addr, len } => {
@@ -332,13 +327,9 @@ impl Tool for CachegrindTool {
                         row[self.cols.instr + 2] += u64::from(outcome.ll_miss());
                     }
                 }
-                PlanOp::Data {
-                    slot,
-                    operand,
-                    size,
-                    first,
-                } => {
-                    let outcome = sim.data(addrs[operand as usize], size);
+                PlanOp::Data { slot, size, first } => {
+                    let Some(&addr) = addrs.next() else { return };
+                    let outcome = sim.data(addr, size);
                     if outcome.l1_miss() {
                         let row = self.table.row_mut(slot as usize);
                         let first = first as usize;
