@@ -66,54 +66,57 @@ impl Space {
         self.tracing.as_ref()?.sites.get(site as usize).copied()
     }
 
+    /// Everything in the trace buffer of `area`, read in one go into a
+    /// recycled buffer.
+    fn buffered(&mut self, area: u64) -> Result<Vec<u64>, EngineError> {
+        let Some(t) = &self.tracing else {
+            return Ok(Vec::new());
+        };
+        let start = area + AREA_TRACE;
+        let ptr = self.mem.read_u64(area + u64::from(S_TRACE_PTR))?;
+        if !(start..=start + TRACE_BYTES + TRACE_SLACK).contains(&ptr) {
+            return Err(EngineError(format!(
+                "trace buffer of thread area {area:#x} is corrupt (write pointer {ptr:#x})"
+            )));
+        }
+        let mut words = t.link.buffer(((ptr - start) / 8) as usize);
+        self.mem
+            .read_into(start, bytemuck::cast_slice_mut(&mut words))?;
+        Ok(words)
+    }
+
     /// A flush stop of the thread whose area is `area`, in a block whose
     /// record is at `record`: hands the records before it to the consumer,
     /// moves the block's own (partly written) record and whatever followed
     /// it to the buffer's start, and returns the record's new address.
     pub fn flush_trace(&mut self, area: u64, record: u64) -> Result<u64, EngineError> {
         let start = area + AREA_TRACE;
-        let ptr = self.mem.read_u64(area + u64::from(S_TRACE_PTR))?;
-        let end = start + TRACE_BYTES + TRACE_SLACK;
-        if !(start..=ptr).contains(&record) || ptr > end {
+        let mut words = self.buffered(area)?;
+        let done = record.wrapping_sub(start) / 8;
+        if record < start || done > words.len() as u64 {
             return Err(EngineError(format!(
-                "trace buffer of thread area {area:#x} is corrupt (record {record:#x}, end {ptr:#x})"
+                "trace buffer of thread area {area:#x} is corrupt (record {record:#x})"
             )));
         }
-        let Some(t) = &self.tracing else {
-            return Ok(record);
-        };
-        let mut done = t.link.buffer(((record - start) / 8) as usize);
-        self.mem
-            .read_into(start, bytemuck::cast_slice_mut(&mut done))?;
-        let open = self.mem.read(record, (ptr - record) as usize)?;
-        self.mem.write(start, &open);
-        let new_ptr = start + open.len() as u64;
+        let open = words.split_off(done as usize);
+        self.mem.write(start, bytemuck::cast_slice(&open));
+        let new_ptr = start + 8 * open.len() as u64;
         self.mem
             .write(area + u64::from(S_TRACE_PTR), &new_ptr.to_le_bytes());
-        t.link.records(area, done);
+        if let Some(t) = &self.tracing {
+            t.link.records(area, words);
+        }
         Ok(start)
     }
 
     /// A thread ends (or the process does): its complete records go to the
     /// consumer and its buffer starts over.
     pub(super) fn drain_trace(&mut self, area: u64) {
+        // (Memory already gone: nothing more to hand over.)
+        let words = self.buffered(area).unwrap_or_default();
         let Some(t) = &self.tracing else { return };
-        let link = t.link.clone();
-        let start = area + AREA_TRACE;
-        let Ok(ptr) = self.mem.read_u64(area + u64::from(S_TRACE_PTR)) else {
-            return;
-        };
-        if (start..=start + TRACE_BYTES + TRACE_SLACK).contains(&ptr) {
-            let mut words = link.buffer(((ptr - start) / 8) as usize);
-            if self
-                .mem
-                .read_into(start, bytemuck::cast_slice_mut(&mut words))
-                .is_ok()
-            {
-                link.records(area, words);
-            }
-        }
-        link.thread_end(area);
+        t.link.records(area, words);
+        t.link.thread_end(area);
         self.reset_trace(area);
     }
 }
