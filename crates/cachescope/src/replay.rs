@@ -7,7 +7,6 @@ use crate::outfile::{process_env, BadPattern, Expander};
 use crate::run::summary_totals;
 use crate::simopts::{self, SimOptions};
 use crate::summary::summary_lines;
-use cachesim::CacheSim;
 use costs::{CachegrindTool, CostCentres};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -169,23 +168,13 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Err(BadPattern(lines)) => return fail(&lines),
     };
     let mut stderr = io::stderr().lock();
-    let mut caches = None;
-    if args.sim.cache_sim {
-        match simopts::resolve_caches(&args.sim.caches) {
-            Ok(setup) => {
-                for l in simopts::prefixed(&setup.messages, pid) {
-                    let _ = writeln!(stderr, "{l}");
-                }
-                caches = Some(CacheSim::new(setup.i1, setup.d1, setup.ll));
-            }
-            Err(fatal) => {
-                for l in simopts::prefixed(&fatal.messages, pid) {
-                    let _ = writeln!(stderr, "{l}");
-                }
-                return ExitCode::from(1);
-            }
+    let Ok(caches) = simopts::setup_caches(&args.sim, |m| {
+        for l in simopts::prefixed(std::slice::from_ref(m), pid) {
+            let _ = writeln!(stderr, "{l}");
         }
-    }
+    }) else {
+        return ExitCode::from(1);
+    };
     let trace_name = args.trace.to_string_lossy().into_owned();
     let input = match open_trace(&args.trace) {
         Ok(r) => r,
@@ -235,7 +224,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cachesim::CacheConfig;
+    use cachesim::{CacheConfig, CacheSim};
 
     fn os(args: &[&str]) -> Vec<OsString> {
         args.iter().map(OsString::from).collect()

@@ -5,7 +5,7 @@
 
 use cachesim::configure::{AMD64_AVX_REGISTER_BYTES, X86_DEFAULTS};
 use cachesim::cpuid::{self, DetectError, HwCacheInfo};
-use cachesim::{CacheConfig, CacheOptions, CacheSetup, Fatal, Message, OptError};
+use cachesim::{CacheConfig, CacheOptions, CacheSetup, CacheSim, Fatal, Message, OptError};
 
 /// The simulation switches and cache geometries given on a command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +131,27 @@ pub fn resolve_caches(opts: &CacheOptions) -> Result<CacheSetup, Fatal> {
         opts,
         AMD64_AVX_REGISTER_BYTES,
     )
+}
+
+/// The simulated caches of a run (`None` without `--cache-sim=yes`), as
+/// Cachegrind sets them up at start-up: each warning or error goes to
+/// `say` in order; `Err(())` when the configuration is fatal (exit 1).
+pub fn setup_caches(
+    sim: &SimOptions,
+    mut say: impl FnMut(&Message),
+) -> Result<Option<CacheSim>, ()> {
+    if !sim.cache_sim {
+        return Ok(None);
+    }
+    let resolved = resolve_caches(&sim.caches);
+    let messages = match &resolved {
+        Ok(setup) => &setup.messages,
+        Err(fatal) => &fatal.messages,
+    };
+    messages.iter().for_each(&mut say);
+    resolved
+        .map(|s| Some(CacheSim::new(s.i1, s.d1, s.ll)))
+        .map_err(|_| ())
 }
 
 /// Formats `messages` with Valgrind's prefixes for process `pid`:

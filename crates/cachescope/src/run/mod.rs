@@ -109,26 +109,13 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
     sink.preamble(me);
     // The simulated caches, as Cachegrind resolves them at start-up (its
     // warnings come after the preamble).
-    let mut caches = None;
-    if opts.sim.cache_sim {
-        let (setup, fatal) = match simopts::resolve_caches(&opts.sim.caches) {
-            Ok(setup) => (Some(setup), None),
-            Err(fatal) => (None, Some(fatal)),
-        };
-        let messages = setup
-            .as_ref()
-            .map_or_else(|| &fatal.as_ref().expect("one").messages, |s| &s.messages);
-        for m in messages {
-            match m {
-                cachesim::Message::Umsg(t) => sink.log.umsg(me, t),
-                cachesim::Message::Dmsg(t) => sink.log.dmsg(me, t),
-            }
-        }
-        match setup {
-            Some(s) => caches = Some(cachesim::CacheSim::new(s.i1, s.d1, s.ll)),
-            None => return ExitCode::from(1),
-        }
-    }
+    let log = &mut sink.log;
+    let Ok(caches) = simopts::setup_caches(&opts.sim, |m| match m {
+        cachesim::Message::Umsg(t) => log.umsg(me, t),
+        cachesim::Message::Dmsg(t) => log.dmsg(me, t),
+    }) else {
+        return ExitCode::from(1);
+    };
     let tool = (opts.sim.cache_sim || opts.sim.branch_sim)
         .then(|| live::factory(caches, opts.sim.branch_sim));
     let config = LaunchConfig {
