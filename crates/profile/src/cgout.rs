@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
-use std::path::Path;
 
 use crate::reader::{CgoutReader, ReadError, Record};
 
@@ -156,70 +155,6 @@ impl Profile {
     }
 }
 
-/// Writes `contents` to `path` through a temporary file in the same
-/// directory and a rename, so a crash never leaves half a file behind.
-/// The file gets mode 0600, as Cachegrind's output does.
-pub fn write_file_atomic(
-    path: &Path,
-    contents: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<()> {
-    write_file_replacing(path, 0o600, contents)
-}
-
-/// Like [`write_file_atomic`], with the permission bits `mode` (reduced by
-/// the umask) for a new file. An existing file keeps its permission bits,
-/// and a symbolic link is followed, as when a file is opened for writing.
-/// A path that names something other than a regular file (`/dev/stdout`,
-/// a pipe) is written in place, since it cannot be replaced.
-pub fn write_file_replacing(
-    path: &Path,
-    mode: u32,
-    contents: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let existing = std::fs::metadata(path).ok();
-    if existing.as_ref().is_some_and(|m| !m.is_file()) {
-        let mut out = io::BufWriter::new(std::fs::OpenOptions::new().write(true).open(path)?);
-        contents(&mut out)?;
-        return out.flush();
-    }
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        if let Ok(target) = std::fs::canonicalize(path) {
-            return write_file_replacing(&target, mode, contents);
-        }
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = match dir {
-        Some(d) => d.join(&tmp_name),
-        None => Path::new(&tmp_name).to_path_buf(),
-    };
-    let result = (|| {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
-        if let Some(m) = &existing {
-            file.set_permissions(m.permissions())?;
-        }
-        let mut out = io::BufWriter::with_capacity(1 << 16, file);
-        contents(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,43 +207,5 @@ mod tests {
             Profile::read_from(&missing[..]),
             Err(ReadError::Format { line: 3, .. })
         ));
-    }
-
-    #[test]
-    fn replacing_keeps_modes_and_follows_links() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("cgout-replace-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let target = dir.join("target");
-        std::fs::write(&target, b"old").unwrap();
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let link = dir.join("link");
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        write_file_replacing(&link, 0o666, |w| w.write_all(b"new")).unwrap();
-        assert!(std::fs::symlink_metadata(&link)
-            .unwrap()
-            .file_type()
-            .is_symlink());
-        assert_eq!(std::fs::read(&target).unwrap(), b"new");
-        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o640);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn atomic_write_leaves_no_temporary() {
-        let dir = std::env::temp_dir().join(format!("cgout-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("out");
-        write_file_atomic(&path, |w| w.write_all(b"x\n")).unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"x\n");
-        let failed = write_file_atomic(&dir.join("bad"), |_| Err(io::Error::other("boom")));
-        assert!(failed.is_err());
-        let names: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("out")]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,9 +16,11 @@ pub mod cgout;
 pub mod diff;
 pub mod lines;
 pub mod merge;
+pub mod output;
 pub mod pytext;
 pub mod reader;
 pub mod subst;
 pub mod tool;
 
-pub use cgout::{write_file_atomic, Profile};
+pub use cgout::Profile;
+pub use output::write_file_atomic;

@@ -338,7 +338,7 @@ pub fn merge_main(args: &[OsString]) -> ExitCode {
         Some(path) => {
             let mut data = Vec::new();
             profile::merge::merge(&files, &mut data).and_then(|()| {
-                profile::cgout::write_file_replacing(path.as_ref(), 0o666, |w| w.write_all(&data))
+                profile::output::write_file_replacing(path.as_ref(), 0o666, |w| w.write_all(&data))
                     .map_err(|e| ToolError::Fatal(os_error_message(&e, &path)))
             })
         }

@@ -24,11 +24,12 @@ use std::process::ExitCode;
 use engine::{LaunchConfig, Outcome, ProcessProfile, ProfileSink};
 use symbols::Symbolizer;
 
-use crate::outfile::{process_env, write_output, BadPattern, Expander, OutputError};
+use crate::outfile::{process_env, BadPattern, Expander};
 use crate::simopts;
 use crate::summary::{summary_lines, Totals};
 use log::{preamble_arg, Log};
 use options::{Command, RunOptions, UsageError};
+use profile::output::{write_output, OutputError};
 
 /// This program's version, as the banner and `--version` show it.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -287,7 +288,7 @@ impl ProfileSink for CgSink<'_> {
             attribute::build_profile(&cmd, &proc_profile, tool.as_ref(), &mut self.symbols);
         let symbolized_in = started.elapsed();
         let mut totals = Totals::default();
-        match write_output(&path, |mut w| profile.write_to(&mut w)) {
+        match write_output(&path, 0o600, |mut w| profile.write_to(&mut w)) {
             Ok(()) => totals = summary_totals(counts),
             Err(OutputError::Open(e)) => {
                 if self.opts.verbosity > 1 {
