@@ -5,27 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// A scratch directory removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("cachescope-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use testkit::TempDir;
 
 fn replay(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cachescope"))
@@ -124,7 +104,7 @@ fn summary_line(path: &Path) -> String {
 
 #[test]
 fn option_errors_match_valgrind() {
-    let dir = Scratch::new("opterr");
+    let dir = TempDir::new("opterr");
     // Rules 1 and 2 (zero line size / associativity) are not compared:
     // 3.19 predates them and crashes instead; unit tests cover them.
     for opt in [
@@ -166,8 +146,8 @@ fn option_errors_match_valgrind() {
 
 #[test]
 fn startup_warnings_and_desc_match_valgrind() {
-    let dir = Scratch::new("autodetect");
-    std::fs::write(dir.path("t.lackey"), "I  00401000,4\n").unwrap();
+    let dir = TempDir::new("autodetect");
+    std::fs::write(dir.join("t.lackey"), "I  00401000,4\n").unwrap();
     // Auto-detected caches: the same dmsg warnings (CPUID decoding, the LL
     // tweak) and the same `desc:` lines as Cachegrind on this machine.
     let theirs = cachegrind(&["--cache-sim=yes", "--cachegrind-out-file=cg.out"], &dir.0);
@@ -191,9 +171,9 @@ fn startup_warnings_and_desc_match_valgrind() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    let want = desc(dir.path("cg.out"));
+    let want = desc(dir.join("cg.out"));
     assert_eq!(want.len(), 3);
-    assert_eq!(desc(dir.path("ours.out")), want);
+    assert_eq!(desc(dir.join("ours.out")), want);
 
     // A line size below the largest register: the same fatal message.
     let theirs = cachegrind(&["--D1=65536,2,16"], &dir.0);
@@ -209,15 +189,15 @@ fn startup_warnings_and_desc_match_valgrind() {
         fatal(&ours)[0],
         "==P== Cachegrind: cannot continue: the minimum line size (16)"
     );
-    assert!(!dir.path("cachegrind.out").exists());
+    assert!(!dir.join("cachegrind.out").exists());
 }
 
 #[test]
 fn din_and_lackey_spellings_agree() {
-    let dir = Scratch::new("formats");
+    let dir = TempDir::new("formats");
     let (lackey, din) = synthetic_traces(30_000);
-    std::fs::write(dir.path("t.lackey"), lackey).unwrap();
-    std::fs::write(dir.path("t.din"), din).unwrap();
+    std::fs::write(dir.join("t.lackey"), lackey).unwrap();
+    std::fs::write(dir.join("t.din"), din).unwrap();
     let caches = ["--I1=4096,2,64", "--D1=8192,4,64", "--LL=65536,8,64"];
     let run = |extra: &[&str]| {
         let mut args: Vec<&str> = caches.to_vec();
@@ -228,8 +208,8 @@ fn din_and_lackey_spellings_agree() {
     };
     let a = run(&["--cachegrind-out-file=a.out", "t.lackey"]);
     let b = run(&["--format=din", "--cachegrind-out-file=b.out", "t.din"]);
-    let sa = summary_line(&dir.path("a.out"));
-    assert_eq!(sa, summary_line(&dir.path("b.out")));
+    let sa = summary_line(&dir.join("a.out"));
+    assert_eq!(sa, summary_line(&dir.join("b.out")));
     let n: Vec<u64> = sa[9..].split(' ').map(|v| v.parse().unwrap()).collect();
     // 30,000 instructions, 20,000 reads (L and M), 10,000 writes, and a
     // mix of hits and misses at every level.
@@ -249,7 +229,7 @@ fn din_and_lackey_spellings_agree() {
 
 #[test]
 fn stdin_and_cache_sim_no() {
-    let dir = Scratch::new("stdin");
+    let dir = TempDir::new("stdin");
     let (lackey, _) = synthetic_traces(1_000);
     let mut child = Command::new(env!("CARGO_BIN_EXE_cachescope"))
         .args([
@@ -272,7 +252,7 @@ fn stdin_and_cache_sim_no() {
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
-    let text = std::fs::read_to_string(dir.path(&format!("out.{pid}.%"))).unwrap();
+    let text = std::fs::read_to_string(dir.join(&format!("out.{pid}.%"))).unwrap();
     assert_eq!(
         text,
         "cmd: -\nevents: Ir\nfl=???\nfn=???\n0 1000\nsummary: 1000\n"
@@ -285,9 +265,9 @@ fn stdin_and_cache_sim_no() {
 
 #[test]
 fn bad_traces_name_file_and_line() {
-    let dir = Scratch::new("badtrace");
+    let dir = TempDir::new("badtrace");
     std::fs::write(
-        dir.path("bad.lackey"),
+        dir.join("bad.lackey"),
         "==1== hi\nI  00401000,4\n L 12zz,8\n",
     )
     .unwrap();
@@ -297,9 +277,9 @@ fn bad_traces_name_file_and_line() {
         stderr_lines(&o).last().unwrap(),
         "cachescope: bad.lackey:3: expected ',' after the address"
     );
-    assert!(!dir.path("x.out").exists());
+    assert!(!dir.join("x.out").exists());
 
-    std::fs::write(dir.path("bad.din"), "2 400000\n7 1000\n").unwrap();
+    std::fs::write(dir.join("bad.din"), "2 400000\n7 1000\n").unwrap();
     let o = replay(&["--format=din", "--cache-sim=no", "bad.din"], &dir.0);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
@@ -336,7 +316,7 @@ fn bad_traces_name_file_and_line() {
         ]
     );
     // An output directory that does not exist: Cachegrind's message.
-    std::fs::write(dir.path("ok.lackey"), "I  00401000,4\n").unwrap();
+    std::fs::write(dir.join("ok.lackey"), "I  00401000,4\n").unwrap();
     let o = replay(
         &[
             "--cache-sim=no",

@@ -22,23 +22,7 @@ const EVENTS: [&str; 9] = [
     "Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw",
 ];
 
-/// A scratch directory removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("cachescope-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use testkit::TempDir;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -76,7 +60,7 @@ fn summary(path: &Path) -> Vec<u64> {
 /// Compiles `source`, records its Lackey trace, runs Cachegrind and the
 /// replay with `caches`, and compares the totals.
 fn check_against_cachegrind(source: &str, caches: &[&str]) {
-    let dir = Scratch::new(source.trim_end_matches(".c"));
+    let dir = TempDir::new(source.trim_end_matches(".c"));
     let exe = dir.0.join("prog");
     run(Command::new("gcc")
         .args(["-O1", "-g", "-o"])

@@ -45,14 +45,6 @@ fn same_as_native(
     o
 }
 
-fn skip_unless(prog: &str) -> bool {
-    let there = Path::new(prog).exists();
-    if !there {
-        eprintln!("skipped: {prog} is not installed");
-    }
-    !there
-}
-
 #[test]
 fn ls_la_usr_bin() {
     let dir = TempDir::new("ls");
@@ -81,9 +73,7 @@ fn sample_text(path: &Path, bytes: usize) {
 
 #[test]
 fn bzip2_of_a_few_megabytes() {
-    if skip_unless("/usr/bin/bzip2") {
-        return;
-    }
+    run_support::require("/usr/bin/bzip2");
     let dir = TempDir::new("bzip2");
     let input = dir.join("input.txt");
     sample_text(&input, 3 << 20);
@@ -93,9 +83,7 @@ fn bzip2_of_a_few_megabytes() {
 
 #[test]
 fn python3_sum() {
-    if skip_unless("/usr/bin/python3") {
-        return;
-    }
+    run_support::require("/usr/bin/python3");
     let dir = TempDir::new("python3");
     let code = "print(sum(range(10**6)))";
     same_as_native("python3", "/usr/bin/python3", &["-c", code], None, &dir);
@@ -103,9 +91,7 @@ fn python3_sum() {
 
 #[test]
 fn sqlite3_inserts_and_query() {
-    if skip_unless("/usr/bin/sqlite3") {
-        return;
-    }
+    run_support::require("/usr/bin/sqlite3");
     let dir = TempDir::new("sqlite3");
     let script = dir.join("script.sql");
     let mut sql =
@@ -132,18 +118,14 @@ fn sqlite3_inserts_and_query() {
 
 #[test]
 fn gcc_version() {
-    if skip_unless("/usr/bin/gcc") {
-        return;
-    }
+    run_support::require("/usr/bin/gcc");
     let dir = TempDir::new("gcc");
     same_as_native("gcc", "/usr/bin/gcc", &["--version"], None, &dir);
 }
 
 #[test]
 fn perl_regex_loop() {
-    if skip_unless("/usr/bin/perl") {
-        return;
-    }
+    run_support::require("/usr/bin/perl");
     let dir = TempDir::new("perl");
     let code = r#"my $n = 0; for my $i (1..20000) { $n++ if "item$i" =~ /^item(\d*7\d*)$/ } print "$n\n";"#;
     same_as_native("perl", "/usr/bin/perl", &["-e", code], None, &dir);

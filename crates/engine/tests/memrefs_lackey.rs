@@ -139,24 +139,7 @@ const FIXTURES: &[&str] = &[
     "nostdlib_insns.c",
 ];
 
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p =
-            std::env::temp_dir().join(format!("cachescope-memrefs-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use testkit::TempDir;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -223,21 +206,6 @@ fn code_segments(exe: &Path) -> Vec<(u64, Vec<u8>)> {
     }
     assert!(!out.is_empty(), "no executable segment");
     out
-}
-
-/// Fails loudly without Valgrind: this test must never pass silently.
-fn require_valgrind() {
-    match Command::new("valgrind").arg("--version").output() {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!(
-            "`valgrind --version` failed ({}): the memrefs oracle test needs Valgrind's Lackey",
-            o.status
-        ),
-        Err(e) => panic!(
-            "valgrind not found ({e}): the memrefs oracle test needs Valgrind (3.19) with its \
-             Lackey tool on PATH; install valgrind"
-        ),
-    }
 }
 
 /// Runs `exe` natively and under Lackey; returns Lackey's log.
@@ -502,7 +470,7 @@ fn compare_fixture(name: &str, tally: &mut Tally) -> u64 {
 
 #[test]
 fn data_accesses_match_lackey() {
-    require_valgrind();
+    testkit::require("valgrind");
     let mut tally = Tally::default();
     for name in FIXTURES {
         let n = compare_fixture(name, &mut tally);

@@ -6,13 +6,6 @@ use std::process::Command;
 
 use symbols::ObjectInfo;
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn run(cmd: &str, args: &[&str]) {
     let st = Command::new(cmd).args(args).status().unwrap();
     assert!(st.success(), "{cmd} {args:?}");
@@ -80,10 +73,9 @@ fn tmp(label: &str) -> PathBuf {
 
 #[test]
 fn debuglink_next_to_the_object_and_in_dot_debug() {
-    if !have("gcc") || !have("objcopy") || !have("nm") {
-        eprintln!("skipped: needs gcc and binutils");
-        return;
-    }
+    testkit::require("gcc");
+    testkit::require("objcopy");
+    testkit::require("nm");
     for sub in ["", ".debug"] {
         let dir = tmp(if sub.is_empty() { "same" } else { "dotdebug" });
         let (exe, debug, main) = stripped_with_debuglink(&dir, &dir.join(sub));
@@ -99,10 +91,9 @@ fn debuglink_next_to_the_object_and_in_dot_debug() {
 
 #[test]
 fn debuglink_with_wrong_crc_is_ignored() {
-    if !have("gcc") || !have("objcopy") || !have("nm") {
-        eprintln!("skipped: needs gcc and binutils");
-        return;
-    }
+    testkit::require("gcc");
+    testkit::require("objcopy");
+    testkit::require("nm");
     let dir = tmp("badcrc");
     let (exe, debug, main) = stripped_with_debuglink(&dir, &dir);
     let mut bytes = std::fs::read(&debug).unwrap();

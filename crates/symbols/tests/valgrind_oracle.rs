@@ -26,13 +26,6 @@ struct Instr {
     line: u32,
 }
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("symbols-oracle-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -251,10 +244,8 @@ fn check(label: &str, exe: &Path, dir: &Path) {
 
 #[test]
 fn c_pie_matches_valgrind() {
-    if !have("valgrind") || !have("gcc") {
-        eprintln!("skipped: needs valgrind and gcc");
-        return;
-    }
+    testkit::require("valgrind");
+    testkit::require("gcc");
     let dir = tmpdir("c-pie");
     let exe = dir.join("sym_c");
     compile("gcc", &["-O1", "-g", "-fPIE", "-pie"], "sym_c.c", &exe);
@@ -263,10 +254,8 @@ fn c_pie_matches_valgrind() {
 
 #[test]
 fn c_static_nonpie_dwarf4_matches_valgrind() {
-    if !have("valgrind") || !have("gcc") {
-        eprintln!("skipped: needs valgrind and gcc");
-        return;
-    }
+    testkit::require("valgrind");
+    testkit::require("gcc");
     let dir = tmpdir("c-static");
     let exe = dir.join("sym_c_static");
     compile(
@@ -280,10 +269,8 @@ fn c_static_nonpie_dwarf4_matches_valgrind() {
 
 #[test]
 fn cxx_matches_valgrind() {
-    if !have("valgrind") || !have("g++") {
-        eprintln!("skipped: needs valgrind and g++");
-        return;
-    }
+    testkit::require("valgrind");
+    testkit::require("g++");
     let dir = tmpdir("cxx");
     let exe = dir.join("sym_cxx");
     compile("g++", &["-O2", "-g"], "sym_cxx.cc", &exe);
@@ -292,10 +279,8 @@ fn cxx_matches_valgrind() {
 
 #[test]
 fn rust_matches_valgrind() {
-    if !have("valgrind") || !have("rustc") {
-        eprintln!("skipped: needs valgrind and rustc");
-        return;
-    }
+    testkit::require("valgrind");
+    testkit::require("rustc");
     let dir = tmpdir("rust");
     let exe = dir.join("sym_rust");
     compile(
@@ -309,10 +294,8 @@ fn rust_matches_valgrind() {
 
 #[test]
 fn rust_v0_mangling_matches_valgrind() {
-    if !have("valgrind") || !have("rustc") {
-        eprintln!("skipped: needs valgrind and rustc");
-        return;
-    }
+    testkit::require("valgrind");
+    testkit::require("rustc");
     let dir = tmpdir("rust-v0");
     let exe = dir.join("sym_rust_v0");
     let flags = ["-O", "-g", "--edition=2021", "-Csymbol-mangling-version=v0"];

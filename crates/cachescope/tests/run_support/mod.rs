@@ -8,7 +8,6 @@ use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The cachescope binary under test.
 pub fn cachescope() -> PathBuf {
@@ -24,52 +23,9 @@ pub fn fixture(name: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
 }
 
-/// Whether `tool --version` runs.
-pub fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Fails the test, loudly, when the oracle or tool `tool` is missing
-/// (rather than letting a comparison pass with nothing to compare with).
-pub fn require(tool: &str) {
-    assert!(
-        have(tool),
-        "this test needs `{tool}` on PATH (an oracle or a tool it drives): install it"
-    );
-}
-
-/// A directory removed when dropped.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    /// A fresh directory named after `label`.
-    pub fn new(label: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "cachescope-e2e-{}-{}-{label}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-
-    /// A path inside the directory.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+// Each test crate that includes this module uses some of these.
+#[allow(unused_imports)]
+pub use testkit::{have, require, TempDir};
 
 /// Compiles fixture `src` with `compiler` and `flags` into `out`.
 pub fn compile(compiler: &str, flags: &[&str], src: &str, out: &Path) {
