@@ -196,20 +196,7 @@ impl Tracer<'_> {
 /// SIGCHLD, job-control stops, faults or SIGPIPE. The real-time signals are
 /// those above glibc's reserved 32 and 33.
 fn forwarded_signals() -> Vec<i32> {
-    let mut v = vec![
-        libc::SIGHUP,
-        libc::SIGINT,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-        libc::SIGALRM,
-        libc::SIGTERM,
-        libc::SIGVTALRM,
-        libc::SIGPROF,
-        libc::SIGWINCH,
-    ];
-    v.extend(34..=64);
-    v
+    (1..=64).filter(|&s| is_forwarded(s)).collect()
 }
 
 fn is_forwarded(sig: i32) -> bool {
