@@ -23,6 +23,12 @@ use std::rc::Rc;
 impl Tracer<'_> {
     /// `PTRACE_EVENT_EXEC` of a traced task.
     pub(super) fn on_exec(&mut self, pid: i32) -> Result<(), EngineError> {
+        // Not followed: without --trace-children, a program the caller
+        // skips (--trace-children-skip), or not ours to follow (another
+        // architecture's program runs natively, like an unfollowed child).
+        let follow = self.cfg.trace_children
+            && is_x86_64_elf(Path::new(&format!("/proc/{pid}/exe")))
+            && !self.skips_exec(pid);
         // The old image is gone (and, as under Valgrind, its counts with it).
         if let Some(old) = self.tasks.get(&pid).map(|t| t.tgid) {
             if let Some(p) = self.procs.remove(&old) {
@@ -34,9 +40,7 @@ impl Tracer<'_> {
                 }
             }
         }
-        if !self.cfg.trace_children || !is_x86_64_elf(Path::new(&format!("/proc/{pid}/exe"))) {
-            // Not followed (or not ours to follow: another architecture's
-            // program runs natively, like an unfollowed child).
+        if !follow {
             let _ = sys::detach(pid, 0);
             return Ok(());
         }

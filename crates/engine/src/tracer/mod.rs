@@ -122,7 +122,6 @@ impl Tracer<'_> {
                     libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
                     libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
                     libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Vfork)?,
-                    libc::PTRACE_EVENT_EXEC if self.skips_exec(pid) => self.let_exec_go(pid),
                     libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
                     libc::PTRACE_EVENT_EXIT => {
                         self.on_thread_exit(pid);

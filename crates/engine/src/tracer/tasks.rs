@@ -235,12 +235,12 @@ impl Tracer<'_> {
         }
     }
 
-    /// At `PTRACE_EVENT_EXEC` of `pid`, with `--trace-children=yes`:
+    /// At `PTRACE_EVENT_EXEC` of `pid` (with `--trace-children=yes`):
     /// whether the caller declines to follow this program
     /// ([`crate::ProfileSink::follow_exec`], Valgrind's
     /// `--trace-children-skip`).
     pub(super) fn skips_exec(&mut self, pid: i32) -> bool {
-        if !self.cfg.trace_children || !self.tasks.contains_key(&pid) {
+        if !self.tasks.contains_key(&pid) {
             return false;
         }
         let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -255,20 +255,6 @@ impl Tracer<'_> {
             .or_else(|| argv.first().cloned())
             .unwrap_or_default();
         !self.sink.follow_exec(&exe, &argv)
-    }
-
-    /// A traced process exec'd a program that is not followed: the old
-    /// image's bookkeeping goes (and, as under Valgrind, its counts with
-    /// it), and the new one runs natively.
-    pub(super) fn let_exec_go(&mut self, pid: i32) {
-        if let Some(old) = self.tasks.get(&pid).map(|t| t.tgid) {
-            if let Some(p) = self.procs.remove(&old) {
-                for t in p.threads {
-                    self.tasks.remove(&t);
-                }
-            }
-        }
-        let _ = sys::detach(pid, 0);
     }
 }
 
