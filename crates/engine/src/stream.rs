@@ -78,17 +78,50 @@ pub(crate) enum Msg {
     Discard { key: u64 },
 }
 
-/// Buffers of records in flight at most: the client waits for the
-/// consumer beyond that (memory stays bounded; 2 MiB each).
+/// Record buffers circulating between the tracer and the consumer: the
+/// client waits when all are with the consumer (memory stays bounded, 2 MiB
+/// each); other messages (block metadata) never wait behind the simulation.
 const IN_FLIGHT: usize = 8;
 
-/// Record buffers the consumer is done with, for the tracer to fill again
-/// (allocating and faulting in 2 MiB per flush cost more than copying it).
-type Pool = Arc<Mutex<Vec<Vec<u64>>>>;
+/// The circulating record buffers. The tracer takes one per flush (and
+/// waits if none is free); the consumer gives it back once decoded
+/// (allocating and faulting in 2 MiB per flush cost more than the copy).
+#[derive(Clone)]
+struct Pool {
+    give: SyncSender<Vec<u64>>,
+    take: Arc<Mutex<Receiver<Vec<u64>>>>,
+}
+
+impl Pool {
+    fn new() -> Pool {
+        let (give, take) = sync_channel(IN_FLIGHT);
+        for _ in 0..IN_FLIGHT {
+            give.send(Vec::new()).expect("room for every buffer");
+        }
+        Pool {
+            give,
+            take: Arc::new(Mutex::new(take)),
+        }
+    }
+
+    /// A free buffer, once there is one.
+    fn take(&self) -> Vec<u64> {
+        self.take
+            .lock()
+            .ok()
+            .and_then(|r| r.recv().ok())
+            .unwrap_or_default()
+    }
+
+    /// A buffer back into circulation.
+    fn give(&self, buffer: Vec<u64>) {
+        let _ = self.give.try_send(buffer);
+    }
+}
 
 /// The tracer's end of the consumer.
 pub(crate) struct Consumer {
-    tx: SyncSender<Msg>,
+    tx: Sender<Msg>,
     keys: Arc<AtomicU64>,
     pool: Pool,
 }
@@ -96,7 +129,7 @@ pub(crate) struct Consumer {
 /// What an address space keeps to talk to the consumer.
 #[derive(Clone)]
 pub(crate) struct StreamLink {
-    tx: SyncSender<Msg>,
+    tx: Sender<Msg>,
     keys: Arc<AtomicU64>,
     pool: Pool,
     /// This process's key.
@@ -106,8 +139,8 @@ pub(crate) struct StreamLink {
 impl Consumer {
     /// Starts the consumer thread.
     pub fn start() -> Consumer {
-        let (tx, rx) = sync_channel(IN_FLIGHT);
-        let pool = Pool::default();
+        let (tx, rx) = channel();
+        let pool = Pool::new();
         let returned = pool.clone();
         // It ends when the last sender (this and every link) is gone.
         std::thread::Builder::new()
@@ -148,28 +181,32 @@ impl StreamLink {
         });
     }
 
-    /// An empty buffer for `words` words of records (recycled).
+    /// An empty buffer for `words` words of records (one of the
+    /// circulating ones: this waits while all are with the consumer).
     pub fn buffer(&self, words: usize) -> Vec<u64> {
-        let mut b = self
-            .pool
-            .lock()
-            .ok()
-            .and_then(|mut p| p.pop())
-            .unwrap_or_default();
+        let mut b = self.pool.take();
         b.clear();
         b.resize(words, 0);
         b
     }
 
-    /// Complete records of thread `thread`.
+    /// Complete records of thread `thread` (the buffer goes on to the
+    /// consumer, or straight back when empty).
     pub fn records(&self, thread: u64, words: Vec<u64>) {
-        if !words.is_empty() {
+        if words.is_empty() {
+            self.recycle(words);
+        } else {
             self.send(Msg::Records {
                 key: self.key,
                 thread,
                 words,
             });
         }
+    }
+
+    /// A buffer from [`StreamLink::buffer`] that was not filled after all.
+    pub fn recycle(&self, words: Vec<u64>) {
+        self.pool.give(words);
     }
 
     /// Thread `thread` ended.
@@ -253,11 +290,7 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
                 if let Some(p) = procs.get_mut(&key) {
                     decode(p, thread, &words);
                 }
-                if let Ok(mut p) = pool.lock() {
-                    if p.len() < IN_FLIGHT {
-                        p.push(words);
-                    }
-                }
+                pool.give(words);
             }
             Msg::ThreadEnd { key, thread } => {
                 if let Some(p) = procs.get_mut(&key) {

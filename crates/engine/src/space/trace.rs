@@ -80,8 +80,14 @@ impl Space {
             )));
         }
         let mut words = t.link.buffer(((ptr - start) / 8) as usize);
-        self.mem
-            .read_into(start, bytemuck::cast_slice_mut(&mut words))?;
+        if let Err(e) = self
+            .mem
+            .read_into(start, bytemuck::cast_slice_mut(&mut words))
+        {
+            // Back into circulation: the tracer waits for free buffers.
+            t.link.recycle(words);
+            return Err(e);
+        }
         Ok(words)
     }
 
