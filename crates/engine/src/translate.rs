@@ -675,11 +675,18 @@ pub fn translate(
 mod tests {
     use super::*;
 
-    struct Ctx {
-        next: u32,
+    /// The translator's context in the unit tests: counters handed out
+    /// from `next` on, or trace mode when `trace` is set (block ids from
+    /// `next` on, flush sites from 0).
+    #[derive(Default)]
+    pub(super) struct Ctx {
+        pub next: u32,
+        pub trace: Option<TraceMode>,
+        pub sites: u32,
     }
     impl TransCtx for Ctx {
         fn alloc_counter(&mut self) -> u32 {
+            assert!(self.trace.is_none(), "no counters in trace mode");
             self.next += 8;
             self.next
         }
@@ -692,13 +699,30 @@ mod tests {
         fn core(&self) -> u64 {
             0x7000_0000
         }
+        fn trace(&self) -> Option<TraceMode> {
+            self.trace
+        }
+        fn alloc_block_id(&mut self) -> u32 {
+            self.next += 1;
+            self.next - 1
+        }
+        fn alloc_flush_site(&mut self) -> u32 {
+            self.sites += 1;
+            self.sites - 1
+        }
+        fn flush_stub(&self) -> u64 {
+            0x51_0000
+        }
     }
 
     #[test]
     fn loop_block_counts_and_exits() {
         // 1000: add rax,1 ; dec rcx ; jnz 1000
         let code = [0x48, 0x83, 0xc0, 0x01, 0x48, 0xff, 0xc9, 0x75, 0xf7];
-        let mut ctx = Ctx { next: 0x1000 };
+        let mut ctx = Ctx {
+            next: 0x1000,
+            ..Ctx::default()
+        };
         let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
         assert_eq!(t.counted, vec![0x1000, 0x1004, 0x1007]);
         assert_eq!(
@@ -713,7 +737,10 @@ mod tests {
     fn dropping_the_tail_leaves_the_block_open_at_its_end() {
         // 1000: add rax,1 ; dec rcx ; jnz 1000 (then falls through to 1009)
         let code = [0x48, 0x83, 0xc0, 0x01, 0x48, 0xff, 0xc9, 0x75, 0xf7];
-        let mut ctx = Ctx { next: 0x1000 };
+        let mut ctx = Ctx {
+            next: 0x1000,
+            ..Ctx::default()
+        };
         let mut t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
         let whole = disasm(&t);
         assert!(whole.last().unwrap().starts_with("jmp "), "{whole:?}");
@@ -728,7 +755,10 @@ mod tests {
     #[test]
     fn flags_are_not_dead_before_a_shift_by_cl() {
         // shl eax, cl ; jz: CL may be 0, leaving the flags of before.
-        let mut ctx = Ctx { next: 0x1000 };
+        let mut ctx = Ctx {
+            next: 0x1000,
+            ..Ctx::default()
+        };
         let t = translate(&[0xd3, 0xe0, 0x74, 0xfc], 0x1000, 0x40_0000, &mut ctx).unwrap();
         let d = disasm(&t);
         assert!(
@@ -739,7 +769,10 @@ mod tests {
 
     #[test]
     fn counter_goes_where_flags_or_a_register_are_dead() {
-        let mut ctx = Ctx { next: 0x1000 };
+        let mut ctx = Ctx {
+            next: 0x1000,
+            ..Ctx::default()
+        };
         // ja 1000 (flags live, nothing dead): spill.
         let t = translate(&[0x77, 0xfe], 0x1000, 0x40_0000, &mut ctx).unwrap();
         assert!(disasm(&t).iter().any(|l| l.contains("mov gs:[0],rax")));
@@ -773,7 +806,10 @@ mod tests {
         let mut code = MAGIC_PREAMBLE.to_vec();
         code.extend_from_slice(&MAGIC_REQUEST);
         code.push(0xc3);
-        let mut ctx = Ctx { next: 0x1000 };
+        let mut ctx = Ctx {
+            next: 0x1000,
+            ..Ctx::default()
+        };
         let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
         assert_eq!(t.counted, vec![0x1000, 0x1013]);
     }
@@ -781,7 +817,10 @@ mod tests {
     #[test]
     fn bad_first_instruction_is_named() {
         let code = [0x0f, 0x01, 0xd5, 0x90]; // xend
-        let mut ctx = Ctx { next: 0x1000 };
+        let mut ctx = Ctx {
+            next: 0x1000,
+            ..Ctx::default()
+        };
         let err = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap_err();
         assert!(
             err.0.contains("xend") && err.0.contains("0x1000"),

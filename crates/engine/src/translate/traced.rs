@@ -394,46 +394,13 @@ pub(super) fn translate_traced(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A context in trace mode with data addresses.
-    struct Ctx {
-        blocks: u32,
-        sites: u32,
-    }
-
-    impl TransCtx for Ctx {
-        fn alloc_counter(&mut self) -> u32 {
-            unreachable!("no counters in trace mode")
-        }
-        fn probe_stub(&self) -> u64 {
-            0x50_0000
-        }
-        fn literal(&mut self, _value: u64) -> u64 {
-            0x48_0000
-        }
-        fn core(&self) -> u64 {
-            0x7000_0000
-        }
-        fn trace(&self) -> Option<TraceMode> {
-            Some(TraceMode { data: true })
-        }
-        fn alloc_block_id(&mut self) -> u32 {
-            self.blocks += 1;
-            self.blocks - 1
-        }
-        fn alloc_flush_site(&mut self) -> u32 {
-            self.sites += 1;
-            self.sites - 1
-        }
-        fn flush_stub(&self) -> u64 {
-            0x51_0000
-        }
-    }
+    use crate::translate::tests::Ctx;
 
     fn traced(code: &[u8]) -> Translation {
         let mut ctx = Ctx {
-            blocks: 7,
-            sites: 0,
+            next: 7,
+            trace: Some(TraceMode { data: true }),
+            ..Ctx::default()
         };
         translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
     }
