@@ -238,6 +238,13 @@ pub trait ProfileSink {
     /// Called once per traced process, after its last thread exited.
     fn process_finished(&mut self, profile: ProcessProfile);
 
+    /// Code was translated for the first time from `module` (a sink that
+    /// symbolizes at the end can start reading the object now, while the
+    /// client runs). By default, nothing.
+    fn module_seen(&mut self, module: &ModuleRecord) {
+        let _ = module;
+    }
+
     /// With `trace_children`, whether to follow a process into the program
     /// it just exec'd: `exe` is the file name it gave `execve` (as given,
     /// like Valgrind's `--trace-children-skip` sees it) and `argv` the new

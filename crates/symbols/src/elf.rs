@@ -20,7 +20,7 @@ pub(crate) fn open(path: &Path) -> std::io::Result<ReadCache<std::fs::File>> {
 }
 
 use crate::debugfile;
-use crate::lines::LineTable;
+use crate::lines::{LineData, LineTable};
 use crate::symtab::{RawSymbol, SymbolTable};
 
 const PT_LOAD: u32 = 1;
@@ -92,9 +92,42 @@ pub struct ObjectInfo {
     lines: LineTable,
 }
 
+/// An [`ObjectInfo`] as read from disk, before names are shared for the
+/// thread that symbolizes: reading (the expensive part) can happen on
+/// another thread (see [`crate::Preloader`]).
+#[derive(Debug)]
+pub struct ObjectData {
+    path: PathBuf,
+    debug_path: Option<PathBuf>,
+    segments: Vec<Segment>,
+    symbols: SymbolTable,
+    lines: LineData,
+}
+
+impl From<ObjectData> for ObjectInfo {
+    fn from(data: ObjectData) -> Self {
+        let display_names = (0..data.symbols.len()).map(|_| OnceCell::new()).collect();
+        ObjectInfo {
+            path: data.path,
+            debug_path: data.debug_path,
+            segments: data.segments,
+            symbols: data.symbols,
+            display_names,
+            lines: data.lines.into(),
+        }
+    }
+}
+
 impl ObjectInfo {
     /// Reads the ELF file at `path` and, if found, its separate debug file.
     pub fn load(path: &Path) -> Result<Self, String> {
+        ObjectData::read(path).map(ObjectInfo::from)
+    }
+}
+
+impl ObjectData {
+    /// Reads the ELF file at `path` and, if found, its separate debug file.
+    pub fn read(path: &Path) -> Result<Self, String> {
         let data = open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file =
             Elf::parse(&data).map_err(|e| format!("{}: not an ELF64 file: {e}", path.display()))?;
@@ -141,25 +174,24 @@ impl ObjectInfo {
         let in_code =
             |lo: u64, hi: u64| exec_ranges.iter().any(|r| r.contains(lo) && r.contains(hi));
         let lines = if file.section_by_name(".debug_line").is_some() {
-            LineTable::from_object(&file, &in_code)
+            LineData::from_object(&file, &in_code)
         } else if let Some(dbg) = &debug_file {
-            LineTable::from_object(dbg, &in_code)
+            LineData::from_object(dbg, &in_code)
         } else {
-            LineTable::default()
+            LineData::default()
         };
 
-        let symbols = SymbolTable::new(raw);
-        let display_names = (0..symbols.len()).map(|_| OnceCell::new()).collect();
-        Ok(ObjectInfo {
+        Ok(ObjectData {
             path: path.to_path_buf(),
             debug_path: debug_path.filter(|_| debug_file.is_some()),
             segments,
-            symbols,
-            display_names,
+            symbols: SymbolTable::new(raw),
             lines,
         })
     }
+}
 
+impl ObjectInfo {
     /// The object's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -21,6 +21,7 @@ mod debugfile;
 pub mod demangle;
 mod elf;
 pub mod lines;
+mod preload;
 pub mod symtab;
 
 use std::collections::HashMap;
@@ -28,7 +29,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 pub use demangle::NameOptions;
-pub use elf::ObjectInfo;
+pub use elf::{ObjectData, ObjectInfo};
+pub use preload::{Preloaded, Preloader};
 
 /// An executable mapping of a client process: which file is mapped where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +70,8 @@ pub struct Symbolizer {
     /// The mapping of the previous lookup and what it resolved to:
     /// callers go through addresses in order, so most lookups hit it.
     last: Option<(Mapping, Option<Resolved>)>,
+    /// Reads objects ahead of use, once [`Symbolizer::preload`] is used.
+    preloader: Option<Preloader>,
 }
 
 /// A readable object and the load bias of one of its mappings.
@@ -93,13 +97,36 @@ impl Symbolizer {
             .clone()
     }
 
+    /// Starts reading the object at `path` on a background thread, so that
+    /// it is ready when [`Symbolizer::locate`] needs it (the first call
+    /// starts the thread).
+    pub fn preload(&mut self, path: &Path) {
+        if self.objects.contains_key(path) {
+            return;
+        }
+        if self.preloader.is_none() {
+            self.preloader = Preloader::start();
+        }
+        if let Some(p) = &self.preloader {
+            p.request(path);
+        }
+    }
+
     /// The parsed object at `path`, loaded on first use; `None` when it
     /// cannot be read or is not an ELF file (its code is then `???`).
     pub fn object(&mut self, path: &Path) -> Option<Rc<ObjectInfo>> {
         if let Some(o) = self.objects.get(path) {
             return o.clone();
         }
-        let loaded = ObjectInfo::load(path).ok().map(Rc::new);
+        let ahead = match &self.preloader {
+            Some(p) => p.take(path),
+            None => Preloaded::NotRead,
+        };
+        let loaded = match ahead {
+            Preloaded::Read(data) => data.map(ObjectInfo::from),
+            Preloaded::NotRead => ObjectInfo::load(path).ok(),
+        }
+        .map(Rc::new);
         self.objects.insert(path.to_path_buf(), loaded.clone());
         loaded
     }

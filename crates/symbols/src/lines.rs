@@ -44,10 +44,51 @@ pub struct LineTable {
     files: Vec<Rc<str>>,
 }
 
+/// A [`LineTable`] as read, before its file names are shared: it can be
+/// read on another thread (see [`crate::Preloader`]).
+#[derive(Debug, Default)]
+pub struct LineData {
+    locs: Vec<Loc>,
+    files: Vec<String>,
+}
+
+impl From<LineData> for LineTable {
+    fn from(data: LineData) -> Self {
+        LineTable {
+            locs: data.locs,
+            files: data.files.iter().map(|f| Rc::from(f.as_str())).collect(),
+        }
+    }
+}
+
 impl LineTable {
     /// Reads every compile unit's line program from `obj`'s DWARF sections,
     /// keeping only ranges for which `in_code(first, last)` holds (Valgrind
     /// drops line entries outside the object's executable mapping).
+    pub fn from_object<'d, O: Object<'d>>(obj: &O, in_code: &dyn Fn(u64, u64) -> bool) -> Self {
+        LineData::from_object(obj, in_code).into()
+    }
+
+    /// Number of line ranges.
+    pub fn len(&self) -> usize {
+        self.locs.len()
+    }
+
+    /// Whether there is no line information.
+    pub fn is_empty(&self) -> bool {
+        self.locs.is_empty()
+    }
+
+    /// File and line of file address `svma`.
+    pub fn lookup(&self, svma: u64) -> Option<(Rc<str>, u32)> {
+        let i = self.locs.partition_point(|l| l.addr <= svma);
+        let l = self.locs.get(i.checked_sub(1)?)?;
+        (svma - l.addr < l.size).then(|| (self.files[l.file as usize].clone(), l.line))
+    }
+}
+
+impl LineData {
+    /// What [`LineTable::from_object`] reads, in a form that can cross threads.
     pub fn from_object<'d, O: Object<'d>>(obj: &O, in_code: &dyn Fn(u64, u64) -> bool) -> Self {
         let endian = if obj.is_little_endian() {
             RunTimeEndian::Little
@@ -79,29 +120,12 @@ impl LineTable {
         let _ = builder.read_all(&owned, endian);
         builder.finish()
     }
-
-    /// Number of line ranges.
-    pub fn len(&self) -> usize {
-        self.locs.len()
-    }
-
-    /// Whether there is no line information.
-    pub fn is_empty(&self) -> bool {
-        self.locs.is_empty()
-    }
-
-    /// File and line of file address `svma`.
-    pub fn lookup(&self, svma: u64) -> Option<(Rc<str>, u32)> {
-        let i = self.locs.partition_point(|l| l.addr <= svma);
-        let l = self.locs.get(i.checked_sub(1)?)?;
-        (svma - l.addr < l.size).then(|| (self.files[l.file as usize].clone(), l.line))
-    }
 }
 
 struct Builder<'f> {
     in_code: &'f dyn Fn(u64, u64) -> bool,
     locs: Vec<Loc>,
-    files: Vec<Rc<str>>,
+    files: Vec<String>,
     file_ids: HashMap<String, u32>,
 }
 
@@ -111,7 +135,7 @@ impl Builder<'_> {
             return id;
         }
         let id = self.files.len() as u32;
-        self.files.push(Rc::from(name.as_str()));
+        self.files.push(name.clone());
         self.file_ids.insert(name, id);
         id
     }
@@ -287,7 +311,7 @@ impl Builder<'_> {
 
     /// `canonicaliseLoctab`: sort by address, truncate overlaps, drop
     /// ranges truncated to nothing.
-    fn finish(mut self) -> LineTable {
+    fn finish(mut self) -> LineData {
         self.locs.sort_by_key(|l| l.addr);
         for i in 0..self.locs.len().saturating_sub(1) {
             let next = self.locs[i + 1].addr;
@@ -297,7 +321,7 @@ impl Builder<'_> {
             }
         }
         self.locs.retain(|l| l.size > 0);
-        LineTable {
+        LineData {
             locs: self.locs,
             files: self.files,
         }

@@ -250,6 +250,14 @@ impl ProfileSink for CgSink<'_> {
         !self.opts.skip.skips(exe, argv)
     }
 
+    fn module_seen(&mut self, module: &engine::ModuleRecord) {
+        // Symbolization happens at exit; reading the objects now, on a
+        // thread of their own, overlaps it with the client's run.
+        if !module.path.as_os_str().is_empty() {
+            self.symbols.preload(&module.path);
+        }
+    }
+
     fn process_finished(&mut self, proc_profile: ProcessProfile) {
         let pid = proc_profile.pid;
         // Valgrind's core prints this blank line at exit, before the tool

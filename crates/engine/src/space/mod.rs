@@ -39,7 +39,7 @@ use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
 use crate::layout::MAX_BLOCK_BYTES;
 use crate::translate::{self, SyscallSite, TransCtx};
-use crate::{EngineError, EngineStats};
+use crate::{EngineError, EngineStats, ModuleRecord};
 use areas::Areas;
 use blocks::{Block, Blocks};
 use chunks::{Chunk, CodeCache};
@@ -86,6 +86,12 @@ pub struct Space {
 
 impl Space {
     /// A new address space whose core region is already mapped at `core`.
+    /// The modules code was first translated from since the previous
+    /// call (so that a profiler can start reading their symbols early).
+    pub fn take_new_modules(&mut self) -> Vec<ModuleRecord> {
+        self.modules.take_new()
+    }
+
     pub fn new(mem: Box<dyn ClientMemory>, core: u64) -> Space {
         Space {
             mem,

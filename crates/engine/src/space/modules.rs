@@ -31,6 +31,8 @@ pub(super) struct Modules {
     records: Vec<ModuleRecord>,
     /// Index in `records` by (start, end, file offset, path).
     recorded: HashMap<(u64, u64, u64, String), usize>,
+    /// How many of `records` have been handed out as new.
+    announced: usize,
     /// Guest code pages already read, by address.
     pages: HashMap<u64, Vec<u8>>,
 }
@@ -88,6 +90,13 @@ impl Modules {
     /// Every module code was translated from, by index.
     pub fn records(&self) -> &[ModuleRecord] {
         &self.records
+    }
+
+    /// The modules recorded since the previous call.
+    pub fn take_new(&mut self) -> Vec<ModuleRecord> {
+        let new = self.records[self.announced..].to_vec();
+        self.announced = self.records.len();
+        new
     }
 
     /// `len` bytes of guest code at `addr`, through the page cache.

@@ -58,6 +58,9 @@ impl Tracer<'_> {
                 );
             }
             answer_exit(&mut sp, &mut inj, &mut regs, nr, &spills)?;
+            for module in sp.take_new_modules() {
+                self.sink.module_seen(&module);
+            }
         }
         let patches = space.borrow_mut().mem().take_live();
         if !patches.is_empty() {
