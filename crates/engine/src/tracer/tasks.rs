@@ -233,6 +233,12 @@ impl Tracer<'_> {
             let profile = proc.space.borrow_mut().collect(task.tgid);
             self.sink.process_finished(profile);
         }
+        if self.procs.is_empty() {
+            // The last process: the tool is about to exit, and freeing the
+            // translation tables piece by piece (hundreds of thousands of
+            // blocks on a compiler) would only delay that exit.
+            std::mem::forget(proc);
+        }
     }
 
     /// At `PTRACE_EVENT_EXEC` of `pid` (with `--trace-children=yes`):
