@@ -88,6 +88,24 @@ pub trait ClientMemory {
 
     /// The client's memory map as it is now.
     fn maps(&mut self) -> Result<Vec<Mapping>, EngineError>;
+
+    /// Whether [`ClientMemory::share`] can work (worth the client's
+    /// system calls that prepare it).
+    fn can_share(&self) -> bool {
+        false
+    }
+
+    /// Maps the client's memory file `client_fd`, which backs the client's
+    /// private mapping of `[addr, addr + len)`, into the tool as well: the
+    /// writes and reads of that range then go straight to it, with no
+    /// system call. The client must never write that memory itself (its
+    /// private copy of a page would no longer see the tool's writes).
+    /// Returns false when that cannot be done; the caller closes the
+    /// client's descriptor either way.
+    fn share(&mut self, addr: u64, len: u64, client_fd: i32) -> bool {
+        let _ = (addr, len, client_fd);
+        false
+    }
 }
 
 /// The writes of one stop, waiting to be made (see the module doc).
@@ -144,6 +162,14 @@ pub struct ProcMemory {
     pid: i32,
     mem: File,
     queue: WriteQueue,
+    /// Client ranges also mapped into the tool ([`ClientMemory::share`]),
+    /// by client address.
+    windows: Vec<(u64, crate::sys::SharedMap)>,
+    /// Sharing failed once (an old kernel, a sandbox): not tried again.
+    share_failed: bool,
+    /// An error of a flush that a live write had to make first, reported
+    /// by the next flush.
+    deferred: Option<EngineError>,
 }
 
 fn io_err(what: &str, e: std::io::Error) -> EngineError {
@@ -162,22 +188,22 @@ impl ProcMemory {
             pid,
             mem,
             queue: WriteQueue::default(),
+            windows: Vec::new(),
+            share_failed: false,
+            deferred: None,
         })
     }
-}
 
-impl ClientMemory for ProcMemory {
-    fn write(&mut self, addr: u64, bytes: &[u8]) {
-        self.queue.push(addr, bytes);
+    /// The window holding `addr`, and `addr`'s offset in it.
+    fn window(&self, addr: u64) -> Option<(&crate::sys::SharedMap, usize)> {
+        self.windows
+            .iter()
+            .find(|(base, m)| addr >= *base && addr - base < m.size() as u64)
+            .map(|(base, m)| (m, (addr - base) as usize))
     }
 
-    fn write_live(&mut self, addr: u64, value: u64, size: u32) {
-        self.queue.push_live(addr, value, size);
-    }
-
-    /// One `process_vm_writev` for all the queued writes (the engine's
-    /// regions are writable), else one `pwrite` each (guest code is not).
-    fn flush(&mut self) -> Result<(), EngineError> {
+    /// Makes the queued writes to memory outside the windows.
+    fn flush_queue(&mut self) -> Result<(), EngineError> {
         let pending = self.queue.take_plain();
         for batch in pending.chunks(512) {
             let parts: Vec<(u64, &[u8])> = batch.iter().map(|(a, b)| (*a, b.as_slice())).collect();
@@ -193,6 +219,67 @@ impl ClientMemory for ProcMemory {
         }
         Ok(())
     }
+}
+
+impl ClientMemory for ProcMemory {
+    /// Into a window: at once (the client sees the bytes no earlier than
+    /// it would after a flush that made the queued ones too: a window only
+    /// holds code no one runs before the tool links to it). Elsewhere:
+    /// queued.
+    fn write(&mut self, addr: u64, bytes: &[u8]) {
+        match self.window(addr) {
+            Some((map, off)) => {
+                let inside = bytes.len().min(map.size() - off);
+                map.write(off, &bytes[..inside]);
+                if inside < bytes.len() {
+                    self.write(addr + inside as u64, &bytes[inside..]);
+                }
+            }
+            None => self.queue.push(addr, bytes),
+        }
+    }
+
+    fn write_live(&mut self, addr: u64, value: u64, size: u32) {
+        if self.window(addr).is_none() {
+            self.queue.push_live(addr, value, size);
+            return;
+        }
+        // In order after every earlier write: with other threads about,
+        // those queued go first (alone, the client sees them all at once).
+        if self.queue.multi {
+            if let Err(e) = self.flush_queue() {
+                self.deferred.get_or_insert(e);
+            }
+        }
+        let (map, off) = self.window(addr).expect("checked above");
+        map.store(off, value, size);
+    }
+
+    /// One `process_vm_writev` for all the queued writes (the engine's
+    /// regions are writable), else one `pwrite` each (guest code is not).
+    fn flush(&mut self) -> Result<(), EngineError> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        self.flush_queue()
+    }
+
+    fn can_share(&self) -> bool {
+        !self.share_failed
+    }
+
+    fn share(&mut self, addr: u64, len: u64, client_fd: i32) -> bool {
+        match crate::sys::SharedMap::from_client_fd(self.pid, client_fd, len as usize) {
+            Ok(map) => {
+                self.windows.push((addr, map));
+                true
+            }
+            Err(_) => {
+                self.share_failed = true;
+                false
+            }
+        }
+    }
 
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
         let mut buf = vec![0u8; len];
@@ -201,6 +288,12 @@ impl ClientMemory for ProcMemory {
     }
 
     fn read_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        if let Some((map, off)) = self.window(addr) {
+            if off + buf.len() <= map.size() {
+                map.read(off, buf);
+                return Ok(());
+            }
+        }
         self.flush()?;
         if buf.len() >= 4096 && crate::sys::read_remote(self.pid, addr, buf).ok() == Some(buf.len())
         {

@@ -578,3 +578,124 @@ pub fn take_forwarded() -> Vec<SigInfo> {
         out.push(info);
     }
 }
+
+/// A memory file of the client mapped into the tool as well: the tool
+/// writes translated code there with plain stores instead of a system
+/// call per stop (see `client_mem::ProcMemory::share`).
+#[derive(Debug)]
+pub struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+    fd: libc::c_int,
+}
+
+impl SharedMap {
+    /// Duplicates file descriptor `client_fd` of process `pid` (a tracee:
+    /// `pidfd_getfd` needs the tracer's access) into the tool, sizes the
+    /// file to `len` bytes and maps it shared.
+    pub fn from_client_fd(pid: i32, client_fd: i32, len: usize) -> io::Result<SharedMap> {
+        // SAFETY: plain system calls on integers; each result is checked,
+        // and every descriptor opened here is closed on the error paths
+        // (or owned by the returned value).
+        unsafe {
+            let pidfd = check(libc::syscall(libc::SYS_pidfd_open, pid, 0))? as libc::c_int;
+            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, client_fd, 0);
+            let err = io::Error::last_os_error();
+            libc::close(pidfd);
+            if fd < 0 {
+                return Err(err);
+            }
+            let fd = fd as libc::c_int;
+            if libc::ftruncate(fd, len as libc::off_t) != 0 {
+                let err = io::Error::last_os_error();
+                libc::close(fd);
+                return Err(err);
+            }
+            let ptr = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if ptr == libc::MAP_FAILED {
+                let err = io::Error::last_os_error();
+                libc::close(fd);
+                return Err(err);
+            }
+            Ok(SharedMap {
+                ptr: ptr as *mut u8,
+                len,
+                fd,
+            })
+        }
+    }
+
+    /// Size of the mapping in bytes.
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
+    /// Copies `bytes` to offset `off`.
+    ///
+    /// # Panics
+    /// If the range is outside the mapping.
+    pub fn write(&self, off: usize, bytes: &[u8]) {
+        assert!(off.checked_add(bytes.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the destination range is inside the live mapping (checked
+        // above) and cannot overlap `bytes`, which is tool memory outside
+        // it (the tool never hands out references into the mapping).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) }
+    }
+
+    /// Stores the low `size` (4 or 8) bytes of `value` at `off` as one
+    /// store, so that client threads running meanwhile see the old or the
+    /// new value (`off` must not make the field straddle a cache line).
+    ///
+    /// # Panics
+    /// If the range is outside the mapping or `size` is not 4 or 8.
+    pub fn store(&self, off: usize, value: u64, size: u32) {
+        assert!(off
+            .checked_add(size as usize)
+            .is_some_and(|e| e <= self.len));
+        let p = self.ptr.wrapping_add(off);
+        // SAFETY: inside the live mapping (checked above). One `mov` of 4
+        // or 8 bytes, written out so that the compiler cannot split it: x86
+        // makes it atomic when it does not cross a cache line (the caller's
+        // contract), aligned or not.
+        unsafe {
+            match size {
+                8 => {
+                    std::arch::asm!("mov qword ptr [{p}], {v}", p = in(reg) p, v = in(reg) value, options(nostack, preserves_flags))
+                }
+                4 => {
+                    std::arch::asm!("mov dword ptr [{p}], {v:e}", p = in(reg) p, v = in(reg) value, options(nostack, preserves_flags))
+                }
+                _ => panic!("store of {size} bytes"),
+            }
+        }
+    }
+
+    /// Copies `buf.len()` bytes from offset `off`.
+    ///
+    /// # Panics
+    /// If the range is outside the mapping.
+    pub fn read(&self, off: usize, buf: &mut [u8]) {
+        assert!(off.checked_add(buf.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the source range is inside the live mapping (checked
+        // above); `buf` is exclusively borrowed tool memory outside it.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), buf.as_mut_ptr(), buf.len()) }
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are the mapping made in `from_client_fd` and
+        // `fd` its descriptor; nothing refers to them after the drop.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+            libc::close(self.fd);
+        }
+    }
+}

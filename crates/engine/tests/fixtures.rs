@@ -87,6 +87,47 @@ fn fork_child_has_its_own_profile_and_spawned_program_runs_natively() {
 }
 
 #[test]
+fn forked_processes_translating_in_turns_keep_their_own_code() {
+    // Parent and child link the blocks translated before the fork to
+    // different new code, in alternation: each must run (and count) only
+    // its own translations, so each function's count equals that of one
+    // process taking the same turns.
+    let dir = TempDir::new("fork-pingpong");
+    let exe = build(
+        &dir,
+        "gcc",
+        "fork_pingpong.c",
+        "fork_pingpong",
+        &["-O1", "-fno-jump-tables"],
+    );
+    let nat = native(&exe, &[]);
+    let (run, procs) = engine(&dir, &exe, &[]);
+    assert_same_behaviour(&nat, &run);
+    assert_eq!(procs.len(), 2, "{}", run.stderr);
+    let (_, alone) = engine(&dir, &exe, &["nofork"]);
+    let alone = alone[0].by_function("fork_pingpong.c");
+    let (a, b) = (
+        procs[0].by_function("fork_pingpong.c"),
+        procs[1].by_function("fork_pingpong.c"),
+    );
+    let (child, parent) = if a.contains_key("f80") {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    for k in 64..96 {
+        let f = format!("f{k}");
+        let (mine, other) = if k >= 80 {
+            (&child, &parent)
+        } else {
+            (&parent, &child)
+        };
+        assert_eq!(mine.get(&f), alone.get(&f), "{f}");
+        assert_eq!(other.get(&f), None, "{f}");
+    }
+}
+
+#[test]
 fn dlclosed_code_is_retranslated_and_keeps_its_counts() {
     let dir = TempDir::new("dlopen");
     let one = dir.0.join("libone.so");

@@ -135,27 +135,85 @@ impl CodeCache {
                 if cand < LOWEST_CHUNK || cand + CHUNK_SIZE > highest_end {
                     continue;
                 }
-                const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
-                const FLAGS: u64 =
-                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
-                // The injection runs client code: queued writes go first.
+                // The injections run client code: queued writes go first.
                 mem.flush()?;
-                let r = inj(
-                    libc::SYS_mmap as u64,
-                    [cand, CHUNK_SIZE, PROT, FLAGS, u64::MAX, 0],
-                )?;
-                if r as u64 == cand {
+                if self.map_at(cand, mem, inj)? {
                     return Ok(self.add(cand, mem));
-                }
-                if r >= 0 {
-                    // An old kernel ignored NOREPLACE and mapped elsewhere.
-                    inj(libc::SYS_munmap as u64, [r as u64, CHUNK_SIZE, 0, 0, 0, 0])?;
                 }
             }
         }
         Err(EngineError(format!(
             "cannot place a code-cache chunk within reach of {guest:#x}"
         )))
+    }
+
+    /// Maps a chunk at `cand` if that place is free: backed by a memory
+    /// file shared with the tool when the memory can share (see
+    /// [`ClientMemory::share`]), else anonymous memory.
+    fn map_at(
+        &self,
+        cand: u64,
+        mem: &mut dyn ClientMemory,
+        inj: &mut Injector,
+    ) -> Result<bool, EngineError> {
+        const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+        const FIXED: u64 = libc::MAP_FIXED_NOREPLACE as u64;
+        let mmap = libc::SYS_mmap as u64;
+        let mapped_at = |r: i64, inj: &mut Injector| -> Result<bool, EngineError> {
+            if r as u64 == cand {
+                return Ok(true);
+            }
+            if r >= 0 {
+                // An old kernel ignored NOREPLACE and mapped elsewhere.
+                inj(libc::SYS_munmap as u64, [r as u64, CHUNK_SIZE, 0, 0, 0, 0])?;
+            }
+            Ok(false)
+        };
+        if mem.can_share() {
+            // memfd_create(name, MFD_CLOEXEC): the name is an empty string,
+            // the interest byte of syscall 65535 (always 0).
+            let name = self.core + layout::SYSTAB + 0xffff;
+            let fd = inj(
+                libc::SYS_memfd_create as u64,
+                [name, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0],
+            )?;
+            if fd >= 0 {
+                let fd = fd as u64;
+                let sized = inj(libc::SYS_ftruncate as u64, [fd, CHUNK_SIZE, 0, 0, 0, 0])? == 0;
+                let flags = libc::MAP_PRIVATE as u64 | FIXED;
+                let placed =
+                    sized && mapped_at(inj(mmap, [cand, CHUNK_SIZE, PROT, flags, fd, 0])?, inj)?;
+                let shared = placed && mem.share(cand, CHUNK_SIZE, fd as i32);
+                inj(libc::SYS_close as u64, [fd, 0, 0, 0, 0, 0])?;
+                if shared {
+                    return Ok(true);
+                }
+                if placed {
+                    inj(libc::SYS_munmap as u64, [cand, CHUNK_SIZE, 0, 0, 0, 0])?;
+                }
+                if sized && !placed {
+                    // The place is taken; the next one is tried.
+                    return Ok(false);
+                }
+            }
+        }
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | FIXED;
+        mapped_at(
+            inj(mmap, [cand, CHUNK_SIZE, PROT, flags, u64::MAX, 0])?,
+            inj,
+        )
+    }
+
+    /// Every page of the chunks that holds code or aux bytes (a forked
+    /// child must have its own copy of each, see [`Space::fork_copy`]).
+    pub fn used_pages(&self) -> Vec<u64> {
+        const PAGE: u64 = 4096;
+        let mut pages = Vec::new();
+        for c in &self.chunks {
+            pages.extend((c.base..c.code_next).step_by(PAGE as usize));
+            pages.extend((c.aux_low & !(PAGE - 1)..c.base + CHUNK_SIZE).step_by(PAGE as usize));
+        }
+        pages
     }
 
     /// Starts the chunk mapped at `base` with its miss and probe stubs.

@@ -111,7 +111,7 @@ impl Space {
     }
 
     /// The copy a forked child gets: its memory, `mem`, is a copy of ours.
-    pub fn fork_copy(&self, mem: Box<dyn ClientMemory>) -> Space {
+    pub fn fork_copy(&mut self, mem: Box<dyn ClientMemory>) -> Result<Space, EngineError> {
         let tracing = self.tracing.as_ref().map(|t| Tracing {
             link: t.link.fork(),
             ..t.clone()
@@ -135,7 +135,17 @@ impl Space {
         for area in child.areas.live_areas() {
             child.reset_trace(area);
         }
-        child
+        // Chunks shared with the tool are the child's private mappings of
+        // the same memory file: a page the child has not written still
+        // shows what the tool writes there for the parent. Writing each
+        // used page once (the same byte back) gives the child its own copy
+        // of the code it inherited; its later writes copy the rest.
+        for page in self.cache.used_pages() {
+            let byte = self.mem.read(page, 1)?;
+            child.mem.write(page, &byte);
+        }
+        child.mem.flush()?;
+        Ok(child)
     }
 
     /// The client's memory.

@@ -185,7 +185,9 @@ impl Tracer<'_> {
                 let (space, shares) = if birth == Birth::Fork {
                     (
                         Rc::new(RefCell::new(
-                            pspace.borrow().fork_copy(Box::new(ProcMemory::open(tid)?)),
+                            pspace
+                                .borrow_mut()
+                                .fork_copy(Box::new(ProcMemory::open(tid)?))?,
                         )),
                         false,
                     )
