@@ -515,7 +515,15 @@ mod tests {
     fn run(cond: Option<bool>, rcx0: u64, rcx1: u64, zf: bool) -> Seen {
         let meta = rep_block(cond);
         let n = rcx0 - rcx1;
-        let words = [rcx0, 0x5000, 0x9000, rcx1, 0x5000 + n, 0x9000, u64::from(zf)];
+        let words = [
+            rcx0,
+            0x5000,
+            0x9000,
+            rcx1,
+            0x5000 + n,
+            0x9000,
+            u64::from(zf),
+        ];
         let mut seen = Seen::default();
         rep_run(&mut seen, &meta, &words, true);
         seen

@@ -10,9 +10,9 @@
 
 mod traced;
 
-pub use traced::{BlockMeta, FlushSite, TraceMode, REP_WORDS};
 #[cfg(test)]
 pub(crate) use traced::RepString;
+pub use traced::{BlockMeta, FlushSite, TraceMode, REP_WORDS};
 
 use crate::emit::{Emitter, GPR64};
 use crate::layout::{self, MAX_BLOCK_INSNS};
