@@ -305,3 +305,43 @@ fn lackey_through_the_drop_in_and_quiet() {
         counted("valgrind", "fib")
     );
 }
+
+/// A forked child's tool continues from its parent's as it stood at the
+/// fork (as under Valgrind, where the child inherits the tool's memory):
+/// both processes report the one call to `main` made before the fork.
+#[test]
+fn a_forked_child_inherits_the_counts() {
+    require("valgrind");
+    let dir = TempDir::new("lackey-fork");
+    let exe = dir.join("fork");
+    run_support::compile("gcc", &["-O1", "-g"], "fork.c", &exe);
+    let summaries = |cmd: &str| -> Vec<(String, u64)> {
+        let out = Command::new(cmd)
+            .args(["--tool=lackey", "-q"])
+            .arg(&exe)
+            .current_dir(dir.path())
+            .output()
+            .expect("run");
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        let (mut calls, mut found) = (Vec::new(), Vec::new());
+        for l in text.lines().filter_map(|l| l.split_once("== ")) {
+            if l.1.starts_with("Counted ") {
+                calls.push(l.1.to_string());
+            } else if let Some(n) = l.1.trim_start().strip_prefix("guest instrs:") {
+                found.push(count(n));
+            }
+        }
+        calls.into_iter().zip(found).collect()
+    };
+    let ours = summaries(cachescope().to_str().unwrap());
+    let theirs = summaries("valgrind");
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    assert_eq!(theirs.len(), 2, "{theirs:?}");
+    for ((c, _), (vc, _)) in ours.iter().zip(&theirs) {
+        assert_eq!(c, "Counted 1 call to main()");
+        assert_eq!(c, vc);
+    }
+    // The child (first to finish) ran the parent's start and work(30000);
+    // the parent work(10000) after waiting for it.
+    assert!(ours[0].1 > ours[1].1, "{ours:?}");
+}
