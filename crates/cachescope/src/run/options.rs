@@ -190,23 +190,18 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
 /// The tool named by the last `--tool=` among the options (Valgrind's
 /// rule), Cachegrind by default.
 fn tool_of(args: &[OsString]) -> Result<RunTool, UsageError> {
-    let mut tool = RunTool::Cachegrind;
-    for a in args {
-        let Some(a) = a.to_str().filter(|a| a.starts_with('-')) else {
-            break;
-        };
-        tool = match a.strip_prefix("--tool=") {
-            None => continue,
-            Some("cachegrind") => RunTool::Cachegrind,
-            Some("lackey") => RunTool::Lackey(::lackey::LackeyOptions::default()),
-            Some(t) => {
-                return Err(UsageError(vec![format!(
-                    "tool '{t}' is not supported: only --tool=cachegrind and --tool=lackey are"
-                )]))
-            }
-        };
+    let named = args
+        .iter()
+        .map_while(|a| a.to_str().filter(|a| a.starts_with('-')))
+        .filter_map(|a| a.strip_prefix("--tool="))
+        .last();
+    match named {
+        None | Some("cachegrind") => Ok(RunTool::Cachegrind),
+        Some("lackey") => Ok(RunTool::Lackey(::lackey::LackeyOptions::default())),
+        Some(t) => Err(UsageError(vec![format!(
+            "tool '{t}' is not supported: only --tool=cachegrind and --tool=lackey are"
+        )])),
     }
-    Ok(tool)
 }
 
 fn unknown(arg: &str) -> UsageError {
@@ -359,6 +354,40 @@ mod tests {
         let e = err(&["--D1=1000,2,64", "ls"]);
         assert_eq!(e[0], "Cache set count is not a power of two.");
         assert_eq!(e[1], "Bad option: --D1=1000,2,64");
+    }
+
+    #[test]
+    fn lackey_and_its_options() {
+        // The tool may come after its options; the last --tool wins.
+        let r = run(&[
+            "--trace-mem=yes",
+            "--tool=memcheck",
+            "--tool=lackey",
+            "-q",
+            "x",
+        ]);
+        let RunTool::Lackey(l) = &r.tool else {
+            panic!("{:?}", r.tool)
+        };
+        assert!(l.trace_mem && l.basic_counts);
+        assert_eq!(l.fnname, "main");
+        assert_eq!(run(&["x"]).tool, RunTool::Cachegrind);
+        // Each tool's options are its own.
+        assert_eq!(
+            err(&["--trace-mem=yes", "x"])[0],
+            "Unknown option: --trace-mem=yes"
+        );
+        for o in [
+            "--cache-sim=yes",
+            "--I1=32768,8,64",
+            "--cachegrind-out-file=f",
+        ] {
+            assert_eq!(
+                err(&["--tool=lackey", o, "x"])[0],
+                format!("Unknown option: {o}")
+            );
+        }
+        assert!(err(&["--tool=lackey", "--detailed-counts=yes", "x"])[1].contains("VEX"));
     }
 
     #[test]
