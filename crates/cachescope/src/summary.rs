@@ -181,8 +181,9 @@ pub fn commas(n: u64, width: usize) -> String {
 
 /// Valgrind's `%*.Nf` (coregrind's own printf): the fraction is truncated
 /// to `prec` digits and bumped by one only when the rest is *strictly*
-/// greater than one half, so exact ties round down.
-fn vg_float(v: f64, prec: u32, width: usize) -> String {
+/// greater than one half, so exact ties round down. With no digits, there
+/// is no point either (Lackey's `%.0f%%`).
+pub fn vg_float(v: f64, prec: u32, width: usize) -> String {
     let neg = v < 0.0;
     let v = v.abs();
     let mut ipart = v as u64;
@@ -199,7 +200,11 @@ fn vg_float(v: f64, prec: u32, width: usize) -> String {
     }
     let sign = if neg { "-" } else { "" };
     let p = prec as usize;
-    let s = format!("{sign}{ipart}.{fr:0p$}");
+    let s = if prec == 0 {
+        format!("{sign}{ipart}")
+    } else {
+        format!("{sign}{ipart}.{fr:0p$}")
+    };
     format!("{s:>width$}")
 }
 
@@ -331,6 +336,8 @@ Mispred rate:      9.5% (    9.4%     +   12.4%   )";
         assert_eq!(vg_float(9.96, 1, 5), " 10.0");
         assert_eq!(vg_float(0.999, 2, 0), "1.00");
         assert_eq!(vg_float(100.0, 2, 6), "100.00");
+        assert_eq!(vg_float(39.92, 0, 0), "40");
+        assert_eq!(vg_float(99.5, 0, 0), "99");
     }
 
     #[test]

@@ -522,13 +522,19 @@ fn explicit_addr(i: &Instruction) -> AddrExpr {
 
 /// The accesses of `i`'s memory operands, reads (and read-modify-writes)
 /// before writes: an instruction reads its sources before it writes its
-/// destination (`movs` reads `[rsi]`, then writes `[rdi]`).
+/// destination (`movs` reads `[rsi]`, then writes `[rdi]`). `cmps` reads
+/// `[rdi]` before `[rsi]`, as VEX does (so Cachegrind's caches and
+/// Lackey's trace see them in that order).
 fn operand_accesses(i: &Instruction, out: &mut Accesses) {
     let access = op_accesses(i);
     // At most two memory operands (movs, cmps); writes wait here.
     let mut writes: [Option<(u32, AddrExpr)>; 2] = [None; 2];
     let mut nwrites = 0;
-    for op in 0..i.op_count() {
+    let n = i.op_count();
+    let string_compare = i.op_count() == 2
+        && matches!(i.op0_kind(), OpKind::MemorySegRSI | OpKind::MemorySegESI)
+        && matches!(i.op1_kind(), OpKind::MemoryESRDI | OpKind::MemoryESEDI);
+    for op in (0..n).map(|k| if string_compare { n - 1 - k } else { k }) {
         let size = i.memory_size().size() as u32;
         let str_addr = |base: Register, seg: Register| AddrExpr::Mem {
             seg,
@@ -918,12 +924,12 @@ mod tests {
         check("a4", &[(R, 1, RSI), (W, 1, RDI)]); // movsb
         check("48 a5", &[(R, 8, RSI), (W, 8, RDI)]); // movsq
         check("66 a5", &[(R, 2, RSI), (W, 2, RDI)]); // movsw
-        check("a6", &[(R, 1, RSI), (R, 1, RDI)]); // cmpsb
+        check("a6", &[(R, 1, RDI), (R, 1, RSI)]); // cmpsb
         check("48 ab", &[(W, 8, RDI)]); // stosq
         check("ad", &[(R, 4, RSI)]); // lodsd
         check("66 af", &[(R, 2, RDI)]); // scasw
         check("f3 a4", &[(R, 1, RSI), (W, 1, RDI)]); // rep movsb
-        check("f3 a6", &[(R, 1, RSI), (R, 1, RDI)]); // repe cmpsb
+        check("f3 a6", &[(R, 1, RDI), (R, 1, RSI)]); // repe cmpsb
         check("f3 48 ab", &[(W, 8, RDI)]); // rep stosq
         check("f2 ae", &[(R, 1, RDI)]); // repne scasb
                                         // fs: applies to the source only.

@@ -384,6 +384,12 @@ fn resolve(tool: &mut dyn StreamTool, prev: &BlockMeta, next: u64) {
 /// One execution of a rep string instruction's block: each iteration as a
 /// block run with its addresses, and the final check (Cachegrind's n+1 Ir)
 /// as a fetch alone.
+///
+/// The branch records are Cachegrind's (spec §3, "What counts as Bc"):
+/// every execution checks RCX (taken: it goes on to iterate, so taken on
+/// each iteration and not on the final check), and each iteration of
+/// `repe`/`repne` then checks its condition (taken: it repeats, so the last
+/// iteration's is taken only when the final check follows).
 fn rep_run(tool: &mut dyn StreamTool, meta: &BlockMeta, words: &[u64], branches: bool) {
     let rep = meta.rep.as_ref().expect("a rep block");
     debug_assert_eq!(words.len(), REP_WORDS as usize - 1);
@@ -391,13 +397,7 @@ fn rep_run(tool: &mut dyn StreamTool, meta: &BlockMeta, words: &[u64], branches:
         return;
     };
     let iterations = rcx0.saturating_sub(rcx1);
-    let zf = zf & 0xff != 0;
-    let extra = iterations == 0
-        || (rcx1 == 0
-            && match rep.cond {
-                None => true,
-                Some(repe) => zf == repe,
-            });
+    let extra = final_check(rep.cond, iterations, rcx1, zf & 0xff != 0);
     let uses_rdi = rep.from_rsi.iter().any(|&s| !s);
     let backwards = if uses_rdi { rdi1 < rdi0 } else { rsi1 < rsi0 };
     let id = BlockId(meta.id);
@@ -417,7 +417,11 @@ fn rep_run(tool: &mut dyn StreamTool, meta: &BlockMeta, words: &[u64], branches:
         }
         tool.block_run(id, &meta.info, &addrs);
         if branches {
-            tool.record(Record::CondBranch(CondBranch { pc, taken: false }));
+            tool.record(Record::CondBranch(CondBranch { pc, taken: true }));
+            if rep.cond.is_some() {
+                let taken = k + 1 < iterations || extra;
+                tool.record(Record::CondBranch(CondBranch { pc, taken }));
+            }
         }
     }
     if extra {
@@ -430,7 +434,125 @@ fn rep_run(tool: &mut dyn StreamTool, meta: &BlockMeta, words: &[u64], branches:
             }),
         ]);
         if branches {
-            tool.record(Record::CondBranch(CondBranch { pc, taken: true }));
+            tool.record(Record::CondBranch(CondBranch { pc, taken: false }));
         }
+    }
+}
+
+/// Whether a rep string instruction that ran `iterations` times, leaving
+/// RCX at `rcx_after` and ZF at `zf`, is executed once more to find it has
+/// finished (Cachegrind's n+1 Ir): when it never iterated, or when RCX ran
+/// out while its condition (`cond`: `Some(true)` for `repe`, `Some(false)`
+/// for `repne`) still held; not when the condition stopped it.
+fn final_check(cond: Option<bool>, iterations: u64, rcx_after: u64, zf: bool) -> bool {
+    iterations == 0
+        || (rcx_after == 0
+            && match cond {
+                None => true,
+                Some(repe) => zf == repe,
+            })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::RepString;
+    use events::{BlockInfo, MemOperand};
+
+    /// Keeps the fetches and branch outcomes it is given.
+    #[derive(Default)]
+    struct Seen {
+        fetches: usize,
+        data: Vec<u64>,
+        branches: Vec<bool>,
+    }
+
+    impl events::Tool for Seen {
+        fn needs(&self) -> Needs {
+            Needs::COUNTING
+        }
+        fn record(&mut self, record: Record) {
+            match record {
+                Record::Instr(_) => self.fetches += 1,
+                Record::Data(d) => self.data.push(d.addr),
+                Record::CondBranch(b) => self.branches.push(b.taken),
+                _ => {}
+            }
+        }
+    }
+
+    impl StreamTool for Seen {
+        fn fork(&self) -> Box<dyn StreamTool> {
+            Box::new(Seen::default())
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    /// A one-byte-step rep string block at 0x1000 reading at RSI.
+    fn rep_block(cond: Option<bool>) -> BlockMeta {
+        let mut info = BlockInfo::new(0x1000, Terminator::FallThrough);
+        let read = MemOperand {
+            size: 1,
+            kind: events::AccessKind::Read,
+        };
+        info.push(0x1000, 2, &[read]);
+        BlockMeta {
+            id: 0,
+            info,
+            words: REP_WORDS,
+            rep: Some(RepString {
+                cond,
+                step: 1,
+                from_rsi: vec![true],
+            }),
+        }
+    }
+
+    /// Runs a rep block whose registers went from `rcx0` to `rcx1`, RSI
+    /// forwards from 0x5000, with ZF `zf` at the end.
+    fn run(cond: Option<bool>, rcx0: u64, rcx1: u64, zf: bool) -> Seen {
+        let meta = rep_block(cond);
+        let n = rcx0 - rcx1;
+        let words = [
+            rcx0,
+            0x5000,
+            0x9000,
+            rcx1,
+            0x5000 + n,
+            0x9000,
+            u64::from(zf),
+        ];
+        let mut seen = Seen::default();
+        rep_run(&mut seen, &meta, &words, true);
+        seen
+    }
+
+    /// Cachegrind's branch records (spec §3): `rep movsb` with n = 3 makes
+    /// 4 checks of RCX, taken (iterate) three times; `repe cmpsb` adds a
+    /// condition check per iteration, taken (repeat) unless the condition
+    /// stopped it.
+    #[test]
+    fn rep_branches_are_cachegrinds() {
+        let s = run(None, 3, 0, false);
+        assert_eq!(s.fetches, 4);
+        assert_eq!(s.data, [0x5000, 0x5001, 0x5002]);
+        assert_eq!(s.branches, [true, true, true, false]);
+        // repe, all equal: runs out of RCX, then the final check.
+        let s = run(Some(true), 3, 0, true);
+        assert_eq!(s.fetches, 4);
+        assert_eq!(s.branches, [true, true, true, true, true, true, false]);
+        // repe, unequal at the second byte: stopped by the condition.
+        let s = run(Some(true), 3, 1, false);
+        assert_eq!(s.fetches, 2);
+        assert_eq!(s.branches, [true, true, true, false]);
+        // repne finding its byte at the last position: no final check.
+        let s = run(Some(false), 2, 0, true);
+        assert_eq!(s.fetches, 2);
+        assert_eq!(s.branches, [true, true, true, false]);
+        // Nothing to do: one check, not taken.
+        let s = run(Some(true), 0, 0, false);
+        assert_eq!((s.fetches, s.branches), (1, vec![false]));
     }
 }

@@ -10,6 +10,8 @@
 
 mod traced;
 
+#[cfg(test)]
+pub(crate) use traced::RepString;
 pub use traced::{BlockMeta, FlushSite, TraceMode, REP_WORDS};
 
 use crate::emit::{Emitter, GPR64};

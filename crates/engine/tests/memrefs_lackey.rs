@@ -25,7 +25,7 @@ use iced_x86::{
     Register,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// One access as Lackey prints it.
@@ -139,49 +139,7 @@ const FIXTURES: &[&str] = &[
     "nostdlib_insns.c",
 ];
 
-use testkit::TempDir;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/sim")
-        .join(name)
-        .canonicalize()
-        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
-}
-
-/// The flags on the fixture's `cflags:` comment line.
-fn cflags(src: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(src).expect("read fixture");
-    let line = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("cflags:"))
-        .unwrap_or_else(|| panic!("{}: no cflags: line", src.display()));
-    line.split_whitespace().map(str::to_owned).collect()
-}
-
-/// Compiles a fixture into `dir`.
-fn build(dir: &TempDir, name: &str) -> PathBuf {
-    let src = fixture(name);
-    let exe = dir.0.join(name.trim_end_matches(".c"));
-    let st = Command::new("gcc")
-        .args(cflags(&src))
-        .args([
-            "-g",
-            "-static",
-            "-nostdlib",
-            "-no-pie",
-            "-fno-pie",
-            "-fno-stack-protector",
-            "-fcf-protection=none",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-    assert!(st.success(), "gcc failed on {name}");
-    exe
-}
+use testkit::{build_nostdlib as build, TempDir};
 
 /// The executable PT_LOAD segments of a static ELF64 file: (vaddr, bytes).
 fn code_segments(exe: &Path) -> Vec<(u64, Vec<u8>)> {

@@ -245,6 +245,19 @@ impl ObjectInfo {
         Some(self.display_names[i].get_or_init(show).clone())
     }
 
+    /// The function name shown under `opts` if a function starts exactly at
+    /// file address `svma`.
+    pub fn function_starting_at(
+        &self,
+        svma: u64,
+        opts: crate::demangle::NameOptions,
+    ) -> Option<Rc<str>> {
+        let i = self.symbols.lookup(svma)?;
+        (self.symbols.range(i).0 == svma)
+            .then(|| self.function_at_with(svma, opts))
+            .flatten()
+    }
+
     /// The raw (undemangled) symbol name at file address `svma`.
     pub fn raw_function_at(&self, svma: u64) -> Option<&str> {
         self.symbols.lookup(svma).map(|i| self.symbols.name(i))

@@ -141,25 +141,39 @@ impl Symbolizer {
         Some((obj, bias))
     }
 
+    /// The object holding `addr` (through the mapping among `mappings` that
+    /// contains it: the last one, if several do, as the most recently
+    /// recorded wins) and `addr`'s file address in it.
+    fn object_at(&mut self, mappings: &[Mapping], addr: u64) -> Option<(Rc<ObjectInfo>, u64)> {
+        let m = mappings
+            .iter()
+            .rev()
+            .find(|m| m.start <= addr && addr < m.end)?;
+        let resolved = match &self.last {
+            Some((last, resolved)) if last == m => resolved.clone(),
+            _ => {
+                let resolved = self.resolve_mapping(m);
+                self.last = Some((m.clone(), resolved.clone()));
+                resolved
+            }
+        };
+        resolved.map(|(obj, bias)| (obj, addr.wrapping_sub(bias)))
+    }
+
+    /// The name of the function whose first instruction is at `addr` (none
+    /// if `addr` is inside a function or in no known one), as
+    /// [`locate`](Self::locate) would name it: what Valgrind's
+    /// `get_fnname_if_entry` answers, with which Lackey counts calls.
+    pub fn entry_name(&mut self, mappings: &[Mapping], addr: u64) -> Option<Rc<str>> {
+        let (obj, svma) = self.object_at(mappings, addr)?;
+        obj.function_starting_at(svma, self.names)
+    }
+
     /// Locates `addr`, an address in the client, using the mapping among
     /// `mappings` that contains it (the last one, if several do: the most
     /// recently recorded wins).
     pub fn locate(&mut self, mappings: &[Mapping], addr: u64) -> Location {
-        let mapping = mappings
-            .iter()
-            .rev()
-            .find(|m| m.start <= addr && addr < m.end);
-        let found = mapping.and_then(|m| {
-            let resolved = match &self.last {
-                Some((last, resolved)) if last == m => resolved.clone(),
-                _ => {
-                    let resolved = self.resolve_mapping(m);
-                    self.last = Some((m.clone(), resolved.clone()));
-                    resolved
-                }
-            };
-            resolved.map(|(obj, bias)| (obj, addr.wrapping_sub(bias)))
-        });
+        let found = self.object_at(mappings, addr);
         match found {
             Some((obj, svma)) => {
                 let func = obj.function_at_with(svma, self.names);

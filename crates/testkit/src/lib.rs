@@ -65,6 +65,53 @@ pub fn require(tool: &str) {
     );
 }
 
+/// The `-nostdlib` fixture `name` of `fixtures/sim` (`nostdlib_*.c`).
+pub fn sim_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sim")
+        .join(name)
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+/// The compiler flags on the `cflags:` comment line of the C file `src`.
+pub fn cflags(src: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(src)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", src.display()));
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("cflags:"))
+        .unwrap_or_else(|| panic!("{}: no cflags: line", src.display()));
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Compiles the `-nostdlib` fixture `name` of `fixtures/sim` with gcc
+/// (static, not position-independent, no stack protector or CET, with the
+/// flags of its `cflags:` line, `-g`) into `dir`; returns the executable.
+pub fn build_nostdlib(dir: &TempDir, name: &str) -> PathBuf {
+    require("gcc");
+    let src = sim_fixture(name);
+    let exe = dir.join(name.trim_end_matches(".c"));
+    let st = Command::new("gcc")
+        .args(cflags(&src))
+        .args([
+            "-g",
+            "-static",
+            "-nostdlib",
+            "-no-pie",
+            "-fno-pie",
+            "-fno-stack-protector",
+            "-fcf-protection=none",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+    assert!(st.success(), "gcc failed on {name}");
+    exe
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

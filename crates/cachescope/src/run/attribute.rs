@@ -38,6 +38,11 @@ pub fn command_line_of(pid: i32) -> Option<String> {
     Some(cmd)
 }
 
+/// The executable mappings `proc_profile`'s code was translated from.
+pub fn mappings(proc_profile: &ProcessProfile) -> Vec<Mapping> {
+    proc_profile.modules.iter().map(mapping).collect()
+}
+
 fn mapping(m: &ModuleRecord) -> Mapping {
     Mapping {
         path: m.path.clone(),
@@ -64,7 +69,7 @@ pub fn build_profile(
     tool: Option<&CachegrindTool>,
     syms: &mut Symbolizer,
 ) -> (Profile, EventCounts) {
-    let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
+    let mappings = mappings(proc_profile);
     if let Some(tool) = tool {
         // Trace mode: the tool simulated and counted everything.
         let events = tool.events();

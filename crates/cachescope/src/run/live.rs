@@ -1,6 +1,7 @@
-//! The Cachegrind tool on a live run: [`costs::CachegrindTool`] fed by the
-//! engine's trace buffers, one per process (a forked child continues with
-//! a copy of its parent's, caches and costs included, as under Valgrind).
+//! Tools on a live run, fed by the engine's trace buffers, one per process
+//! (a forked child continues with a copy of its parent's, state included,
+//! as under Valgrind): Cachegrind's [`costs::CachegrindTool`] and Lackey's
+//! [`lackey::LackeyTool`].
 
 use cachesim::CacheSim;
 use costs::CachegrindTool;
@@ -9,11 +10,11 @@ use events::{BlockId, BlockInfo, Needs, Record, Tool};
 use std::any::Any;
 use std::sync::Arc;
 
-/// A [`CachegrindTool`] the engine can own and fork.
+/// A tool the engine can own and fork.
 #[derive(Clone)]
-pub struct LiveTool(pub CachegrindTool);
+pub struct LiveTool<T>(pub T);
 
-impl Tool for LiveTool {
+impl<T: Tool> Tool for LiveTool<T> {
     fn needs(&self) -> Needs {
         self.0.needs()
     }
@@ -33,7 +34,7 @@ impl Tool for LiveTool {
     }
 }
 
-impl StreamTool for LiveTool {
+impl<T: Tool + Clone + Send + 'static> StreamTool for LiveTool<T> {
     fn fork(&self) -> Box<dyn StreamTool> {
         Box::new(self.clone())
     }
@@ -42,16 +43,29 @@ impl StreamTool for LiveTool {
     }
 }
 
-/// A fresh tool per process image: cold `caches` (if simulated) and the
-/// branch predictor if `branch_sim`.
-pub fn factory(caches: Option<CacheSim>, branch_sim: bool) -> ToolFactory {
-    Arc::new(move || Box::new(LiveTool(CachegrindTool::new(caches.clone(), branch_sim))))
+/// A fresh tool per process image, made by `make`.
+pub fn factory<T: Tool + Clone + Send + 'static>(
+    make: impl Fn() -> T + Send + Sync + 'static,
+) -> ToolFactory {
+    Arc::new(move || Box::new(LiveTool(make())))
 }
 
-/// The finished tool of a process, its pending block runs added.
-pub fn finished(tool: engine::FinishedTool) -> Option<CachegrindTool> {
-    let live = tool.0.into_any().downcast::<LiveTool>().ok()?;
-    let mut t = live.0;
+/// The Cachegrind tool of each process image: cold `caches` (if
+/// simulated) and the branch predictor if `branch_sim`.
+pub fn cachegrind(caches: Option<CacheSim>, branch_sim: bool) -> ToolFactory {
+    factory(move || CachegrindTool::new(caches.clone(), branch_sim))
+}
+
+/// The finished tool of a process, if it is a `T`.
+pub fn finished<T: 'static>(tool: engine::FinishedTool) -> Option<T> {
+    let live = tool.0.into_any().downcast::<LiveTool<T>>().ok()?;
+    Some(live.0)
+}
+
+/// The finished Cachegrind tool of a process, its pending block runs
+/// added.
+pub fn finished_cachegrind(tool: engine::FinishedTool) -> Option<CachegrindTool> {
+    let mut t = finished::<CachegrindTool>(tool)?;
     t.finish();
     Some(t)
 }

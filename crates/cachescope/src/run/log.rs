@@ -52,6 +52,17 @@ impl Log {
         self.file.is_some()
     }
 
+    /// Another handle on the destination (the same open file, sharing its
+    /// offset), for output written besides the messages: Lackey's trace.
+    pub fn writer(&self) -> Box<dyn Write + Send> {
+        match self.file.as_ref().map(File::try_clone) {
+            Some(Ok(f)) => Box::new(f),
+            // Not expected (it would take running out of descriptors): the
+            // trace then goes to stderr.
+            Some(Err(_)) | None => Box::new(io::stderr()),
+        }
+    }
+
     fn write_line(&mut self, line: &str) {
         // One write per line, so that lines from different processes do
         // not interleave mid-line; a failed log write is not worth dying.

@@ -11,6 +11,7 @@
 //! output names is always the client's.
 
 mod attribute;
+mod lackey;
 mod live;
 mod log;
 mod options;
@@ -28,7 +29,7 @@ use crate::outfile::{process_env, BadPattern, Expander};
 use crate::simopts;
 use crate::summary::{summary_lines, Totals};
 use log::{preamble_arg, Log};
-use options::{Command, RunOptions, UsageError};
+use options::{Command, RunOptions, RunTool, UsageError};
 use profile::output::{write_output, OutputError};
 
 /// This program's version, as the banner and `--version` show it.
@@ -93,6 +94,9 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
     } else {
         log
     };
+    // Lackey's trace goes where the messages go, through its own buffer.
+    let trace =
+        matches!(opts.tool, RunTool::Lackey(_)).then(|| ::lackey::TraceOut::new(log.writer()));
     let mut sink = CgSink {
         opts,
         cmd: attribute::command_line(&opts.program, &opts.args),
@@ -100,6 +104,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         symbols: Symbolizer::with_names(opts.names),
         log,
         bad_out_file: false,
+        trace,
     };
     // Valgrind prints nothing but the error for a program it cannot start.
     if let Err(e) = engine::find_program(&opts.program) {
@@ -108,17 +113,22 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         return ExitCode::from(status);
     }
     sink.preamble(me);
-    // The simulated caches, as Cachegrind resolves them at start-up (its
-    // warnings come after the preamble).
-    let log = &mut sink.log;
-    let Ok(caches) = simopts::setup_caches(&opts.sim, |m| match m {
-        cachesim::Message::Umsg(t) => log.umsg(me, t),
-        cachesim::Message::Dmsg(t) => log.dmsg(me, t),
-    }) else {
-        return ExitCode::from(1);
+    let tool = match (&opts.tool, &sink.trace) {
+        (RunTool::Lackey(l), Some(out)) => Some(lackey::factory(l, out.clone())),
+        _ => {
+            // The simulated caches, as Cachegrind resolves them at start-up
+            // (its warnings come after the preamble).
+            let log = &mut sink.log;
+            let Ok(caches) = simopts::setup_caches(&opts.sim, |m| match m {
+                cachesim::Message::Umsg(t) => log.umsg(me, t),
+                cachesim::Message::Dmsg(t) => log.dmsg(me, t),
+            }) else {
+                return ExitCode::from(1);
+            };
+            (opts.sim.cache_sim || opts.sim.branch_sim)
+                .then(|| live::cachegrind(caches, opts.sim.branch_sim))
+        }
     };
-    let tool = (opts.sim.cache_sim || opts.sim.branch_sim)
-        .then(|| live::factory(caches, opts.sim.branch_sim));
     let config = LaunchConfig {
         program: opts.program.clone(),
         args: opts.args.clone(),
@@ -202,6 +212,8 @@ struct CgSink<'a> {
     symbols: Symbolizer,
     log: Log,
     bad_out_file: bool,
+    /// With `--tool=lackey`: where the processes' tools write the trace.
+    trace: Option<::lackey::TraceOut>,
 }
 
 impl CgSink<'_> {
@@ -210,8 +222,12 @@ impl CgSink<'_> {
         if self.opts.verbosity < 1 {
             return;
         }
+        let what = match self.opts.tool {
+            RunTool::Cachegrind => "a Cachegrind-compatible high-precision tracing profiler",
+            RunTool::Lackey(_) => "a Lackey-compatible memory tracer",
+        };
         let lines = [
-            format!("Cachescope-{VERSION}, a Cachegrind-compatible high-precision tracing profiler"),
+            format!("Cachescope-{VERSION}, {what}"),
             "Copyright (C) 2026, and GNU GPL'd, by the cachescope developers.".to_string(),
             format!("Using cachescope-{VERSION} and its own instrumentation engine; rerun with -h for usage"),
         ];
@@ -262,6 +278,20 @@ impl ProfileSink for CgSink<'_> {
         let pid = proc_profile.pid;
         // Valgrind's core prints this blank line at exit, before the tool
         // writes its file (so before any error about it).
+        if let (RunTool::Lackey(l), Some(out)) = (&self.opts.tool, &self.trace) {
+            let mut proc_profile = proc_profile;
+            let mappings = attribute::mappings(&proc_profile);
+            let lines = lackey::finish(l, out, &mut proc_profile, &mappings, &mut self.symbols);
+            if self.opts.verbosity > 0 {
+                self.log.umsg(pid, "");
+            }
+            // Lackey prints its summary even with -q.
+            for l in &lines {
+                self.log.umsg(pid, l);
+            }
+            self.stats(&proc_profile);
+            return;
+        }
         if self.opts.verbosity > 0 {
             self.log.umsg(pid, "");
         }
@@ -291,7 +321,7 @@ impl ProfileSink for CgSink<'_> {
             self.cmd.clone()
         };
         let mut proc_profile = proc_profile;
-        let tool = proc_profile.tool.take().and_then(live::finished);
+        let tool = proc_profile.tool.take().and_then(live::finished_cachegrind);
         let (profile, counts) =
             attribute::build_profile(&cmd, &proc_profile, tool.as_ref(), &mut self.symbols);
         let symbolized_in = started.elapsed();
@@ -343,12 +373,18 @@ impl ProfileSink for CgSink<'_> {
                 self.log.umsg(pid, &l);
             }
         }
-        // Like Valgrind's core statistics: after the tool's summary, even
-        // with -q.
+        self.stats(&proc_profile);
+    }
+}
+
+impl CgSink<'_> {
+    /// The engine's statistics of a process, if asked for: like Valgrind's
+    /// core statistics, after the tool's summary, even with -q.
+    fn stats(&mut self, proc_profile: &ProcessProfile) {
         if let Some(stats) = &proc_profile.stats {
-            self.log.umsg(pid, "");
+            self.log.umsg(proc_profile.pid, "");
             for l in stats.report() {
-                self.log.umsg(pid, &l);
+                self.log.umsg(proc_profile.pid, &l);
             }
         }
     }

@@ -7,15 +7,27 @@
 
 use std::ffi::OsString;
 
+use super::lackey;
 use super::skip::{patterns, SkipPatterns};
 use crate::simopts::{BadOption, SimOptions, USE_HELP};
 
 /// The default `--cachegrind-out-file` pattern.
 pub const DEFAULT_OUT_FILE: &str = "cachegrind.out.%p";
 
+/// The tool a run uses (`--tool=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunTool {
+    /// Cachegrind, the default.
+    Cachegrind,
+    /// Lackey's memory trace and basic counts.
+    Lackey(::lackey::LackeyOptions),
+}
+
 /// Everything the run mode needs from the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOptions {
+    /// `--tool=`.
+    pub tool: RunTool,
     /// Valgrind's verbosity: 1 by default, 0 with `-q`, +1 per `-v`.
     pub verbosity: i32,
     /// `--log-file=` pattern (unexpanded), if any.
@@ -63,7 +75,7 @@ impl From<BadOption> for UsageError {
     }
 }
 
-fn bad_option(arg: &str, detail: &str) -> UsageError {
+pub(super) fn bad_option(arg: &str, detail: &str) -> UsageError {
     UsageError(vec![
         format!("Bad option: {arg}"),
         detail.to_string(),
@@ -71,7 +83,7 @@ fn bad_option(arg: &str, detail: &str) -> UsageError {
     ])
 }
 
-fn yes_no(arg: &str, value: &str) -> Result<bool, UsageError> {
+pub(super) fn yes_no(arg: &str, value: &str) -> Result<bool, UsageError> {
     match value {
         "yes" => Ok(true),
         "no" => Ok(false),
@@ -85,6 +97,7 @@ fn yes_no(arg: &str, value: &str) -> Result<bool, UsageError> {
 /// Parses the arguments after the command name.
 pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
     let mut opts = RunOptions {
+        tool: tool_of(args)?,
         verbosity: 1,
         log_file: None,
         trace_children: false,
@@ -111,8 +124,19 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             break;
         }
         i += 1;
-        if opts.sim.parse_arg(arg)? {
-            continue;
+        // Each tool's own options (the tool is known before: `--tool` may
+        // come after them).
+        match &mut opts.tool {
+            RunTool::Cachegrind => {
+                if opts.sim.parse_arg(arg)? {
+                    continue;
+                }
+            }
+            RunTool::Lackey(l) => {
+                if lackey::parse_arg(l, arg)? {
+                    continue;
+                }
+            }
         }
         let (name, value) = match arg.split_once('=') {
             Some((n, v)) => (n, Some(v)),
@@ -123,13 +147,8 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             ("--version", None) => return Ok(Command::Version),
             ("-q" | "--quiet", None) => opts.verbosity = 0,
             ("-v" | "--verbose", None) => opts.verbosity += 1,
-            ("--tool", Some(t)) => {
-                if t != "cachegrind" {
-                    return Err(UsageError(vec![format!(
-                        "tool '{t}' is not supported: only --tool=cachegrind is"
-                    )]));
-                }
-            }
+            // Taken by `tool_of`.
+            ("--tool", Some(_)) => {}
             ("--log-file", Some(f)) => opts.log_file = Some(f.to_string()),
             ("--trace-children", Some(v)) => opts.trace_children = yes_no(arg, v)?,
             // Valgrind keeps the last of each (a string option).
@@ -137,7 +156,9 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             ("--trace-children-skip-by-arg", Some(v)) => opts.skip.by_arg = patterns(v),
             ("--time-stamp", Some(v)) => opts.time_stamp = yes_no(arg, v)?,
             ("--stats", Some(v)) => opts.stats = yes_no(arg, v)?,
-            ("--cachegrind-out-file", Some(f)) => opts.out_file = f.to_string(),
+            ("--cachegrind-out-file", Some(f)) if opts.tool == RunTool::Cachegrind => {
+                opts.out_file = f.to_string()
+            }
             ("--demangle", Some(v)) => opts.names.demangle = yes_no(arg, v)?,
             ("--show-below-main", Some(v)) => opts.names.rename_below_main = !yes_no(arg, v)?,
             ("--instr-at-start", Some(v)) => {
@@ -166,6 +187,23 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
     Ok(Command::Run(Box::new(opts)))
 }
 
+/// The tool named by the last `--tool=` among the options (Valgrind's
+/// rule), Cachegrind by default.
+fn tool_of(args: &[OsString]) -> Result<RunTool, UsageError> {
+    let named = args
+        .iter()
+        .map_while(|a| a.to_str().filter(|a| a.starts_with('-')))
+        .filter_map(|a| a.strip_prefix("--tool="))
+        .last();
+    match named {
+        None | Some("cachegrind") => Ok(RunTool::Cachegrind),
+        Some("lackey") => Ok(RunTool::Lackey(::lackey::LackeyOptions::default())),
+        Some(t) => Err(UsageError(vec![format!(
+            "tool '{t}' is not supported: only --tool=cachegrind and --tool=lackey are"
+        )])),
+    }
+}
+
 fn unknown(arg: &str) -> UsageError {
     UsageError(vec![format!("Unknown option: {arg}"), USE_HELP.to_string()])
 }
@@ -179,7 +217,7 @@ pub fn usage(name: &str) -> String {
          \x20 Cachegrind profile (cachegrind.out format).\n\
          \n\
          \x20 core options (Valgrind's spelling):\n\
-         \x20   --tool=cachegrind          the tool (as `valgrind`, the others are\n\
+         \x20   --tool=cachegrind|lackey   the tool (as `valgrind`, the others are\n\
          \x20                              Valgrind's own, run when installed)\n\
          \x20   -h --help                  show this message\n\
          \x20   --version                  show version\n\
@@ -202,6 +240,14 @@ pub fn usage(name: &str) -> String {
          \x20   --cache-sim=no|yes         collect cache stats? [no]\n\
          \x20   --branch-sim=no|yes        collect branch prediction stats? [no]\n\
          \x20   --cachegrind-out-file=<file>  output file name [{DEFAULT_OUT_FILE}]\n\
+         \n\
+         \n\
+         \x20 lackey options (--tool=lackey):\n\
+         \x20   --trace-mem=no|yes         trace all instruction and data\n\
+         \x20                              references [no]\n\
+         \x20   --basic-counts=no|yes      count instructions, conditional\n\
+         \x20                              branches, calls [yes]\n\
+         \x20   --fnname=<name>            count calls to <name> [main]\n\
          \n\
          \x20 Other modes: cachescope replay|annotate|merge|diff ...\n"
     )
@@ -308,6 +354,40 @@ mod tests {
         let e = err(&["--D1=1000,2,64", "ls"]);
         assert_eq!(e[0], "Cache set count is not a power of two.");
         assert_eq!(e[1], "Bad option: --D1=1000,2,64");
+    }
+
+    #[test]
+    fn lackey_and_its_options() {
+        // The tool may come after its options; the last --tool wins.
+        let r = run(&[
+            "--trace-mem=yes",
+            "--tool=memcheck",
+            "--tool=lackey",
+            "-q",
+            "x",
+        ]);
+        let RunTool::Lackey(l) = &r.tool else {
+            panic!("{:?}", r.tool)
+        };
+        assert!(l.trace_mem && l.basic_counts);
+        assert_eq!(l.fnname, "main");
+        assert_eq!(run(&["x"]).tool, RunTool::Cachegrind);
+        // Each tool's options are its own.
+        assert_eq!(
+            err(&["--trace-mem=yes", "x"])[0],
+            "Unknown option: --trace-mem=yes"
+        );
+        for o in [
+            "--cache-sim=yes",
+            "--I1=32768,8,64",
+            "--cachegrind-out-file=f",
+        ] {
+            assert_eq!(
+                err(&["--tool=lackey", o, "x"])[0],
+                format!("Unknown option: {o}")
+            );
+        }
+        assert!(err(&["--tool=lackey", "--detailed-counts=yes", "x"])[1].contains("VEX"));
     }
 
     #[test]

@@ -115,14 +115,24 @@ impl Space {
         Ok(start)
     }
 
-    /// A thread ends (or the process does): its complete records go to the
-    /// consumer and its buffer starts over.
-    pub(super) fn drain_trace(&mut self, area: u64) {
+    /// The records in the buffer of `area`, whose thread is stopped
+    /// between two blocks (its last record complete), go to the consumer
+    /// and its buffer starts over. Before a fork, so that the child's tool,
+    /// a copy of the parent's, has seen everything the forking thread did.
+    pub fn hand_over_trace(&mut self, area: u64) {
         // (Memory already gone: nothing more to hand over.)
         let words = self.buffered(area).unwrap_or_default();
         let Some(t) = &self.tracing else { return };
         t.link.records(area, words);
-        t.link.thread_end(area);
         self.reset_trace(area);
+    }
+
+    /// A thread ends (or the process does): its complete records go to the
+    /// consumer and its buffer starts over.
+    pub(super) fn drain_trace(&mut self, area: u64) {
+        self.hand_over_trace(area);
+        if let Some(t) = &self.tracing {
+            t.link.thread_end(area);
+        }
     }
 }

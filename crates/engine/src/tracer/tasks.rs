@@ -183,6 +183,10 @@ impl Tracer<'_> {
             }
             Birth::Fork | Birth::Vfork => {
                 let (space, shares) = if birth == Birth::Fork {
+                    // The forking thread (stopped in its fork, between
+                    // blocks) hands over its records first: the child's
+                    // tool is a copy of the parent's with all of them.
+                    pspace.borrow_mut().hand_over_trace(parea);
                     (
                         Rc::new(RefCell::new(
                             pspace

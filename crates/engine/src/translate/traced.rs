@@ -451,5 +451,9 @@ mod tests {
         let rep = traced(&[0xf2, 0xae]).meta.unwrap().rep.unwrap();
         assert_eq!((rep.step, rep.cond), (1, Some(false)));
         assert_eq!(rep.from_rsi, [false]);
+        // repe cmpsb: [rdi], then [rsi] (VEX's order).
+        let rep = traced(&[0xf3, 0xa6]).meta.unwrap().rep.unwrap();
+        assert_eq!((rep.step, rep.cond), (1, Some(true)));
+        assert_eq!(rep.from_rsi, [false, true]);
     }
 }
