@@ -66,6 +66,8 @@ struct SectionMap {
     data: Vec<Range>,
     /// `.got` and `.plt`: symbols there are references, ignored.
     ignored: Vec<Range>,
+    /// `.plt` alone: Valgrind's `Vg_SectPLT`, which Callgrind skips.
+    plt: Option<Range>,
 }
 
 impl SectionMap {
@@ -90,6 +92,21 @@ pub struct ObjectInfo {
     symbols: SymbolTable,
     display_names: Vec<OnceCell<Rc<str>>>,
     lines: LineTable,
+    text: Option<Range>,
+    plt: Option<Range>,
+}
+
+/// The kind of section code is in, as Valgrind's `VG_(DebugInfo_sect_kind)`
+/// tells it for code: Callgrind treats a jump from one kind to another as a
+/// call, and skips functions in the PLT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SectionKind {
+    /// `.text`.
+    Text,
+    /// `.plt`.
+    Plt,
+    /// Anything else (`.init`, `.fini`, `.plt.got`, `.plt.sec`, unknown).
+    Other,
 }
 
 impl ObjectInfo {
@@ -157,7 +174,28 @@ impl ObjectInfo {
             symbols,
             display_names,
             lines,
+            text: sections.text,
+            plt: sections.plt,
         })
+    }
+
+    /// The section kind of file address `svma`.
+    pub fn section_kind(&self, svma: u64) -> SectionKind {
+        if self.plt.is_some_and(|r| r.contains(svma)) {
+            SectionKind::Plt
+        } else if self.text.is_some_and(|r| r.contains(svma)) {
+            SectionKind::Text
+        } else {
+            SectionKind::Other
+        }
+    }
+
+    /// Whether a function symbol starts at file address `svma` (Valgrind's
+    /// `get_fnname_if_entry`).
+    pub fn is_function_entry(&self, svma: u64) -> bool {
+        self.symbols
+            .lookup(svma)
+            .is_some_and(|i| self.symbols.range(i).0 == svma)
     }
 
     /// The object's path.
@@ -241,7 +279,11 @@ fn section_map(file: &Elf<'_>) -> SectionMap {
         match name {
             b".text" if map.text.is_none() => map.text = Some(r),
             b".data" | b".sdata" | b".bss" | b".sbss" => map.data.push(r),
-            b".got" | b".plt" => map.ignored.push(r),
+            b".got" => map.ignored.push(r),
+            b".plt" => {
+                map.ignored.push(r);
+                map.plt = Some(r);
+            }
             n if n.starts_with(b".rodata") => match &mut rodata {
                 None => rodata = Some(r),
                 Some(ro) => {

@@ -11,6 +11,8 @@
 //! output names is always the client's.
 
 mod attribute;
+mod callgrind;
+mod cgopts;
 mod live;
 mod log;
 mod options;
@@ -27,6 +29,7 @@ use symbols::Symbolizer;
 use crate::outfile::{process_env, BadPattern, Expander};
 use crate::simopts;
 use crate::summary::{summary_lines, Totals};
+use cgopts::ToolKind;
 use log::{preamble_arg, Log};
 use options::{Command, RunOptions, UsageError};
 use profile::output::{write_output, OutputError};
@@ -117,8 +120,11 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
     }) else {
         return ExitCode::from(1);
     };
-    let tool = (opts.sim.cache_sim || opts.sim.branch_sim)
-        .then(|| live::factory(caches, opts.sim.branch_sim));
+    let tool = match opts.tool {
+        ToolKind::Callgrind => Some(callgrind::factory(opts)),
+        ToolKind::Cachegrind => (opts.sim.cache_sim || opts.sim.branch_sim)
+            .then(|| live::factory(caches, opts.sim.branch_sim)),
+    };
     let config = LaunchConfig {
         program: opts.program.clone(),
         args: opts.args.clone(),
@@ -251,6 +257,9 @@ impl ProfileSink for CgSink<'_> {
     }
 
     fn process_finished(&mut self, proc_profile: ProcessProfile) {
+        if self.opts.tool == ToolKind::Callgrind {
+            return self.callgrind_finished(proc_profile);
+        }
         let pid = proc_profile.pid;
         // Valgrind's core prints this blank line at exit, before the tool
         // writes its file (so before any error about it).

@@ -7,6 +7,7 @@
 
 use std::ffi::OsString;
 
+use super::cgopts::{CallgrindOptions, ToolKind};
 use super::skip::{patterns, SkipPatterns};
 use crate::simopts::{BadOption, SimOptions, USE_HELP};
 
@@ -35,6 +36,10 @@ pub struct RunOptions {
     pub names: symbols::NameOptions,
     /// `--cache-sim`, `--branch-sim` and the cache geometries.
     pub sim: SimOptions,
+    /// `--tool`.
+    pub tool: ToolKind,
+    /// Callgrind's options (with `--tool=callgrind`).
+    pub callgrind: CallgrindOptions,
     /// The program, as given.
     pub program: OsString,
     /// Its arguments.
@@ -94,9 +99,13 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         out_file: DEFAULT_OUT_FILE.to_string(),
         names: symbols::NameOptions::default(),
         sim: SimOptions::new(false),
+        tool: ToolKind::Cachegrind,
+        callgrind: CallgrindOptions::default(),
         program: OsString::new(),
         args: Vec::new(),
     };
+    // A Callgrind option is unknown to Cachegrind.
+    let mut callgrind_only: Option<String> = None;
     let mut i = 0;
     while i < args.len() {
         let Some(arg) = args[i].to_str() else {
@@ -114,6 +123,10 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         if opts.sim.parse_arg(arg)? {
             continue;
         }
+        if opts.callgrind.parse_arg(arg).map_err(UsageError)? {
+            callgrind_only.get_or_insert_with(|| arg.to_string());
+            continue;
+        }
         let (name, value) = match arg.split_once('=') {
             Some((n, v)) => (n, Some(v)),
             None => (arg, None),
@@ -124,11 +137,15 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             ("-q" | "--quiet", None) => opts.verbosity = 0,
             ("-v" | "--verbose", None) => opts.verbosity += 1,
             ("--tool", Some(t)) => {
-                if t != "cachegrind" {
-                    return Err(UsageError(vec![format!(
-                        "tool '{t}' is not supported: only --tool=cachegrind is"
-                    )]));
-                }
+                opts.tool = match t {
+                    "cachegrind" => ToolKind::Cachegrind,
+                    "callgrind" => ToolKind::Callgrind,
+                    _ => {
+                        return Err(UsageError(vec![format!(
+                            "tool '{t}' is not supported: only cachegrind and callgrind are"
+                        )]))
+                    }
+                };
             }
             ("--log-file", Some(f)) => opts.log_file = Some(f.to_string()),
             ("--trace-children", Some(v)) => opts.trace_children = yes_no(arg, v)?,
@@ -154,6 +171,15 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             ("--fair-sched", Some("yes" | "no" | "try")) => {}
             _ => return Err(unknown(arg)),
         }
+    }
+    if let (ToolKind::Cachegrind, Some(arg)) = (opts.tool, &callgrind_only) {
+        return Err(unknown(arg));
+    }
+    if opts.tool == ToolKind::Callgrind && (opts.sim.cache_sim || opts.sim.branch_sim) {
+        return Err(UsageError(vec![
+            "--cache-sim=yes and --branch-sim=yes are not supported yet with --tool=callgrind"
+                .to_string(),
+        ]));
     }
     let Some(program) = args.get(i) else {
         return Err(UsageError(vec![
@@ -293,6 +319,18 @@ mod tests {
             ]
         );
         assert_eq!(err(&["--tool=memcheck", "ls"]).len(), 1);
+        assert_eq!(
+            err(&["--dump-instr=yes", "ls"]),
+            vec!["Unknown option: --dump-instr=yes", USE_HELP]
+        );
+    }
+
+    #[test]
+    fn callgrind_is_a_tool_with_its_options() {
+        let r = run(&["--dump-instr=yes", "--tool=callgrind", "ls"]);
+        assert_eq!(r.tool, ToolKind::Callgrind);
+        assert!(r.callgrind.output.dump_instr);
+        assert_eq!(run(&["ls"]).tool, ToolKind::Cachegrind);
     }
 
     #[test]
