@@ -3,8 +3,9 @@
 //! drive Cachegrind (gungraun/iai-callgrind, rustc-perf, CodSpeed find it
 //! as `valgrind`).
 //!
-//! * `--tool=cachegrind` is the run mode itself (same parser, same
-//!   options; error lines start `valgrind: ` as Valgrind's do).
+//! * `--tool=cachegrind` and `--tool=callgrind` are the run mode itself
+//!   (same parser, same options; error lines start `valgrind: ` as
+//!   Valgrind's do).
 //! * Any other tool, including Valgrind's default (memcheck, when no
 //!   `--tool` is given), is handed to the real Valgrind: the first other
 //!   `valgrind` on `PATH`, found by skipping this binary however it is
@@ -36,7 +37,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let tool = opts.tool.unwrap_or(DEFAULT_TOOL);
-    if tool == "cachegrind" {
+    if tool == "cachegrind" || tool == "callgrind" {
         return run::main_as(args, "valgrind");
     }
     match real_valgrind() {
@@ -45,7 +46,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         None if opts.help => run::main_as(args, "valgrind"),
         None => {
             eprintln!(
-                "valgrind: tool '{tool}' is not provided by cachescope (only cachegrind is), \
+                "valgrind: tool '{tool}' is not provided by cachescope (only cachegrind and callgrind are), \
                  and no other valgrind was found on PATH"
             );
             ExitCode::from(1)

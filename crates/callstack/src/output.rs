@@ -109,7 +109,7 @@ impl CallTool {
                 continue;
             }
             let key = key_of(&mut namer, node);
-            for &addr in self.block(block).instrs.iter() {
+            for &addr in self.block_state(block).instrs.iter() {
                 let s = site(&mut namer, addr);
                 builder.add_cost(key, s, &[runs]);
                 total += runs;

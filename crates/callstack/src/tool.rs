@@ -303,12 +303,12 @@ impl CallTool {
             .run_keys
             .iter()
             .zip(&self.tree.runs)
-            .map(|(&(_, b), &n)| n * self.block(b).instrs.len() as u64)
+            .map(|(&(_, b), &n)| n * self.block_state(b).instrs.len() as u64)
             .sum();
         runs + self.tree.extra.values().sum::<u64>()
     }
 
-    pub(crate) fn block(&self, id: u32) -> &BlockState {
+    pub(crate) fn block_state(&self, id: u32) -> &BlockState {
         self.blocks[id as usize]
             .as_ref()
             .expect("runs only of described blocks")
@@ -684,5 +684,256 @@ impl Tool for CallTool {
                 t.end_signal();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Functions by address range: (start, end, name, object, section).
+    #[derive(Clone)]
+    struct Fake(Vec<(u64, u64, &'static str, &'static str, Section)>);
+
+    impl Classify for Fake {
+        fn classify(&mut self, info: &BlockInfo) -> CodeClass {
+            let a = info.start();
+            let &(start, _, name, object, section) = self
+                .0
+                .iter()
+                .find(|f| f.0 <= a && a < f.1)
+                .expect("a fake function");
+            CodeClass {
+                object: object.into(),
+                file: "f.c".into(),
+                function: name.into(),
+                entry: a == start,
+                section,
+            }
+        }
+        fn fork(&self) -> Box<dyn Classify> {
+            Box::new(self.clone())
+        }
+    }
+
+    fn program() -> Fake {
+        Fake(vec![
+            (0x1000, 0x2000, "main", "exe", Section::Text),
+            (0x2000, 0x3000, "f", "exe", Section::Text),
+            (0x3000, 0x4000, "g", "exe", Section::Text),
+            (0x4000, 0x5000, "h", "exe", Section::Text),
+            (0x5000, 0x5010, "0x5000 [PLT]", "exe", Section::Plt),
+            (0x9000, 0xa000, "lib", "libc", Section::Text),
+            (0xa000, 0xb000, "restorer", "libc", Section::Text),
+        ])
+    }
+
+    /// Runs blocks: (start, instructions, terminator, stack pointer before
+    /// the last instruction).
+    struct Run {
+        tool: CallTool,
+        ids: FxHashMap<u64, u32>,
+    }
+
+    impl Run {
+        fn new() -> Run {
+            Run {
+                tool: CallTool::new(CallOptions::default(), Box::new(program())),
+                ids: FxHashMap::default(),
+            }
+        }
+
+        fn block(&mut self, start: u64, n: u64, term: Terminator, sp: Option<u64>) {
+            let next = self.ids.len() as u32;
+            let id = *self.ids.entry(start).or_insert(next);
+            let mut info = BlockInfo::new(start, term);
+            for i in 0..n {
+                info.push(start + i, 1, &[]);
+            }
+            if id == next {
+                self.tool.block(BlockId(id), &info);
+            }
+            self.tool.block_run(BlockId(id), &info, &[]);
+            if let Some(sp) = sp {
+                self.tool.stack_pointer(sp);
+            }
+        }
+
+        /// Self Ir per (function, level), and arcs as (caller, callee,
+        /// calls, inclusive), by names.
+        fn results(&mut self) -> (Vec<(String, u64)>, Vec<(String, String, u64, u64)>) {
+            self.tool.finish();
+            let t = &self.tool;
+            let name = |n: NodeId| {
+                let node = t.tree.nodes[n as usize];
+                let f = &t.functions[node.function as usize].class.function;
+                if node.level > 1 {
+                    format!("{f}'{}", node.level)
+                } else {
+                    f.to_string()
+                }
+            };
+            let mut selfs: FxHashMap<String, u64> = FxHashMap::default();
+            for (&(n, b), &runs) in t.tree.run_keys.iter().zip(&t.tree.runs) {
+                *selfs.entry(name(n)).or_default() += runs * t.block_state(b).instrs.len() as u64;
+            }
+            for (&(n, _), &ir) in &t.tree.extra {
+                *selfs.entry(name(n)).or_default() += ir;
+            }
+            let mut selfs: Vec<_> = selfs.into_iter().collect();
+            selfs.sort();
+            let mut arcs: Vec<_> = t
+                .tree
+                .arcs
+                .iter()
+                .map(|a| (name(a.caller), name(a.callee), a.calls, a.inclusive))
+                .collect();
+            arcs.sort();
+            (selfs, arcs)
+        }
+    }
+
+    fn s(v: &[(&str, u64)]) -> Vec<(String, u64)> {
+        v.iter().map(|&(n, c)| (n.to_string(), c)).collect()
+    }
+
+    fn a(v: &[(&str, &str, u64, u64)]) -> Vec<(String, String, u64, u64)> {
+        v.iter()
+            .map(|&(x, y, c, i)| (x.to_string(), y.to_string(), c, i))
+            .collect()
+    }
+
+    const CALL_F: Terminator = Terminator::Call { target: 0x2000 };
+
+    #[test]
+    fn calls_returns_and_recursion_levels() {
+        let mut r = Run::new();
+        r.tool.thread(7);
+        r.block(0x1000, 3, CALL_F, Some(0x8000)); // main calls f
+        r.block(0x2000, 2, Terminator::CondJump { target: 0x2010 }, None);
+        r.block(0x2002, 2, CALL_F, Some(0x7ff0)); // f calls f
+        r.block(0x2000, 2, Terminator::CondJump { target: 0x2010 }, None);
+        r.block(0x2010, 1, Terminator::Return, Some(0x7fe8)); // f'2 returns
+        r.block(0x2004, 1, Terminator::Jump { target: 0x2010 }, None);
+        r.block(0x2010, 1, Terminator::Return, Some(0x7ff8)); // f returns
+        r.block(0x1003, 4, Terminator::Syscall, None);
+        let (selfs, arcs) = r.results();
+        assert_eq!(selfs, s(&[("f", 6), ("f'2", 3), ("main", 7)]));
+        assert_eq!(arcs, a(&[("f", "f'2", 1, 3), ("main", "f", 1, 9)]));
+        assert_eq!(r.tool.total(), 16);
+        assert_eq!(r.tool.threads(), [1]);
+    }
+
+    #[test]
+    fn a_jump_to_a_function_start_is_a_tail_call() {
+        let mut r = Run::new();
+        r.block(0x1000, 2, Terminator::Call { target: 0x3000 }, Some(0x8000));
+        r.block(0x3000, 3, Terminator::Jump { target: 0x4000 }, None); // g -> h
+        r.block(0x4000, 2, Terminator::Return, Some(0x7ff8)); // h returns to main
+        r.block(0x1002, 1, Terminator::Syscall, None);
+        let (selfs, arcs) = r.results();
+        assert_eq!(selfs, s(&[("g", 3), ("h", 2), ("main", 3)]));
+        assert_eq!(arcs, a(&[("g", "h", 1, 2), ("main", "g", 1, 5)]));
+    }
+
+    #[test]
+    fn longjmp_unwinds_by_the_stack_pointer() {
+        let mut r = Run::new();
+        r.block(0x1000, 2, Terminator::Call { target: 0x3000 }, Some(0x8000));
+        r.block(0x3000, 1, Terminator::Call { target: 0x4000 }, Some(0x7f00));
+        // h jumps back into main's frame (SP back above both frames).
+        r.block(0x4000, 4, Terminator::IndirectJump, Some(0x8000));
+        r.block(0x1010, 1, Terminator::Syscall, None);
+        let (selfs, arcs) = r.results();
+        assert_eq!(selfs, s(&[("g", 1), ("h", 4), ("main", 3)]));
+        assert_eq!(arcs, a(&[("g", "h", 1, 4), ("main", "g", 1, 5)]));
+    }
+
+    #[test]
+    fn plt_stubs_are_skipped_and_charged_to_the_call_site() {
+        let mut r = Run::new();
+        r.block(0x1000, 2, Terminator::Call { target: 0x5000 }, Some(0x8000));
+        r.block(0x5000, 1, Terminator::IndirectJump, Some(0x7ff8)); // PLT -> libc
+        r.block(0x9000, 5, Terminator::Return, Some(0x7ff8));
+        r.block(0x1002, 1, Terminator::Syscall, None);
+        let (selfs, arcs) = r.results();
+        assert_eq!(selfs, s(&[("lib", 5), ("main", 4)]));
+        assert_eq!(arcs, a(&[("main", "lib", 1, 5)]));
+        // The stub's Ir sits on main's call instruction.
+        let main_site = r.tool.tree.extra.keys().map(|k| k.1).collect::<Vec<_>>();
+        assert_eq!(main_site, [0x1001]);
+        // With --skip-plt=no the stub is a function of its own.
+        let mut r = Run::new();
+        r.tool.options.skip_plt = false;
+        r.block(0x1000, 2, Terminator::Call { target: 0x5000 }, Some(0x8000));
+        r.block(0x5000, 1, Terminator::IndirectJump, Some(0x7ff8));
+        r.block(0x9000, 5, Terminator::Return, Some(0x7ff8));
+        r.block(0x1002, 1, Terminator::Syscall, None);
+        let (_, arcs) = r.results();
+        assert_eq!(
+            arcs,
+            a(&[
+                ("0x5000 [PLT]", "lib", 1, 5),
+                ("main", "0x5000 [PLT]", 1, 6)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_signal_handler_is_a_root_and_its_return_an_underflow() {
+        let mut r = Run::new();
+        r.block(0x1000, 2, Terminator::Call { target: 0x2000 }, Some(0x8000));
+        r.block(0x2000, 3, Terminator::Jump { target: 0x2100 }, None);
+        r.tool.signal(SignalEvent::Delivered);
+        r.block(0x3000, 4, Terminator::Return, Some(0x7000)); // handler g
+        r.block(0xa000, 2, Terminator::Syscall, None); // restorer: rt_sigreturn
+        r.tool.signal(SignalEvent::Returned);
+        r.block(0x2100, 1, Terminator::Return, Some(0x7ff8));
+        r.block(0x1002, 1, Terminator::Syscall, None);
+        let (selfs, arcs) = r.results();
+        assert_eq!(
+            selfs,
+            s(&[("f", 4), ("g", 4), ("main", 3), ("restorer", 2)])
+        );
+        // The handler's cost is not f's; the restorer "called" it.
+        assert_eq!(arcs, a(&[("main", "f", 1, 4), ("restorer", "g", 1, 4)]));
+    }
+
+    #[test]
+    fn threads_have_their_own_stacks_and_numbers() {
+        let mut r = Run::new();
+        r.tool.thread(0x100);
+        r.block(0x1000, 2, CALL_F, Some(0x8000));
+        r.tool.thread(0x200);
+        r.block(0x3000, 1, Terminator::Call { target: 0x4000 }, Some(0x6000));
+        r.tool.thread(0x100);
+        r.block(0x2000, 1, Terminator::Return, Some(0x7ff8));
+        r.tool.thread(0x200);
+        r.block(0x4000, 1, Terminator::Return, Some(0x5ff8));
+        r.tool.thread_end(0x200);
+        r.tool.thread(0x300);
+        r.block(0x3000, 1, Terminator::Syscall, None);
+        let (_, arcs) = r.results();
+        assert_eq!(arcs, a(&[("g", "h", 1, 1), ("main", "f", 1, 1)]));
+        // The third thread reuses the second's number.
+        assert_eq!(r.tool.threads(), [1, 2]);
+    }
+
+    #[test]
+    fn a_forked_copy_continues_independently() {
+        let mut r = Run::new();
+        r.block(0x1000, 2, CALL_F, Some(0x8000));
+        let mut child = r.tool.fork();
+        r.block(0x2000, 1, Terminator::Return, Some(0x7ff8));
+        r.block(0x1002, 1, Terminator::Syscall, None);
+        let info = {
+            let mut i = BlockInfo::new(0x2000, Terminator::Return);
+            i.push(0x2000, 1, &[]);
+            i
+        };
+        child.block_run(BlockId(1), &info, &[]);
+        child.finish();
+        assert_eq!(child.total(), 3);
+        assert_eq!(r.tool.total(), 4);
     }
 }
