@@ -465,7 +465,11 @@ impl CallTool {
         let mut push = false;
         if kind == Kind::Return {
             if t.stack.len() <= bottom {
-                underflow(t, tree, xb, yb, self.options.separate_recs);
+                // A handler returning to the restorer: under Valgrind it
+                // returns into Valgrind's own sigreturn trampoline, which is
+                // not profiled, so no arc is made.
+                let arc = t.signals.is_empty();
+                underflow(t, tree, xb, yb, self.options.separate_recs, arc);
             } else {
                 t.unwind(sp, pops, tree);
             }
@@ -550,14 +554,15 @@ impl CallTool {
 }
 
 /// A return with no frame to return from (Callgrind's `handleUnderflow`):
-/// the function returned to becomes a root context, with an arc (as if it
-/// had called) to the returning context carrying the cost so far.
+/// the function returned to becomes a root context, with an arc (if `arc`,
+/// as if it had called) to the returning context carrying the cost so far.
 fn underflow(
     t: &mut ThreadState,
     tree: &mut Tree,
     x: Option<&BlockState>,
     y: &BlockState,
     separate_recs: u32,
+    arc: bool,
 ) {
     let returning = t.node;
     if returning != NO_NODE {
@@ -572,7 +577,7 @@ fn underflow(
         *active = 1;
     }
     let root = tree.child(NO_NODE, y.function, level, t.tid);
-    if returning != NO_NODE {
+    if returning != NO_NODE && arc {
         let target = x.map_or(y.start, |x| x.start);
         let a = tree.arc(root, y.start.wrapping_sub(1), returning, target);
         tree.arcs[a as usize].calls += 1;
@@ -619,24 +624,36 @@ impl Tool for CallTool {
             self.current = Some(i);
             return;
         }
-        // Valgrind numbers threads from 1 and reuses the lowest free one.
-        let mut tid = 1;
-        while self.threads.iter().any(|t| !t.ended && t.tid == tid) {
-            tid += 1;
-        }
-        self.threads.push(ThreadState::new(tid));
-        let i = self.threads.len() - 1;
+        // Valgrind numbers threads from 1 and gives a new thread the lowest
+        // free number; Callgrind then continues with the state the ended
+        // thread of that number left (its stack, context and recursion
+        // depths), and so does this tool.
+        let i = match self.threads.iter().position(|t| t.ended) {
+            Some(i) => {
+                let lowest = self
+                    .threads
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.ended)
+                    .min_by_key(|(_, t)| t.tid)
+                    .map_or(i, |(j, _)| j);
+                self.threads[lowest].ended = false;
+                lowest
+            }
+            None => {
+                let tid = self.threads.len() as u32 + 1;
+                self.threads.push(ThreadState::new(tid));
+                self.threads.len() - 1
+            }
+        };
         self.thread_index.insert(thread, i);
         self.current = Some(i);
     }
 
     fn thread_end(&mut self, thread: u64) {
+        // The frames stay (Callgrind unwinds them at the end of the run).
         if let Some(i) = self.thread_index.remove(&thread) {
-            let t = &mut self.threads[i];
-            while !t.stack.is_empty() {
-                t.pop(&mut self.tree);
-            }
-            t.ended = true;
+            self.threads[i].ended = true;
             if self.current == Some(i) {
                 self.current = None;
             }
@@ -728,6 +745,11 @@ mod tests {
         ])
     }
 
+    /// Self Ir by function name.
+    type Selfs = Vec<(String, u64)>;
+    /// (caller, callee, calls, inclusive) by names.
+    type Arcs = Vec<(String, String, u64, u64)>;
+
     /// Runs blocks: (start, instructions, terminator, stack pointer before
     /// the last instruction).
     struct Run {
@@ -761,7 +783,7 @@ mod tests {
 
         /// Self Ir per (function, level), and arcs as (caller, callee,
         /// calls, inclusive), by names.
-        fn results(&mut self) -> (Vec<(String, u64)>, Vec<(String, String, u64, u64)>) {
+        fn results(&mut self) -> (Selfs, Arcs) {
             self.tool.finish();
             let t = &self.tool;
             let name = |n: NodeId| {
@@ -793,11 +815,11 @@ mod tests {
         }
     }
 
-    fn s(v: &[(&str, u64)]) -> Vec<(String, u64)> {
+    fn s(v: &[(&str, u64)]) -> Selfs {
         v.iter().map(|&(n, c)| (n.to_string(), c)).collect()
     }
 
-    fn a(v: &[(&str, &str, u64, u64)]) -> Vec<(String, String, u64, u64)> {
+    fn a(v: &[(&str, &str, u64, u64)]) -> Arcs {
         v.iter()
             .map(|&(x, y, c, i)| (x.to_string(), y.to_string(), c, i))
             .collect()
@@ -895,8 +917,15 @@ mod tests {
             selfs,
             s(&[("f", 4), ("g", 4), ("main", 3), ("restorer", 2)])
         );
-        // The handler's cost is not f's; the restorer "called" it.
-        assert_eq!(arcs, a(&[("main", "f", 1, 4), ("restorer", "g", 1, 4)]));
+        // The handler's cost is not f's, and returning to the restorer
+        // makes no arc (Valgrind's handlers return to its own trampoline).
+        assert_eq!(arcs, a(&[("main", "f", 1, 4)]));
+        // A return below a thread's first function does.
+        let mut r = Run::new();
+        r.block(0x3000, 4, Terminator::Return, Some(0x7000));
+        r.block(0xa000, 2, Terminator::Syscall, None);
+        let (_, arcs) = r.results();
+        assert_eq!(arcs, a(&[("restorer", "g", 1, 4)]));
     }
 
     #[test]
@@ -910,12 +939,18 @@ mod tests {
         r.block(0x2000, 1, Terminator::Return, Some(0x7ff8));
         r.tool.thread(0x200);
         r.block(0x4000, 1, Terminator::Return, Some(0x5ff8));
+        r.block(0x3001, 1, Terminator::Call { target: 0x4000 }, Some(0x5ff8));
         r.tool.thread_end(0x200);
+        // The third thread reuses the second's number and what it left:
+        // it continues in h's context, whose call is unwound at the end.
         r.tool.thread(0x300);
-        r.block(0x3000, 1, Terminator::Syscall, None);
-        let (_, arcs) = r.results();
-        assert_eq!(arcs, a(&[("g", "h", 1, 1), ("main", "f", 1, 1)]));
-        // The third thread reuses the second's number.
+        r.block(0x4010, 3, Terminator::Syscall, None);
+        let (selfs, arcs) = r.results();
+        assert_eq!(selfs, s(&[("f", 1), ("g", 2), ("h", 4), ("main", 2)]));
+        assert_eq!(
+            arcs,
+            a(&[("g", "h", 1, 1), ("g", "h", 1, 3), ("main", "f", 1, 1)])
+        );
         assert_eq!(r.tool.threads(), [1, 2]);
     }
 
