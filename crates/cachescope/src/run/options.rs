@@ -205,8 +205,8 @@ pub fn usage(name: &str) -> String {
          \x20 Cachegrind profile (cachegrind.out format).\n\
          \n\
          \x20 core options (Valgrind's spelling):\n\
-         \x20   --tool=cachegrind          the tool (as `valgrind`, the others are\n\
-         \x20                              Valgrind's own, run when installed)\n\
+         \x20   --tool=cachegrind|callgrind  the tool (as `valgrind`, the others\n\
+         \x20                              are Valgrind's own, run when installed)\n\
          \x20   -h --help                  show this message\n\
          \x20   --version                  show version\n\
          \x20   -q --quiet                 run silently; only print error msgs\n\
@@ -228,6 +228,15 @@ pub fn usage(name: &str) -> String {
          \x20   --cache-sim=no|yes         collect cache stats? [no]\n\
          \x20   --branch-sim=no|yes        collect branch prediction stats? [no]\n\
          \x20   --cachegrind-out-file=<file>  output file name [{DEFAULT_OUT_FILE}]\n\
+         \n\
+         \x20 callgrind options (--tool=callgrind):\n\
+         \x20   --callgrind-out-file=<f>   output file name [callgrind.out.%p]\n\
+         \x20   --dump-instr=no|yes        dump instruction address of costs? [no]\n\
+         \x20   --dump-line=no|yes         dump source lines of costs? [yes]\n\
+         \x20   --compress-strings=no|yes  compress strings in profile dump? [yes]\n\
+         \x20   --compress-pos=no|yes      compress positions in profile dump? [yes]\n\
+         \x20   --separate-recs=<n>        separate function recursions up to level [2]\n\
+         \x20   --skip-plt=no|yes          ignore calls to/from PLT sections? [yes]\n\
          \n\
          \x20 Other modes: cachescope replay|annotate|merge|diff ...\n"
     )
