@@ -352,3 +352,27 @@ fn read_symbols(file: &Elf<'_>, dynamic: bool, sections: &SectionMap, out: &mut 
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Function starts and section kinds of this very test binary (an
+    /// executable with a `.text` and symbols).
+    #[test]
+    fn function_entries_and_sections() {
+        let exe = std::env::current_exe().unwrap();
+        let obj = ObjectInfo::load(&exe).unwrap();
+        let (start, _) = (0..obj.symbols.len())
+            .map(|i| obj.symbols.range(i))
+            .find(|&(a, s)| s > 1 && obj.text.is_some_and(|t| t.contains(a)))
+            .expect("a function in .text");
+        assert!(obj.is_function_entry(start));
+        assert!(!obj.is_function_entry(start + 1));
+        assert_eq!(obj.section_kind(start), SectionKind::Text);
+        assert_eq!(obj.section_kind(0), SectionKind::Other);
+        if let Some(plt) = obj.plt {
+            assert_eq!(obj.section_kind(plt.start), SectionKind::Plt);
+        }
+    }
+}
