@@ -38,6 +38,8 @@
 #                         --stats=yes and keep its stderr (path printed).
 #        BENCH_SIM="..."  the simulation options both tools get instead of
 #                         --cache-sim=no (bench/sim.sh sets it).
+#        BENCH_TOOL=callgrind  run --tool=callgrind under both instead of
+#                         cachegrind (bench/sim.sh's last pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -355,11 +357,12 @@ run_once() {
     local -a tool=()
     local -a sim_opts
     read -r -a sim_opts <<<"${BENCH_SIM:---cache-sim=no}"
+    local name=${BENCH_TOOL:-cachegrind}
     local -a tool_opts=(-q "${sim_opts[@]}" "--trace-children=$trace"
-                        "--cachegrind-out-file=$dir.prof/cachegrind.out.%p")
+                        "--$name-out-file=$dir.prof/$name.out.%p")
     case $runner in
-        valgrind) tool=(valgrind --tool=cachegrind "${tool_opts[@]}") ;;
-        cachescope) tool=("$cachescope" "${tool_opts[@]}") ;;
+        valgrind) tool=(valgrind "--tool=$name" "${tool_opts[@]}") ;;
+        cachescope) tool=("$cachescope" "--tool=$name" "${tool_opts[@]}") ;;
     esac
     rc=0
     (cd "$dir" && exec /usr/bin/time -f "%e %M" -o "$dir.time" "${tool[@]}" "${cmd[@]}" \
@@ -406,7 +409,7 @@ check() {
 # ir_total DIR: the Ir of all profiles of the last run, and how many. (%.0f:
 # mawk's %d stops at 2^31.)
 ir_total() {
-    cat "$1".prof/cachegrind.out.* 2>/dev/null |
+    cat "$1".prof/*.out.* 2>/dev/null |
         awk '/^summary:/ { s += $2; n++ } END { printf "%.0f %d\n", s, n }'
 }
 

@@ -3,9 +3,9 @@
 //! drive Cachegrind (gungraun/iai-callgrind, rustc-perf, CodSpeed find it
 //! as `valgrind`).
 //!
-//! * `--tool=cachegrind` and `--tool=lackey` are the run mode itself (same
-//!   parser, same options; error lines start `valgrind: ` as Valgrind's
-//!   do).
+//! * `--tool=cachegrind`, `--tool=callgrind` and `--tool=lackey` are the
+//!   run mode itself (same parser, same options; error lines start
+//!   `valgrind: ` as Valgrind's do).
 //! * Any other tool, including Valgrind's default (memcheck, when no
 //!   `--tool` is given), is handed to the real Valgrind: the first other
 //!   `valgrind` on `PATH`, found by skipping this binary however it is
@@ -27,7 +27,7 @@ use crate::run;
 pub const VALGRIND_VERSION: &str = "3.21.0";
 
 /// The tools cachescope runs itself.
-const OUR_TOOLS: &[&str] = &["cachegrind", "lackey"];
+const OUR_TOOLS: &[&str] = &["cachegrind", "callgrind", "lackey"];
 
 /// Valgrind's default tool.
 const DEFAULT_TOOL: &str = "memcheck";
@@ -49,7 +49,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         None if opts.help => run::main_as(args, "valgrind"),
         None => {
             eprintln!(
-                "valgrind: tool '{tool}' is not provided by cachescope (only cachegrind and lackey are), \
+                "valgrind: tool '{tool}' is not provided by cachescope (only cachegrind, callgrind and lackey are), \
                  and no other valgrind was found on PATH"
             );
             ExitCode::from(1)

@@ -173,18 +173,7 @@ fn script(dir: &Path, args: &[String]) -> Output {
 /// Fails loudly without perl or Valgrind's callgrind_annotate: the
 /// oracle tests are what prove the goldens genuine.
 fn require_script() {
-    assert!(
-        run_support::have("perl"),
-        "perl is not installed: the callgrind_annotate oracle tests need it (scripts/setup)"
-    );
-    let version = Command::new("callgrind_annotate").arg("--version").output();
-    // The script dies with its version on stderr.
-    let ok = version
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stderr).starts_with("callgrind_annotate-"));
-    assert!(
-        ok,
-        "Valgrind's callgrind_annotate is not installed: the oracle tests need it (scripts/setup)"
-    );
+    run_support::require_callgrind_annotate();
 }
 
 #[test]

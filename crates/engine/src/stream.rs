@@ -15,9 +15,16 @@
 //! Conditional-branch outcomes and indirect targets are not in the records:
 //! the next block a thread runs tells them, as drcachesim infers branch
 //! targets from the next instruction fetched.
+//!
+//! For call tools ([`events::Needs::calls_returns`]) the consumer also says
+//! which thread a buffer is of, hands over the stack pointer that blocks
+//! ending in a call, return or indirect jump record as their last word, and
+//! turns the markers the tracer writes at signal deliveries and
+//! `rt_sigreturn` into [`events::Tool::signal`].
 
+use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::translate::{BlockMeta, REP_WORDS};
-use events::{BlockId, CondBranch, InstrFetch, Needs, Record, Terminator, Transfer};
+use events::{BlockId, CondBranch, InstrFetch, Needs, Record, SignalEvent, Terminator, Transfer};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -295,6 +302,9 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
             Msg::ThreadEnd { key, thread } => {
                 if let Some(p) = procs.get_mut(&key) {
                     p.last.remove(&thread);
+                    if p.needs.calls_returns {
+                        p.tool.thread_end(thread);
+                    }
                 }
             }
             Msg::Fork { parent, child } => {
@@ -327,10 +337,26 @@ fn decode(p: &mut Proc, thread: u64, words: &[u64]) {
         last: lasts,
     } = p;
     let branches = needs.cond_branches || needs.indirect_targets;
+    let calls = needs.calls_returns;
+    if calls {
+        tool.thread(thread);
+    }
     let mut last = lasts.get(&thread).copied();
     let mut i = 0;
     while i < words.len() {
         let id = words[i] as u32;
+        if id >= MARK_SIGRETURN {
+            // A marker the tracer wrote at a signal stop: the handler's
+            // first block is no branch target of the block before.
+            tool.signal(if id == MARK_SIGNAL {
+                SignalEvent::Delivered
+            } else {
+                SignalEvent::Returned
+            });
+            last = None;
+            i += 1;
+            continue;
+        }
         let Some(meta) = blocks.get(id as usize).and_then(Option::as_deref) else {
             // Not a record start: the rest cannot be decoded.
             debug_assert!(false, "unknown block id {id} in a trace buffer");
@@ -347,6 +373,10 @@ fn decode(p: &mut Proc, thread: u64, words: &[u64]) {
         }
         if meta.rep.is_some() {
             rep_run(&mut **tool, meta, addrs, branches);
+        } else if meta.sp {
+            let (sp, addrs) = addrs.split_last().expect("a stack pointer word");
+            tool.block_run(BlockId(id), &meta.info, addrs);
+            tool.stack_pointer(*sp);
         } else {
             tool.block_run(BlockId(id), &meta.info, addrs);
         }
@@ -502,6 +532,7 @@ mod tests {
             id: 0,
             info,
             words: REP_WORDS,
+            sp: false,
             rep: Some(RepString {
                 cond,
                 step: 1,

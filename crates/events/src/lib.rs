@@ -24,6 +24,9 @@
 //! handed over in batches, and blocks are named by integer ids.
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 /// Names one block's static metadata. The producer assigns ids (dense,
 /// from 0, so that a tool can keep per-block state in a vector) and never
 /// reuses one within a stream: a re-translated block gets a new id.
@@ -108,6 +111,23 @@ pub struct BlockInfo {
     instrs: Vec<InstrInfo>,
     mem: Vec<MemOperand>,
     terminator: Terminator,
+    origin: Option<Arc<CodeOrigin>>,
+}
+
+/// The file mapping a block's code was read from, as the producer saw it
+/// when it met the block (code unmapped later still says where it was):
+/// what a tool that names functions while the program runs (call graphs)
+/// symbolizes the block with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CodeOrigin {
+    /// Path of the mapped file (empty for anonymous memory).
+    pub path: PathBuf,
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past its last address.
+    pub end: u64,
+    /// File offset that `start` maps.
+    pub file_offset: u64,
 }
 
 impl BlockInfo {
@@ -118,7 +138,18 @@ impl BlockInfo {
             instrs: Vec::new(),
             mem: Vec::new(),
             terminator,
+            origin: None,
         }
+    }
+
+    /// Records where the block's code was mapped from.
+    pub fn set_origin(&mut self, origin: Arc<CodeOrigin>) {
+        self.origin = Some(origin);
+    }
+
+    /// Where the block's code was mapped from, if the producer knows.
+    pub fn origin(&self) -> Option<&Arc<CodeOrigin>> {
+        self.origin.as_ref()
     }
 
     /// Appends the instruction at `addr`, `len` bytes long, whose memory
@@ -270,7 +301,12 @@ pub struct Needs {
     pub cond_branches: bool,
     /// [`Record::Indirect`] per indirect jump and call (Bi, Bim).
     pub indirect_targets: bool,
-    /// [`Record::Call`] and [`Record::Return`] (call graphs).
+    /// What a call-stack tool needs (call graphs): the stack pointer at
+    /// every call, return and indirect jump ([`Tool::stack_pointer`]),
+    /// which thread the records are of ([`Tool::thread`]) and where signal
+    /// handlers start and return ([`Tool::signal`]). Calls and returns
+    /// themselves are the terminators of the blocks run; trace readers
+    /// may also deliver [`Record::Call`] and [`Record::Return`].
     pub calls_returns: bool,
 }
 
@@ -341,6 +377,44 @@ pub trait Tool {
         expand_block_run(id, info, addrs, &mut records);
         self.records(&records);
     }
+
+    /// The records and block runs that follow are thread `thread`'s (a
+    /// producer-chosen number, reused only after [`Tool::thread_end`]).
+    /// Delivered when [`Needs::calls_returns`]; the default ignores it.
+    fn thread(&mut self, thread: u64) {
+        let _ = thread;
+    }
+
+    /// Thread `thread` ended. The default ignores it.
+    fn thread_end(&mut self, thread: u64) {
+        let _ = thread;
+    }
+
+    /// The stack pointer as the last instruction of the block just run (a
+    /// call, indirect call, return or indirect jump) began: right after
+    /// that block's [`Tool::block_run`] when [`Needs::calls_returns`]. A
+    /// call tool unwinds its shadow stack by it (`longjmp`, exceptions), as
+    /// Callgrind does. The default ignores it.
+    fn stack_pointer(&mut self, sp: u64) {
+        let _ = sp;
+    }
+
+    /// A signal handler starts (its first block runs next) or returns
+    /// (`rt_sigreturn`) on the current thread. Delivered when
+    /// [`Needs::calls_returns`]; the default ignores it.
+    fn signal(&mut self, event: SignalEvent) {
+        let _ = event;
+    }
+}
+
+/// Where a signal handler's execution starts or ends, for [`Tool::signal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalEvent {
+    /// A handler was entered: the thread's next block is its first.
+    Delivered,
+    /// The handler returned through `rt_sigreturn`: the interrupted code
+    /// continues.
+    Returned,
 }
 
 /// The records one execution of a block stands for: [`Record::Block`], then

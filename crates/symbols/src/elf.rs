@@ -66,6 +66,8 @@ struct SectionMap {
     data: Vec<Range>,
     /// `.got` and `.plt`: symbols there are references, ignored.
     ignored: Vec<Range>,
+    /// `.plt` alone: Valgrind's `Vg_SectPLT`, which Callgrind skips.
+    plt: Option<Range>,
 }
 
 impl SectionMap {
@@ -90,6 +92,21 @@ pub struct ObjectInfo {
     symbols: SymbolTable,
     display_names: Vec<OnceCell<Rc<str>>>,
     lines: LineTable,
+    text: Option<Range>,
+    plt: Option<Range>,
+}
+
+/// The kind of section code is in, as Valgrind's `VG_(DebugInfo_sect_kind)`
+/// tells it for code: Callgrind treats a jump from one kind to another as a
+/// call, and skips functions in the PLT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SectionKind {
+    /// `.text`.
+    Text,
+    /// `.plt`.
+    Plt,
+    /// Anything else (`.init`, `.fini`, `.plt.got`, `.plt.sec`, unknown).
+    Other,
 }
 
 /// An [`ObjectInfo`] as read from disk, before names are shared for the
@@ -102,6 +119,8 @@ pub struct ObjectData {
     segments: Vec<Segment>,
     symbols: SymbolTable,
     lines: LineData,
+    text: Option<Range>,
+    plt: Option<Range>,
 }
 
 impl From<ObjectData> for ObjectInfo {
@@ -114,6 +133,8 @@ impl From<ObjectData> for ObjectInfo {
             symbols: data.symbols,
             display_names,
             lines: data.lines.into(),
+            text: data.text,
+            plt: data.plt,
         }
     }
 }
@@ -187,11 +208,32 @@ impl ObjectData {
             segments,
             symbols: SymbolTable::new(raw),
             lines,
+            text: sections.text,
+            plt: sections.plt,
         })
     }
 }
 
 impl ObjectInfo {
+    /// The section kind of file address `svma`.
+    pub fn section_kind(&self, svma: u64) -> SectionKind {
+        if self.plt.is_some_and(|r| r.contains(svma)) {
+            SectionKind::Plt
+        } else if self.text.is_some_and(|r| r.contains(svma)) {
+            SectionKind::Text
+        } else {
+            SectionKind::Other
+        }
+    }
+
+    /// Whether a function symbol starts at file address `svma` (Valgrind's
+    /// `get_fnname_if_entry`).
+    pub fn is_function_entry(&self, svma: u64) -> bool {
+        self.symbols
+            .lookup(svma)
+            .is_some_and(|i| self.symbols.range(i).0 == svma)
+    }
+
     /// The object's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -286,7 +328,11 @@ fn section_map(file: &Elf<'_>) -> SectionMap {
         match name {
             b".text" if map.text.is_none() => map.text = Some(r),
             b".data" | b".sdata" | b".bss" | b".sbss" => map.data.push(r),
-            b".got" | b".plt" => map.ignored.push(r),
+            b".got" => map.ignored.push(r),
+            b".plt" => {
+                map.ignored.push(r);
+                map.plt = Some(r);
+            }
             n if n.starts_with(b".rodata") => match &mut rodata {
                 None => rodata = Some(r),
                 Some(ro) => {
@@ -353,5 +399,29 @@ fn read_symbols(file: &Elf<'_>, dynamic: bool, sections: &SectionMap, out: &mut 
             },
             is_text: sections.is_text(value),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Function starts and section kinds of this very test binary (an
+    /// executable with a `.text` and symbols).
+    #[test]
+    fn function_entries_and_sections() {
+        let exe = std::env::current_exe().unwrap();
+        let obj = ObjectInfo::load(&exe).unwrap();
+        let (start, _) = (0..obj.symbols.len())
+            .map(|i| obj.symbols.range(i))
+            .find(|&(a, s)| s > 1 && obj.text.is_some_and(|t| t.contains(a)))
+            .expect("a function in .text");
+        assert!(obj.is_function_entry(start));
+        assert!(!obj.is_function_entry(start + 1));
+        assert_eq!(obj.section_kind(start), SectionKind::Text);
+        assert_eq!(obj.section_kind(0), SectionKind::Other);
+        if let Some(plt) = obj.plt {
+            assert_eq!(obj.section_kind(plt.start), SectionKind::Plt);
+        }
     }
 }

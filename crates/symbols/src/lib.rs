@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 pub use demangle::NameOptions;
-pub use elf::{ObjectData, ObjectInfo};
+pub use elf::{ObjectData, ObjectInfo, SectionKind};
 pub use preload::{Preloaded, Preloader};
 
 /// An executable mapping of a client process: which file is mapped where.
@@ -54,6 +54,21 @@ pub struct Location {
     pub func: Rc<str>,
     /// Source line, 0 when unknown.
     pub line: u32,
+}
+
+/// What [`Symbolizer::code_facts`] tells of an instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeFacts {
+    /// File, function and line, as for Cachegrind.
+    pub location: Location,
+    /// The object file, if it could be read.
+    pub object: Option<PathBuf>,
+    /// The address in the object's own (file) addresses.
+    pub offset: u64,
+    /// Whether a function symbol starts exactly there.
+    pub entry: bool,
+    /// The kind of section the code is in.
+    pub section: SectionKind,
 }
 
 /// The text Cachegrind uses for anything unknown.
@@ -167,6 +182,34 @@ impl Symbolizer {
     pub fn entry_name(&mut self, mappings: &[Mapping], addr: u64) -> Option<Rc<str>> {
         let (obj, svma) = self.object_at(mappings, addr)?;
         obj.function_starting_at(svma, self.names)
+    }
+
+    /// What Callgrind knows of the code at `addr`, mapped by `mapping`: its
+    /// location, its object (`None`: no readable ELF file, Valgrind's
+    /// `???`), its offset in the object (the file address; the address
+    /// itself without an object), whether a function starts there and the
+    /// section kind.
+    pub fn code_facts(&mut self, mapping: &Mapping, addr: u64) -> CodeFacts {
+        let location = self.locate(std::slice::from_ref(mapping), addr);
+        match self.resolve_mapping(mapping) {
+            Some((obj, bias)) => {
+                let svma = addr.wrapping_sub(bias);
+                CodeFacts {
+                    location,
+                    object: Some(obj.path().to_path_buf()),
+                    offset: svma,
+                    entry: obj.is_function_entry(svma),
+                    section: obj.section_kind(svma),
+                }
+            }
+            None => CodeFacts {
+                location,
+                object: None,
+                offset: addr,
+                entry: false,
+                section: SectionKind::Other,
+            },
+        }
     }
 
     /// Locates `addr`, an address in the client, using the mapping among

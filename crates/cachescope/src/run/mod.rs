@@ -11,6 +11,8 @@
 //! output names is always the client's.
 
 mod attribute;
+mod callgrind;
+mod cgopts;
 mod lackey;
 mod live;
 mod log;
@@ -115,6 +117,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
     sink.preamble(me);
     let tool = match (&opts.tool, &sink.trace) {
         (RunTool::Lackey(l), Some(out)) => Some(lackey::factory(l, out.clone())),
+        (RunTool::Callgrind(cg), _) => Some(callgrind::factory(opts, cg)),
         _ => {
             // The simulated caches, as Cachegrind resolves them at start-up
             // (its warnings come after the preamble).
@@ -225,6 +228,7 @@ impl CgSink<'_> {
         let what = match self.opts.tool {
             RunTool::Cachegrind => "a Cachegrind-compatible high-precision tracing profiler",
             RunTool::Lackey(_) => "a Lackey-compatible memory tracer",
+            RunTool::Callgrind(_) => "a Callgrind-compatible call-graph generating cache profiler",
         };
         let lines = [
             format!("Cachescope-{VERSION}, {what}"),
@@ -275,6 +279,10 @@ impl ProfileSink for CgSink<'_> {
     }
 
     fn process_finished(&mut self, proc_profile: ProcessProfile) {
+        let opts = self.opts;
+        if let RunTool::Callgrind(cg) = &opts.tool {
+            return self.callgrind_finished(cg, proc_profile);
+        }
         let pid = proc_profile.pid;
         // Valgrind's core prints this blank line at exit, before the tool
         // writes its file (so before any error about it).

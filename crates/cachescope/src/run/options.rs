@@ -7,6 +7,7 @@
 
 use std::ffi::OsString;
 
+use super::cgopts::CallgrindOptions;
 use super::lackey;
 use super::skip::{patterns, SkipPatterns};
 use crate::simopts::{BadOption, SimOptions, USE_HELP};
@@ -21,6 +22,8 @@ pub enum RunTool {
     Cachegrind,
     /// Lackey's memory trace and basic counts.
     Lackey(::lackey::LackeyOptions),
+    /// Callgrind's call graph, with its options.
+    Callgrind(Box<CallgrindOptions>),
 }
 
 /// Everything the run mode needs from the command line.
@@ -137,6 +140,11 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
                     continue;
                 }
             }
+            RunTool::Callgrind(c) => {
+                if opts.sim.parse_arg(arg)? || c.parse_arg(arg).map_err(UsageError)? {
+                    continue;
+                }
+            }
         }
         let (name, value) = match arg.split_once('=') {
             Some((n, v)) => (n, Some(v)),
@@ -176,6 +184,12 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             _ => return Err(unknown(arg)),
         }
     }
+    if matches!(opts.tool, RunTool::Callgrind(_)) && (opts.sim.cache_sim || opts.sim.branch_sim) {
+        return Err(UsageError(vec![
+            "--cache-sim=yes and --branch-sim=yes are not supported yet with --tool=callgrind"
+                .to_string(),
+        ]));
+    }
     let Some(program) = args.get(i) else {
         return Err(UsageError(vec![
             "no program specified".to_string(),
@@ -198,8 +212,9 @@ fn tool_of(args: &[OsString]) -> Result<RunTool, UsageError> {
     match named {
         None | Some("cachegrind") => Ok(RunTool::Cachegrind),
         Some("lackey") => Ok(RunTool::Lackey(::lackey::LackeyOptions::default())),
+        Some("callgrind") => Ok(RunTool::Callgrind(Box::default())),
         Some(t) => Err(UsageError(vec![format!(
-            "tool '{t}' is not supported: only --tool=cachegrind and --tool=lackey are"
+            "tool '{t}' is not supported: only --tool=cachegrind, --tool=callgrind and --tool=lackey are"
         )])),
     }
 }
@@ -217,8 +232,8 @@ pub fn usage(name: &str) -> String {
          \x20 Cachegrind profile (cachegrind.out format).\n\
          \n\
          \x20 core options (Valgrind's spelling):\n\
-         \x20   --tool=cachegrind|lackey   the tool (as `valgrind`, the others are\n\
-         \x20                              Valgrind's own, run when installed)\n\
+         \x20   --tool=cachegrind|callgrind|lackey  the tool (as `valgrind`, the\n\
+         \x20                              others are Valgrind's own, run when installed)\n\
          \x20   -h --help                  show this message\n\
          \x20   --version                  show version\n\
          \x20   -q --quiet                 run silently; only print error msgs\n\
@@ -248,6 +263,15 @@ pub fn usage(name: &str) -> String {
          \x20   --basic-counts=no|yes      count instructions, conditional\n\
          \x20                              branches, calls [yes]\n\
          \x20   --fnname=<name>            count calls to <name> [main]\n\
+         \n\
+         \x20 callgrind options (--tool=callgrind):\n\
+         \x20   --callgrind-out-file=<f>   output file name [callgrind.out.%p]\n\
+         \x20   --dump-instr=no|yes        dump instruction address of costs? [no]\n\
+         \x20   --dump-line=no|yes         dump source lines of costs? [yes]\n\
+         \x20   --compress-strings=no|yes  compress strings in profile dump? [yes]\n\
+         \x20   --compress-pos=no|yes      compress positions in profile dump? [yes]\n\
+         \x20   --separate-recs=<n>        separate function recursions up to level [2]\n\
+         \x20   --skip-plt=no|yes          ignore calls to/from PLT sections? [yes]\n\
          \n\
          \x20 Other modes: cachescope replay|annotate|merge|diff ...\n"
     )
@@ -339,6 +363,21 @@ mod tests {
             ]
         );
         assert_eq!(err(&["--tool=memcheck", "ls"]).len(), 1);
+    }
+
+    #[test]
+    fn callgrind_is_a_tool_with_its_options() {
+        let r = run(&["--dump-instr=yes", "--tool=callgrind", "ls"]);
+        let RunTool::Callgrind(c) = r.tool else {
+            panic!("callgrind expected")
+        };
+        assert!(c.output.dump_instr);
+        assert_eq!(run(&["ls"]).tool, RunTool::Cachegrind);
+        assert_eq!(
+            err(&["--dump-instr=yes", "ls"]),
+            vec!["Unknown option: --dump-instr=yes", USE_HELP]
+        );
+        assert!(err(&["--tool=callgrind", "--cache-sim=yes", "ls"])[0].contains("not supported"));
     }
 
     #[test]

@@ -274,3 +274,19 @@ pub fn mask_thread_ids(text: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// Fails loudly without perl or Valgrind's `callgrind_annotate` (which
+/// dies with its version on stderr, so [`require`] cannot tell).
+pub fn require_callgrind_annotate() {
+    assert!(
+        have("perl"),
+        "perl is not installed: the callgrind_annotate oracle tests need it (scripts/setup)"
+    );
+    let version = Command::new("callgrind_annotate").arg("--version").output();
+    let ok = version
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stderr).starts_with("callgrind_annotate-"));
+    assert!(
+        ok,
+        "Valgrind's callgrind_annotate is not installed: the oracle tests need it (scripts/setup)"
+    );
+}

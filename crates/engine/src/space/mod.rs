@@ -33,7 +33,7 @@ mod lookups;
 mod modules;
 mod trace;
 
-pub(crate) use trace::Tracing;
+pub(crate) use trace::{Tracing, MARK_SIGNAL, MARK_SIGRETURN};
 
 use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
@@ -329,7 +329,9 @@ impl Space {
                 }
                 tr.sites[n] = *site;
             }
-            if let Some(meta) = t.meta.take() {
+            if let Some(mut meta) = t.meta.take() {
+                let origin = tr.origin(module, &self.modules.records()[module]);
+                meta.info.set_origin(origin);
                 tr.link.block(meta);
             }
         }

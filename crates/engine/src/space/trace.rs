@@ -6,7 +6,9 @@ use super::Space;
 use crate::layout::{AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BYTES, TRACE_SLACK};
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
-use crate::EngineError;
+use crate::{EngineError, ModuleRecord};
+use events::CodeOrigin;
+use std::sync::Arc;
 
 /// What an address space in trace mode keeps.
 #[derive(Clone)]
@@ -21,6 +23,9 @@ pub(crate) struct Tracing {
     pub next_site: u32,
     /// Flush sites by number.
     pub sites: Vec<FlushSite>,
+    /// Per module record (by index): the origin its blocks' metadata
+    /// names, made once.
+    pub origins: Vec<Option<Arc<CodeOrigin>>>,
 }
 
 impl Tracing {
@@ -32,9 +37,33 @@ impl Tracing {
             next_block: 0,
             next_site: 0,
             sites: Vec::new(),
+            origins: Vec::new(),
         }
     }
+
+    /// The shared origin of module record `index`.
+    pub fn origin(&mut self, index: usize, module: &ModuleRecord) -> Arc<CodeOrigin> {
+        if self.origins.len() <= index {
+            self.origins.resize(index + 1, None);
+        }
+        self.origins[index]
+            .get_or_insert_with(|| {
+                Arc::new(CodeOrigin {
+                    path: module.path.clone(),
+                    start: module.start,
+                    end: module.end,
+                    file_offset: module.file_offset,
+                })
+            })
+            .clone()
+    }
 }
+
+/// The first word of a marker the tracer puts in a thread's trace buffer
+/// (never a block id: ids are dense from 0): a signal handler starts.
+pub const MARK_SIGNAL: u32 = u32::MAX;
+/// The marker of a handler's `rt_sigreturn`.
+pub const MARK_SIGRETURN: u32 = u32::MAX - 1;
 
 impl Space {
     /// Trace mode: blocks translated from now on write records.
@@ -113,6 +142,22 @@ impl Space {
             t.link.records(area, words);
         }
         Ok(start)
+    }
+
+    /// Puts `marker` in the trace buffer of the stopped thread whose area is
+    /// `area`, after the records written so far, if records carry what
+    /// call tools need (signal deliveries and returns matter only to them).
+    /// A marker may go past the buffer's limit: the thread's next block
+    /// check flushes.
+    pub fn trace_marker(&mut self, area: u64, marker: u32) -> Result<(), EngineError> {
+        if !self.tracing.as_ref().is_some_and(|t| t.mode.sp) {
+            return Ok(());
+        }
+        let at = area + u64::from(S_TRACE_PTR);
+        let ptr = self.mem.read_u64(at)?;
+        self.mem.write(ptr, &u64::from(marker).to_le_bytes());
+        self.mem.write(at, &(ptr + 8).to_le_bytes());
+        Ok(())
     }
 
     /// The records in the buffer of `area`, whose thread is stopped

@@ -107,6 +107,7 @@ impl Tracer<'_> {
             if needs.any() {
                 let mode = TraceMode {
                     data: needs.data_refs || needs.instr_fetches,
+                    sp: needs.calls_returns,
                 };
                 space.set_tracing(Tracing::new(mode, consumer.link(tool)));
             }

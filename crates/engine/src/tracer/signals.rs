@@ -15,6 +15,7 @@
 use super::inject::Injection;
 use super::{cont_syscall, debug_enabled, get_regs, set_regs, syscalls, wait_for, Tracer};
 use crate::layout;
+use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
 use crate::EngineError;
 use std::time::{Duration, Instant};
@@ -43,6 +44,7 @@ impl Tracer<'_> {
             // The kernel runs our trampoline, which enters the translated
             // handler.
             self.save_spills(tid)?;
+            self.mark_trace(tid, MARK_SIGNAL)?;
             if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
                 self.log_delivery(tid, sig)?;
             }
@@ -67,6 +69,15 @@ impl Tracer<'_> {
         }
         task.sig_spills.push(saved);
         Ok(())
+    }
+
+    /// Tells the thread's tool (through its trace buffer, in order with its
+    /// records) that a handler starts or returns.
+    fn mark_trace(&mut self, tid: i32, marker: u32) -> Result<(), EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let area = self.tasks.get(&tid).expect("known task").area;
+        let result = space.borrow_mut().trace_marker(area, marker);
+        result
     }
 
     fn log_delivery(&self, tid: i32, sig: i32) -> Result<(), EngineError> {
@@ -105,6 +116,7 @@ impl Tracer<'_> {
         if let Some(saved) = self.tasks.get_mut(&tid).and_then(|t| t.sig_spills.pop()) {
             space.borrow_mut().mem().write(regs.gs_base, &saved);
         }
+        self.mark_trace(tid, MARK_SIGRETURN)?;
         regs.rip = site.stop_rip + 2;
         regs.rax = sysno;
         regs.orig_rax = u64::MAX;

@@ -21,6 +21,9 @@ pub struct TraceMode {
     /// Data addresses (cache simulation); without them a record is just
     /// the block id (enough for Ir and branch outcomes).
     pub data: bool,
+    /// The stack pointer at calls, returns and indirect jumps (call
+    /// graphs): one more word in the records of blocks that end so.
+    pub sp: bool,
 }
 
 /// The metadata of one traced block: what the tool decodes its records
@@ -34,6 +37,9 @@ pub struct BlockMeta {
     pub info: BlockInfo,
     /// Words per record.
     pub words: u32,
+    /// Whether the record's last word is RSP as the block's last
+    /// instruction (a call, return or indirect jump) began.
+    pub sp: bool,
     /// For a rep string instruction's block: how to expand its record.
     pub rep: Option<RepString>,
 }
@@ -274,14 +280,25 @@ pub(super) fn translate_traced(
         _ => None,
     };
     let n_access: usize = accesses.iter().map(Vec::len).sum();
+    let terminator = terminator_of(&items, &stop);
+    // Call tools unwind by the stack pointer where control may leave a
+    // frame (or enter one): calls, returns and indirect jumps (longjmp).
+    let sp = mode.sp
+        && matches!(
+            terminator,
+            Terminator::Call { .. }
+                | Terminator::IndirectCall
+                | Terminator::Return
+                | Terminator::IndirectJump
+        );
     let words = match rep {
         Some(_) => REP_WORDS,
-        None => 1 + n_access as u32,
+        None => 1 + n_access as u32 + u32::from(sp),
     };
     // `a` is needed for addresses only (a rep block stores registers).
     let a = (n_access > 0 && rep.is_none()).then_some(a_reg);
     let id = ctx.alloc_block_id();
-    let mut block_info = BlockInfo::new(guest, terminator_of(&items, &stop));
+    let mut block_info = BlockInfo::new(guest, terminator);
     let mut b = Builder {
         e: Emitter::new(host),
         t: Translation {
@@ -358,6 +375,9 @@ pub(super) fn translate_traced(
                 if i.flow_control() == FlowControl::Next {
                     b.copy(i, code, guest)?;
                 } else {
+                    if sp {
+                        b.e.trace_store(r, words - 1, Register::RSP);
+                    }
                     b.e.trace_leave(r, a);
                     b.terminator(i, code, guest)?;
                 }
@@ -386,6 +406,7 @@ pub(super) fn translate_traced(
         id,
         info: block_info,
         words,
+        sp,
         rep,
     });
     Ok(b.t)
@@ -399,7 +420,10 @@ mod tests {
     fn traced(code: &[u8]) -> Translation {
         let mut ctx = Ctx {
             next: 7,
-            trace: Some(TraceMode { data: true }),
+            trace: Some(TraceMode {
+                data: true,
+                sp: false,
+            }),
             ..Ctx::default()
         };
         translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
@@ -432,6 +456,37 @@ mod tests {
             .unwrap_or_else(|| panic!("{d:#?}"));
         let store = d.iter().position(|l| l == "mov [rsi+8],rax").unwrap();
         assert!(lea < store, "{d:#?}");
+    }
+
+    #[test]
+    fn call_tools_get_the_stack_pointer_of_calls_returns_and_indirect_jumps() {
+        let traced_sp = |code: &[u8]| {
+            let mut ctx = Ctx {
+                trace: Some(TraceMode {
+                    data: false,
+                    sp: true,
+                }),
+                ..Ctx::default()
+            };
+            translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
+        };
+        // add rax,1 ; ret: the id, then RSP, stored before the return.
+        let t = traced_sp(&[0x48, 0x83, 0xc0, 0x01, 0xc3]);
+        let meta = t.meta.as_ref().unwrap();
+        assert!(meta.sp);
+        assert_eq!(meta.words, 2);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        assert!(d.iter().any(|l| l.ends_with("+8],rsp")), "{d:#?}");
+        // call rel32, jmp rax: recorded too.
+        assert!(traced_sp(&[0xe8, 0, 0, 0, 0]).meta.unwrap().sp);
+        assert!(traced_sp(&[0xff, 0xe0]).meta.unwrap().sp);
+        // jnz (a branch that leaves no frame): the id alone.
+        let meta = traced_sp(&[0x48, 0x85, 0xc0, 0x75, 0xfb]).meta.unwrap();
+        assert!(!meta.sp);
+        assert_eq!(meta.words, 1);
+        // Without call tools, a return's record is the id alone.
+        let t = traced(&[0xc3]);
+        assert!(!t.meta.as_ref().unwrap().sp);
     }
 
     #[test]

@@ -1,0 +1,117 @@
+//! Callgrind's own options (`--tool=callgrind`), parsed beside the core
+//! ones, with Callgrind's defaults.
+
+use callstack::{CallOptions, OutputOptions};
+
+/// The default `--callgrind-out-file` pattern.
+pub const DEFAULT_OUT_FILE: &str = "callgrind.out.%p";
+
+/// Callgrind's options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallgrindOptions {
+    /// `--callgrind-out-file=` pattern (unexpanded).
+    pub out_file: String,
+    /// `--separate-recs`, `--skip-plt`.
+    pub calls: CallOptions,
+    /// `--dump-instr`, `--dump-line`.
+    pub output: OutputOptions,
+    /// `--compress-strings`, `--compress-pos`.
+    pub write: callgrind::WriteOptions,
+}
+
+impl Default for CallgrindOptions {
+    fn default() -> Self {
+        CallgrindOptions {
+            out_file: DEFAULT_OUT_FILE.to_string(),
+            calls: CallOptions::default(),
+            output: OutputOptions::default(),
+            write: callgrind::WriteOptions::default(),
+        }
+    }
+}
+
+/// Why an option was refused: the lines to print.
+pub type Refused = Vec<String>;
+
+impl CallgrindOptions {
+    /// Takes `arg` if it is one of Callgrind's options (`Ok(true)`), or
+    /// says why its value is bad.
+    pub fn parse_arg(&mut self, arg: &str) -> Result<bool, Refused> {
+        let Some((name, value)) = arg.split_once('=') else {
+            return Ok(false);
+        };
+        let bad = |detail: String| {
+            Err(vec![
+                format!("Bad option: {arg}"),
+                detail,
+                crate::simopts::USE_HELP.to_string(),
+            ])
+        };
+        let yes_no = |v: &str| match v {
+            "yes" => Ok(true),
+            "no" => Ok(false),
+            _ => Err(format!(
+                "Invalid boolean value '{v}' (should be 'yes' or 'no')"
+            )),
+        };
+        let flag = |v: &str, to: &mut bool| match yes_no(v) {
+            Ok(b) => {
+                *to = b;
+                Ok(true)
+            }
+            Err(e) => bad(e),
+        };
+        match name {
+            "--callgrind-out-file" => {
+                self.out_file = value.to_string();
+                Ok(true)
+            }
+            "--dump-instr" => flag(value, &mut self.output.dump_instr),
+            "--dump-line" => flag(value, &mut self.output.dump_line),
+            "--compress-strings" => flag(value, &mut self.write.compress_strings),
+            "--compress-pos" => flag(value, &mut self.write.compress_pos),
+            "--skip-plt" => flag(value, &mut self.calls.skip_plt),
+            "--separate-recs" => match value.parse::<u32>() {
+                Ok(n) if n >= 1 => {
+                    self.calls.separate_recs = n;
+                    Ok(true)
+                }
+                _ => bad(format!("'{value}' is not a positive number")),
+            },
+            _ => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_values() {
+        let mut o = CallgrindOptions::default();
+        assert_eq!(o.out_file, "callgrind.out.%p");
+        assert_eq!(o.calls.separate_recs, 2);
+        assert!(o.calls.skip_plt && o.output.dump_line && !o.output.dump_instr);
+        assert!(o.write.compress_strings && o.write.compress_pos);
+        for a in [
+            "--dump-instr=yes",
+            "--dump-line=no",
+            "--compress-strings=no",
+            "--compress-pos=no",
+            "--skip-plt=no",
+            "--separate-recs=5",
+            "--callgrind-out-file=cg.%p",
+        ] {
+            assert_eq!(o.parse_arg(a), Ok(true), "{a}");
+        }
+        assert!(o.output.dump_instr && !o.output.dump_line && !o.calls.skip_plt);
+        assert!(!o.write.compress_strings && !o.write.compress_pos);
+        assert_eq!((o.calls.separate_recs, o.out_file.as_str()), (5, "cg.%p"));
+        assert_eq!(o.parse_arg("--cache-sim=yes"), Ok(false));
+        assert_eq!(o.parse_arg("-q"), Ok(false));
+        let e = o.parse_arg("--dump-instr=maybe").unwrap_err();
+        assert_eq!(e[0], "Bad option: --dump-instr=maybe");
+        assert!(o.parse_arg("--separate-recs=0").is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! `--tool=callgrind` against Valgrind's Callgrind on the fixtures of
+//! `fixtures/callgrind` (direct and indirect calls, recursion, mutual
+//! recursion, `-O2` tail calls, `longjmp`, a C++ exception, callbacks through
+//! the PLT, a signal handler, two threads): for the functions of the
+//! fixture's own source, self Ir, and for each call arc into one of them,
+//! the call count and inclusive Ir, are equal; arcs from them to other code
+//! have equal call counts (their inclusive costs are the C library's, whose
+//! CPU-dependent paths differ under Valgrind's virtual CPU). Valgrind's own
+//! `callgrind_annotate` reads our files and lists the fixture's functions
+//! with the same self and inclusive Ir as for Callgrind's file.
+
+mod run_support;
+
+use callgrind::{Item, Profile};
+use run_support::{require, under_cachescope, TempDir};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Self Ir per function and `(caller, callee) -> (calls, inclusive)` per
+/// arc, for blocks whose file ends with `suffix`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Graph {
+    selfs: BTreeMap<String, u64>,
+    arcs_in: BTreeMap<(String, String), (u64, u64)>,
+    calls_out: BTreeMap<(String, String), u64>,
+}
+
+fn graph(p: &Profile, suffix: &str) -> Graph {
+    let names = &p.names;
+    let ours = |file| names.files.text(file).ends_with(suffix);
+    let mut g = Graph::default();
+    for part in &p.parts {
+        for b in &part.blocks {
+            let caller = names.functions.text(b.function).to_string();
+            let caller_ours = ours(b.file);
+            for item in &b.items {
+                match item {
+                    Item::Cost { costs, .. } if caller_ours => {
+                        *g.selfs.entry(caller.clone()).or_default() += costs[0];
+                    }
+                    Item::Call(c) => {
+                        let callee = names.functions.text(c.function).to_string();
+                        let key = (caller.clone(), callee.clone());
+                        if ours(c.file) {
+                            let e = g.arcs_in.entry(key).or_default();
+                            e.0 += c.count;
+                            e.1 += c.inclusive[0];
+                        } else if caller_ours && !callee.starts_with("_dl_runtime_resolve") {
+                            *g.calls_out.entry(key).or_default() += c.count;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    g
+}
+
+fn read(path: &Path) -> Profile {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    callgrind::parse(&data).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()))
+}
+
+/// Compiles fixture `src` (C or C++ by its extension) with `flags`.
+fn build(dir: &TempDir, src: &str, flags: &[&str]) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/callgrind")
+        .join(src);
+    let cxx = src.ends_with(".cpp");
+    let compiler = if cxx { "g++" } else { "gcc" };
+    require(compiler);
+    let exe = dir.join(src.split('.').next().unwrap());
+    let o = Command::new(compiler)
+        .args(flags)
+        // Bound at start: the lazy binder's variant (xsave or xsavec)
+        // depends on the CPU, which Valgrind's virtual one changes.
+        .args(["-g", "-pthread", "-Wl,-z,now"])
+        .arg(&path)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    exe
+}
+
+/// Runs fixture `src` under both and returns the two files.
+fn both(src: &str, flags: &[&str]) -> (TempDir, PathBuf, PathBuf) {
+    require("valgrind");
+    let dir = TempDir::new(&format!("callgrind-{src}"));
+    let exe = build(&dir, src, flags);
+    let ours = dir.join("ours.out");
+    let theirs = dir.join("theirs.out");
+    let out = format!("--callgrind-out-file={}", ours.display());
+    let run = under_cachescope(
+        &dir.0,
+        &["--tool=callgrind", "-q", &out],
+        exe.as_os_str(),
+        &[],
+        None,
+    );
+    assert!(
+        matches!(run.end, run_support::End::Code(0)),
+        "{}",
+        run.stderr_text()
+    );
+    let vg = Command::new("valgrind")
+        .args(["--tool=callgrind", "-q"])
+        .arg(format!("--callgrind-out-file={}", theirs.display()))
+        .arg(&exe)
+        .current_dir(&dir.0)
+        .output()
+        .unwrap();
+    assert!(
+        vg.status.success(),
+        "{}",
+        String::from_utf8_lossy(&vg.stderr)
+    );
+    (dir, ours, theirs)
+}
+
+/// Compares fixture `src` built with `flags`; the inclusive costs of calls
+/// to `library_bound` are not compared (they are mostly library work that
+/// depends on the objects loaded, which Valgrind's preloads change).
+fn compare(src: &str, flags: &[&str], library_bound: &[&str]) {
+    let (_dir, ours, theirs) = both(src, flags);
+    let suffix = format!("fixtures/callgrind/{src}");
+    let (mut us, mut them) = (graph(&read(&ours), &suffix), graph(&read(&theirs), &suffix));
+    for g in [&mut us, &mut them] {
+        for ((_, callee), (_, inclusive)) in g.arcs_in.iter_mut() {
+            if library_bound.contains(&callee.as_str()) {
+                *inclusive = 0;
+            }
+        }
+    }
+    assert!(
+        !them.selfs.is_empty(),
+        "no functions of {src} in Callgrind's file"
+    );
+    assert_eq!(us.selfs, them.selfs, "self Ir per function of {src}");
+    assert_eq!(us.arcs_in, them.arcs_in, "calls into {src}'s functions");
+    assert_eq!(us.calls_out, them.calls_out, "calls from {src}'s functions");
+    annotate_agrees(&ours, &theirs, src, library_bound);
+}
+
+/// The lines of Valgrind's `callgrind_annotate` function table (both
+/// modes) that name the fixture's source.
+fn annotated(path: &Path, src: &str, library_bound: &[&str]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for inclusive in ["no", "yes"] {
+        let o = Command::new("callgrind_annotate")
+            .arg(format!("--inclusive={inclusive}"))
+            .arg("--threshold=100")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        // Table rows are `count (percent)  file:function [object]`: the
+        // count and the function, not the percentage (totals differ);
+        // main's inclusive cost is mostly printf's.
+        lines.extend(text.lines().filter_map(|l| {
+            let (count, rest) = l.trim_start().split_once(' ')?;
+            let (_, name) = rest.split_once(")  ")?;
+            let count: u64 = count.replace(',', "").parse().ok()?;
+            let table_row = name.ends_with(']') && !name.starts_with("=>");
+            let bound = library_bound
+                .iter()
+                .any(|f| name.contains(&format!(":{f} ")));
+            (table_row && name.contains(&format!("{src}:")) && !(bound && inclusive == "yes"))
+                .then(|| format!("{inclusive} {count} {name}"))
+        }));
+    }
+    lines.sort();
+    lines
+}
+
+fn annotate_agrees(ours: &Path, theirs: &Path, src: &str, library_bound: &[&str]) {
+    run_support::require_callgrind_annotate();
+    assert_eq!(
+        annotated(ours, src, library_bound),
+        annotated(theirs, src, library_bound)
+    );
+}
+
+#[test]
+fn calls_recursion_and_callbacks() {
+    compare("calls.c", &["-O0"], &["main"]);
+}
+
+#[test]
+fn tail_calls() {
+    compare("tail.c", &["-O2"], &["main"]);
+}
+
+#[test]
+fn longjmp() {
+    compare("longjmp.c", &["-O0"], &["main"]);
+}
+
+#[test]
+fn cxx_exception() {
+    // Unwinding walks the loaded objects' frame tables.
+    compare(
+        "exception.cpp",
+        &["-O1"],
+        &["main", "middle(int)", "thrower(int)"],
+    );
+}
+
+#[test]
+fn signal_handler() {
+    compare("signal.c", &["-O0"], &["main"]);
+}
+
+#[test]
+fn two_threads() {
+    compare("threads.c", &["-O0"], &["main"]);
+}

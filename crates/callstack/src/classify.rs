@@ -1,0 +1,42 @@
+//! What a call tool must know of the code a block starts with.
+
+use events::BlockInfo;
+use std::sync::Arc;
+
+/// The kind of section code is in: Callgrind treats a jump from one kind or
+/// object to another as a call, and skips functions in the PLT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Section {
+    /// `.text`.
+    Text,
+    /// `.plt`.
+    Plt,
+    /// Anything else.
+    Other,
+}
+
+/// The function a block belongs to, as Callgrind names it (`ob=`, `fl=`,
+/// `fn=`), and what its start is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CodeClass {
+    /// The object file (`???` when unknown).
+    pub object: Arc<str>,
+    /// The source file of the block's first instruction (`???`).
+    pub file: Arc<str>,
+    /// The function name (for code without one, Callgrind's
+    /// `0x%016x` offset in the object).
+    pub function: Arc<str>,
+    /// Whether a function starts exactly at the block's first instruction.
+    pub entry: bool,
+    /// Where the block is.
+    pub section: Section,
+}
+
+/// Tells the function of each block, while the program runs (in whatever
+/// thread the tool runs in).
+pub trait Classify: Send {
+    /// The class of the block `info` describes.
+    fn classify(&mut self, info: &BlockInfo) -> CodeClass;
+    /// A classifier for a forked child's copy of the tool.
+    fn fork(&self) -> Box<dyn Classify>;
+}

@@ -1,0 +1,159 @@
+//! The tree as a Callgrind profile part: each context's self costs go to
+//! its function at its recursion level (`fn'2` from level 2 on), each arc
+//! becomes a `calls=` line of its caller's function at the call site, with
+//! the inclusive cost of its calls.
+
+use crate::tool::CallTool;
+use crate::tree::NodeId;
+use callgrind::builder::{FunctionKey, PartBuilder, Site};
+use callgrind::{Event, Part, Position, Positions, Profile};
+use rustc_hash::FxHashMap;
+use std::rc::Rc;
+
+/// Source file and line of an instruction address.
+pub type Locate<'a> = dyn FnMut(u64) -> (Rc<str>, u32) + 'a;
+
+/// What positions the part's lines carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputOptions {
+    /// `--dump-instr=yes`: instruction addresses.
+    pub dump_instr: bool,
+    /// `--dump-line=yes` (the default): source lines.
+    pub dump_line: bool,
+}
+
+impl Default for OutputOptions {
+    fn default() -> Self {
+        OutputOptions {
+            dump_instr: false,
+            dump_line: true,
+        }
+    }
+}
+
+/// Interns object, file and function names into a profile's tables.
+struct Namer<'a> {
+    profile: &'a mut Profile,
+}
+
+impl Namer<'_> {
+    fn file(&mut self, text: &str) -> callgrind::NameId {
+        self.profile.names.files.intern(text)
+    }
+}
+
+impl CallTool {
+    /// The threads that ran (Valgrind's numbers), in order.
+    pub fn threads(&self) -> Vec<u32> {
+        let mut t: Vec<u32> = self.tree.nodes.iter().map(|n| n.thread).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    /// A part with the costs and calls of `thread` (all threads with
+    /// `None`), its names interned in `profile`; positions are located with
+    /// `locate` (each address once). The part's header (number, thread,
+    /// `desc:`) is the caller's.
+    pub fn part(
+        &self,
+        profile: &mut Profile,
+        options: OutputOptions,
+        thread: Option<u32>,
+        locate: &mut Locate<'_>,
+    ) -> Part {
+        let mut located: FxHashMap<u64, (Rc<str>, u32)> = FxHashMap::default();
+        let mut at = |addr: u64| located.entry(addr).or_insert_with(|| locate(addr)).clone();
+        let mut namer = Namer { profile };
+        let tree = &self.tree;
+        let wanted = |n: NodeId| thread.is_none_or(|t| tree.nodes[n as usize].thread == t);
+        // Each context's function key, made once per (function, level).
+        let mut keys: FxHashMap<(u32, u32), FunctionKey> = FxHashMap::default();
+        let mut key_of = |namer: &mut Namer, n: NodeId| -> FunctionKey {
+            let node = tree.nodes[n as usize];
+            *keys.entry((node.function, node.level)).or_insert_with(|| {
+                let c = &self.functions[node.function as usize].class;
+                let name = if node.level > 1 {
+                    format!("{}'{}", c.function, node.level)
+                } else {
+                    c.function.to_string()
+                };
+                let names = &mut namer.profile.names;
+                FunctionKey {
+                    object: Some(names.objects.intern(&c.object)),
+                    file: names.files.intern(&c.file),
+                    function: names.functions.intern(&name),
+                }
+            })
+        };
+        let mut site = |namer: &mut Namer, addr: u64| -> Site {
+            let (file, line) = at(addr);
+            Site {
+                file: namer.file(&file),
+                position: Position {
+                    addr: if options.dump_instr { addr } else { 0 },
+                    line: if options.dump_line {
+                        u64::from(line)
+                    } else {
+                        0
+                    },
+                },
+            }
+        };
+        let mut builder = PartBuilder::new(1);
+        let mut total = 0u64;
+        // Self costs: each run of a block in a context is one Ir for each
+        // of its instructions.
+        for (&(node, block), &runs) in tree.run_keys.iter().zip(&tree.runs) {
+            if runs == 0 || !wanted(node) {
+                continue;
+            }
+            let key = key_of(&mut namer, node);
+            for &addr in self.block_state(block).instrs.iter() {
+                let s = site(&mut namer, addr);
+                builder.add_cost(key, s, &[runs]);
+                total += runs;
+            }
+        }
+        let mut extra: Vec<(&(NodeId, u64), &u64)> = tree.extra.iter().collect();
+        extra.sort_unstable();
+        for (&(node, addr), &ir) in extra {
+            if ir == 0 || node == crate::tree::NO_NODE || !wanted(node) {
+                continue;
+            }
+            let key = key_of(&mut namer, node);
+            let s = site(&mut namer, addr);
+            builder.add_cost(key, s, &[ir]);
+            total += ir;
+        }
+        for arc in &tree.arcs {
+            if arc.calls == 0 || !wanted(arc.caller) {
+                continue;
+            }
+            let caller = key_of(&mut namer, arc.caller);
+            let callee = key_of(&mut namer, arc.callee);
+            let s = site(&mut namer, arc.call_site);
+            let target = site(&mut namer, arc.target).position;
+            builder.add_call(caller, s, callee, target, arc.calls, &[arc.inclusive]);
+        }
+        Part {
+            positions: Positions {
+                instr: options.dump_instr,
+                line: options.dump_line,
+            },
+            events: vec![Event {
+                name: "Ir".into(),
+                long_name: None,
+            }],
+            summary: Some(vec![total]),
+            totals: Some(vec![total]),
+            blocks: builder.finish(),
+            ..Part::default()
+        }
+    }
+
+    /// Block executions so far (for `desc: Timerange:`).
+    pub fn block_runs(&self) -> u64 {
+        self.block_runs
+    }
+}

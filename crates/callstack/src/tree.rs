@@ -1,0 +1,138 @@
+//! The calling-context tree: one node per distinct stack of functions (and
+//! recursion level) per thread, the costs charged onto it, and the call
+//! arcs between nodes with their counts and inclusive costs.
+
+use rustc_hash::FxHashMap;
+
+/// A node of the tree, by index.
+pub type NodeId = u32;
+/// A function, by index in the tool's function table.
+pub type FnId = u32;
+
+/// No node (a thread before its first block, or a handler before its).
+pub const NO_NODE: NodeId = u32::MAX;
+
+/// One calling context: a function, at a recursion level, called from its
+/// parent's context (none for a root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Node {
+    /// The caller's context, or [`NO_NODE`].
+    pub parent: NodeId,
+    /// The function.
+    pub function: FnId,
+    /// Its recursion level (1 for the outermost activation), capped at
+    /// `--separate-recs`.
+    pub level: u32,
+    /// The thread (1, 2, ... as Valgrind numbers them).
+    pub thread: u32,
+}
+
+/// Calls along one arc: from a caller's context at a call site to a
+/// callee's context entered at `target`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arc {
+    /// The caller's context.
+    pub caller: NodeId,
+    /// The instruction that called (or jumped).
+    pub call_site: u64,
+    /// The callee's context.
+    pub callee: NodeId,
+    /// The first instruction run in the callee.
+    pub target: u64,
+    /// How many calls.
+    pub calls: u64,
+    /// Their inclusive Ir.
+    pub inclusive: u64,
+}
+
+/// The tree and everything charged onto it.
+#[derive(Debug, Clone, Default)]
+pub struct Tree {
+    /// The nodes, parents before children.
+    pub nodes: Vec<Node>,
+    children: FxHashMap<(NodeId, FnId, u32, u32), NodeId>,
+    /// The arcs.
+    pub arcs: Vec<Arc>,
+    arc_index: FxHashMap<(NodeId, u64, NodeId, u64), u32>,
+    /// Executions of each (node, block) pair, by slot.
+    pub runs: Vec<u64>,
+    /// The (node, block id) of each slot.
+    pub run_keys: Vec<(NodeId, u32)>,
+    run_index: FxHashMap<(NodeId, u32), u32>,
+    /// Ir charged to single instructions of a context: code of skipped
+    /// functions (on their caller's call site, as Callgrind does) and the
+    /// final check of rep string instructions.
+    pub extra: FxHashMap<(NodeId, u64), u64>,
+}
+
+impl Tree {
+    /// The node for `function` at `level` called from `parent` (a root of
+    /// `thread`'s tree when `parent` is [`NO_NODE`]), made if new.
+    pub fn child(&mut self, parent: NodeId, function: FnId, level: u32, thread: u32) -> NodeId {
+        let nodes = &mut self.nodes;
+        *self
+            .children
+            .entry((parent, function, level, thread))
+            .or_insert_with(|| {
+                nodes.push(Node {
+                    parent,
+                    function,
+                    level,
+                    thread,
+                });
+                (nodes.len() - 1) as NodeId
+            })
+    }
+
+    /// The arc from `caller` at `call_site` to `callee` entered at
+    /// `target`, made if new.
+    pub fn arc(&mut self, caller: NodeId, call_site: u64, callee: NodeId, target: u64) -> u32 {
+        let arcs = &mut self.arcs;
+        *self
+            .arc_index
+            .entry((caller, call_site, callee, target))
+            .or_insert_with(|| {
+                arcs.push(Arc {
+                    caller,
+                    call_site,
+                    callee,
+                    target,
+                    calls: 0,
+                    inclusive: 0,
+                });
+                (arcs.len() - 1) as u32
+            })
+    }
+
+    /// The slot counting executions of `block` in `node`, made if new.
+    pub fn run_slot(&mut self, node: NodeId, block: u32) -> u32 {
+        let (runs, keys) = (&mut self.runs, &mut self.run_keys);
+        *self.run_index.entry((node, block)).or_insert_with(|| {
+            runs.push(0);
+            keys.push((node, block));
+            (runs.len() - 1) as u32
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_arcs_and_slots_are_made_once() {
+        let mut t = Tree::default();
+        let root = t.child(NO_NODE, 0, 1, 1);
+        let a = t.child(root, 1, 1, 1);
+        assert_eq!(t.child(root, 1, 1, 1), a);
+        assert_ne!(t.child(root, 1, 2, 1), a);
+        assert_ne!(t.child(NO_NODE, 0, 1, 2), root, "one tree per thread");
+        let arc = t.arc(root, 0x10, a, 0x20);
+        assert_eq!(t.arc(root, 0x10, a, 0x20), arc);
+        assert_ne!(t.arc(root, 0x14, a, 0x20), arc);
+        let s = t.run_slot(a, 3);
+        assert_eq!(t.run_slot(a, 3), s);
+        assert_eq!(t.run_keys[s as usize], (a, 3));
+        assert!(t.nodes.iter().all(|n| n.parent == NO_NODE || n.parent < 3));
+    }
+}
