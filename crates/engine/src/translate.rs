@@ -7,6 +7,13 @@
 //! branches whose rel32 fields the caller links (`Translation::exits`).
 //! One counter per block counts its executions; rep-prefixed string
 //! instructions get their own counter with Cachegrind's n+1 rule.
+//!
+//! Valgrind's client-request sequence (one 19-byte instruction, as VEX
+//! decodes it) ends its block, as under Valgrind: its translation exits to
+//! the tool, which answers the request in RDX, and the block continues
+//! after it. While instrumentation is off (`CACHEGRIND_STOP_INSTRUMENTATION`,
+//! `--instr-at-start=no`) blocks are translated without counters or
+//! records, as Cachegrind then translates them uninstrumented.
 
 mod traced;
 
@@ -58,6 +65,11 @@ pub trait TransCtx {
     fn flush_stub(&self) -> u64 {
         0
     }
+    /// Whether blocks are instrumented (counted or traced); when not, they
+    /// are plain copies that count nothing.
+    fn instrumented(&self) -> bool {
+        true
+    }
 }
 
 /// A syscall the translated code may hand to the tool (an intercepted
@@ -91,7 +103,8 @@ pub struct Translation {
     pub code: Vec<u8>,
     /// rel32 fields to link: (host address of the field, guest target).
     pub exits: Vec<(u64, u64)>,
-    /// The block's execution counter (offset in the thread areas).
+    /// The block's execution counter (offset in the thread areas; 0 for
+    /// none: trace mode, or instrumentation off).
     pub counter: u32,
     /// Guest addresses counted once per block execution.
     pub counted: Vec<u64>,
@@ -99,6 +112,9 @@ pub struct Translation {
     pub reps: Vec<(u64, u32)>,
     /// Syscall sites that may stop in the tool.
     pub syscalls: Vec<SyscallSite>,
+    /// Client-request sites, which always stop in the tool (`guest_next`
+    /// is the address after the magic sequence).
+    pub requests: Vec<SyscallSite>,
     /// Guest return addresses pushed by calls of this block.
     pub call_returns: Vec<u64>,
     /// Direct successors (for eager translation).
@@ -208,10 +224,10 @@ fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError
             return Ok((items, Stop::Continue(ip)));
         }
         if is_magic(&code[pos..]) {
+            // A client request ends its block (VEX ends the superblock
+            // there with a jump of kind ClientReq).
             items.push(Item::ClientRequest(ip));
-            dec.set_position(pos + 19).expect("in bounds");
-            dec.set_ip(ip + 19);
-            continue;
+            return Ok((items, Stop::Continue(ip + 19)));
         }
         if !dec.can_decode() {
             if items.is_empty() {
@@ -299,6 +315,8 @@ enum Placement {
     DeadRegister(usize, Register),
     /// At the start, spilling RAX.
     Spill,
+    /// Nowhere: the block is not instrumented.
+    Nowhere,
 }
 
 /// A 64-bit GPR that `i` overwrites as a whole without reading it, if any.
@@ -558,6 +576,16 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// A client request: an exit to the tool, which reads the argument
+    /// block (RAX) and leaves the result in RDX; the code goes on after it.
+    fn client_request(&mut self, guest_next: u64) {
+        self.e.exit_stub(layout::MAGIC_REQUEST);
+        self.t.requests.push(SyscallSite {
+            stop_rip: self.e.here(),
+            guest_next,
+        });
+    }
+
     /// A guest `syscall`: numbers marked in the core's table go to the tool,
     /// the rest run natively right here.
     fn syscall(&mut self, guest_next: u64) {
@@ -614,11 +642,12 @@ pub fn translate(
     host: u64,
     ctx: &mut dyn TransCtx,
 ) -> Result<Translation, TransError> {
-    if let Some(mode) = ctx.trace() {
+    let instrumented = ctx.instrumented();
+    if let Some(mode) = ctx.trace().filter(|_| instrumented) {
         return traced::translate_traced(code, guest, host, ctx, mode);
     }
     let (items, stop) = decode_block(code, guest)?;
-    let counter = ctx.alloc_counter();
+    let counter = if instrumented { ctx.alloc_counter() } else { 0 };
     let mut b = Builder {
         e: Emitter::new(host),
         t: Translation {
@@ -630,7 +659,11 @@ pub fn translate(
         tail_jmp: None,
     };
     b.t.body = b.e.here();
-    let placement = counter_position(&items);
+    let placement = if instrumented {
+        counter_position(&items)
+    } else {
+        Placement::Nowhere
+    };
     if placement == Placement::Spill {
         b.e.add_counter_keep_flags(counter);
     }
@@ -643,19 +676,22 @@ pub fn translate(
         }
         match item {
             Item::ClientRequest(ip) => {
-                // Natively a no-op that leaves RDX (the default result) alone;
-                // that is also the answer for every request (we are not
-                // Valgrind). One Ir, no code.
-                b.t.counted.push(*ip);
+                // One instruction, as VEX decodes it.
+                if instrumented {
+                    b.t.counted.push(*ip);
+                }
                 end = ip + 19;
+                b.client_request(end);
             }
             Item::Insn(i) => {
                 end = i.next_ip();
-                if is_rep(i) {
+                if is_rep(i) && instrumented {
                     b.rep(i, code, guest)?;
                     continue;
                 }
-                b.t.counted.push(i.ip());
+                if instrumented {
+                    b.t.counted.push(i.ip());
+                }
                 if i.flow_control() == FlowControl::Next {
                     b.copy(i, code, guest)?;
                 } else {
@@ -802,16 +838,88 @@ mod tests {
     }
 
     #[test]
-    fn client_request_is_one_instruction() {
-        let mut code = MAGIC_PREAMBLE.to_vec();
+    fn a_client_request_is_one_instruction_that_exits_and_ends_its_block() {
+        let mut code = vec![0x90];
+        code.extend_from_slice(&MAGIC_PREAMBLE);
         code.extend_from_slice(&MAGIC_REQUEST);
         code.push(0xc3);
-        let mut ctx = Ctx {
-            next: 0x1000,
-            ..Ctx::default()
-        };
-        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
-        assert_eq!(t.counted, vec![0x1000, 0x1013]);
+        for trace in [None, Some(TraceMode { data: true })] {
+            let mut ctx = Ctx {
+                next: 0x1000,
+                trace,
+                ..Ctx::default()
+            };
+            let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+            assert_eq!(t.counted, vec![0x1000, 0x1001]);
+            assert_eq!(t.guest_end, 0x1014);
+            assert_eq!(t.tail, Some(0x1014));
+            let [site] = t.requests[..] else {
+                panic!("one request site: {:?}", t.requests)
+            };
+            assert_eq!(site.guest_next, 0x1014);
+            // The exit: the client's RAX, RCX and R11 spilled, then the
+            // magic syscall, which the tool's stop sees just after.
+            let d = disasm(&t);
+            // (The formatter puts a 0 before a leading hex letter.)
+            let magic = format!("mov eax,0{:X}h", layout::MAGIC_REQUEST);
+            let at = d
+                .iter()
+                .position(|l| *l == magic)
+                .unwrap_or_else(|| panic!("{magic} in {d:#?}"));
+            assert_eq!(
+                d[at - 3..at],
+                ["mov gs:[0],rax", "mov gs:[8],rcx", "mov gs:[10h],r11"]
+            );
+            assert_eq!(d[at + 1], "syscall");
+            let off = (site.stop_rip - t.host) as usize;
+            assert_eq!(
+                crate::emit::tests::disasm_at(&t.code[off - 2..off], 0)[0],
+                "syscall"
+            );
+            if trace.is_some() {
+                // The borrowed registers are given back before it.
+                assert!(
+                    d[at - 4].starts_with("mov ") && d[at - 4].contains(",gs:[3"),
+                    "{d:#?}"
+                );
+                assert_eq!(t.meta.unwrap().info.instrs()[1].len, 19);
+            }
+        }
+    }
+
+    #[test]
+    fn uninstrumented_blocks_count_nothing() {
+        struct Off(Ctx);
+        impl TransCtx for Off {
+            fn alloc_counter(&mut self) -> u32 {
+                panic!("no counter while instrumentation is off")
+            }
+            fn probe_stub(&self) -> u64 {
+                self.0.probe_stub()
+            }
+            fn literal(&mut self, value: u64) -> u64 {
+                self.0.literal(value)
+            }
+            fn core(&self) -> u64 {
+                self.0.core()
+            }
+            fn trace(&self) -> Option<TraceMode> {
+                Some(TraceMode { data: true })
+            }
+            fn alloc_block_id(&mut self) -> u32 {
+                panic!("no record while instrumentation is off")
+            }
+            fn instrumented(&self) -> bool {
+                false
+            }
+        }
+        // add rax,1 ; rep movsb ; ret
+        let code = [0x48, 0x83, 0xc0, 0x01, 0xf3, 0xa4, 0xc3];
+        let t = translate(&code, 0x1000, 0x40_0000, &mut Off(Ctx::default())).unwrap();
+        assert!(t.counted.is_empty() && t.reps.is_empty() && t.meta.is_none());
+        assert_eq!(t.counter, 0);
+        let d = disasm(&t);
+        assert_eq!(d[..2], ["add rax,1", "rep movsb [rdi],[rsi]"]);
     }
 
     #[test]

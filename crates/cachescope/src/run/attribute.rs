@@ -38,7 +38,7 @@ pub fn command_line_of(pid: i32) -> Option<String> {
     Some(cmd)
 }
 
-fn mapping(m: &ModuleRecord) -> Mapping {
+pub(crate) fn mapping(m: &ModuleRecord) -> Mapping {
     Mapping {
         path: m.path.clone(),
         start: m.start,

@@ -73,6 +73,13 @@ pub struct Space {
     modules: Modules,
     /// Syscall sites by stop RIP.
     syscalls: HashMap<u64, SyscallSite>,
+    /// Client-request sites by stop RIP.
+    requests: HashMap<u64, SyscallSite>,
+    /// Whether blocks are translated instrumented (counted or traced):
+    /// off between `CACHEGRIND_STOP_INSTRUMENTATION` and `_START`.
+    instrumented: bool,
+    /// The last id handed out by `VALGRIND_STACK_REGISTER`.
+    stack_ids: u64,
     /// Direct successors of the blocks translated during the current
     /// `ensure`, not yet queued for eager translation.
     fresh: Vec<u64>,
@@ -97,6 +104,9 @@ impl Space {
             areas: Areas::new(),
             modules: Modules::default(),
             syscalls: HashMap::default(),
+            requests: HashMap::default(),
+            instrumented: true,
+            stack_ids: 0,
             fresh: Vec::new(),
             count_lookups: false,
             stats: EngineStats::default(),
@@ -120,6 +130,9 @@ impl Space {
             areas: self.areas.clone(),
             modules: self.modules.clone(),
             syscalls: self.syscalls.clone(),
+            requests: self.requests.clone(),
+            instrumented: self.instrumented,
+            stack_ids: self.stack_ids,
             fresh: Vec::new(),
             count_lookups: self.count_lookups,
             stats: self.stats.clone(),
@@ -159,6 +172,28 @@ impl Space {
     /// The syscall site that stopped at `rip`.
     pub fn syscall_site(&self, rip: u64) -> Option<SyscallSite> {
         self.syscalls.get(&rip).copied()
+    }
+
+    /// The client-request site that stopped at `rip`.
+    pub fn request_site(&self, rip: u64) -> Option<SyscallSite> {
+        self.requests.get(&rip).copied()
+    }
+
+    /// The executable mappings code was translated from so far.
+    pub fn module_records(&self) -> &[crate::ModuleRecord] {
+        self.modules.records()
+    }
+
+    /// A new id for a stack the client registers (1, 2, ... per process,
+    /// as Valgrind numbers them).
+    pub fn new_stack_id(&mut self) -> u64 {
+        self.stack_ids += 1;
+        self.stack_ids
+    }
+
+    /// Whether code is translated instrumented.
+    pub fn instrumented(&self) -> bool {
+        self.instrumented
     }
 
     /// The guest block whose translation contains host address `host`
@@ -269,6 +304,7 @@ impl Space {
             areas: &mut self.areas,
             literals: &mut literals,
             tracing: self.tracing.as_mut(),
+            instrumented: self.instrumented,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -304,6 +340,9 @@ impl Space {
         }
         for s in &t.syscalls {
             self.syscalls.insert(s.stop_rip, *s);
+        }
+        for s in &t.requests {
+            self.requests.insert(s.stop_rip, *s);
         }
         if let Some(tr) = &mut self.tracing {
             for site in &t.flush_sites {
@@ -369,6 +408,8 @@ struct Ctx<'a> {
     literals: &'a mut Vec<(u64, u64)>,
     /// Trace mode's numbering of blocks and flush sites.
     tracing: Option<&'a mut Tracing>,
+    /// Whether blocks are instrumented.
+    instrumented: bool,
 }
 
 impl TransCtx for Ctx<'_> {
@@ -405,6 +446,9 @@ impl TransCtx for Ctx<'_> {
     }
     fn flush_stub(&self) -> u64 {
         self.chunk.flush_stub
+    }
+    fn instrumented(&self) -> bool {
+        self.instrumented
     }
 }
 

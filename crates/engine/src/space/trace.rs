@@ -115,6 +115,20 @@ impl Space {
         Ok(start)
     }
 
+    /// The thread whose area is `area`, stopped between blocks, made a
+    /// client request for the tool: its records so far go to the consumer,
+    /// then the request (nothing in counting mode, which has no tool).
+    pub fn tool_request(&mut self, area: u64, request: events::ClientRequest) {
+        if self.tracing.is_none() {
+            return;
+        }
+        let words = self.buffered(area).unwrap_or_default();
+        let Some(t) = &self.tracing else { return };
+        t.link.records(area, words);
+        t.link.request(area, request);
+        self.reset_trace(area);
+    }
+
     /// A thread ends (or the process does): its complete records go to the
     /// consumer and its buffer starts over.
     pub(super) fn drain_trace(&mut self, area: u64) {

@@ -315,15 +315,22 @@ pub(super) fn translate_traced(
     }
     let mut word = 1u32;
     let mut end = guest;
+    // Whether the borrowed registers are given back already (a client
+    // request exits with the client's own registers).
+    let mut left = false;
     for (n, item) in items.iter().enumerate() {
         if check_at == Some(n) {
             check(&mut b, FlagsAt::Dead);
         }
         match item {
             Item::ClientRequest(ip) => {
+                // The last item of its block: its record is complete here.
                 b.t.counted.push(*ip);
                 block_info.push(*ip, 19, &[]);
                 end = ip + 19;
+                b.e.trace_leave(r, a);
+                left = true;
+                b.client_request(end);
             }
             Item::Insn(i) => {
                 end = i.next_ip();
@@ -365,7 +372,9 @@ pub(super) fn translate_traced(
         }
     }
     if let Stop::Continue(next) = stop {
-        b.e.trace_leave(r, a);
+        if !left {
+            b.e.trace_leave(r, a);
+        }
         b.exit_jmp(next);
     }
     b.seal(end);
