@@ -37,6 +37,7 @@
 
 mod client_mem;
 mod clientreq;
+mod cpu;
 mod emit;
 mod ibtable;
 mod layout;

@@ -14,6 +14,14 @@
 //! after it. While instrumentation is off (`CACHEGRIND_STOP_INSTRUMENTATION`,
 //! `--instr-at-start=no`) blocks are translated without counters or
 //! records, as Cachegrind then translates them uninstrumented.
+//!
+//! An instruction the processor cannot run (`ud2`, bytes that decode to
+//! nothing, an instruction whose CPUID feature this processor lacks, such
+//! as `xbegin` without TSX) is a block of its own that executes `ud2`: the
+//! SIGILL it raises is given the guest address when it is delivered (see
+//! `Translation::sigills`), so the client sees what it sees natively. On a
+//! processor with TSX, `xbegin` takes its abort path (always a legal
+//! outcome: the engine cannot run a transaction).
 
 mod traced;
 
@@ -115,6 +123,9 @@ pub struct Translation {
     /// Client-request sites, which always stop in the tool (`guest_next`
     /// is the address after the magic sequence).
     pub requests: Vec<SyscallSite>,
+    /// `ud2`s standing for guest instructions that raise SIGILL: (host
+    /// address of the `ud2`, guest address of the instruction).
+    pub sigills: Vec<(u64, u64)>,
     /// Guest return addresses pushed by calls of this block.
     pub call_returns: Vec<u64>,
     /// Direct successors (for eager translation).
@@ -150,6 +161,9 @@ const STATUS: u32 = RflagsBits::OF
 enum Item {
     Insn(Instruction),
     ClientRequest(u64),
+    /// An instruction that raises SIGILL here (address, length: 1 when it
+    /// does not decode, as Cachegrind then counts it).
+    Illegal(u64, u8),
 }
 
 impl Item {
@@ -157,9 +171,16 @@ impl Item {
     fn ip(&self) -> u64 {
         match self {
             Item::Insn(i) => i.ip(),
-            Item::ClientRequest(ip) => *ip,
+            Item::ClientRequest(ip) | Item::Illegal(ip, _) => *ip,
         }
     }
+}
+
+/// Whether `i` raises SIGILL on this processor: the undefined-opcode
+/// instructions, and those needing a CPUID feature it lacks.
+fn raises_sigill(i: &Instruction) -> bool {
+    matches!(i.mnemonic(), Mnemonic::Ud0 | Mnemonic::Ud1 | Mnemonic::Ud2)
+        || crate::cpu::lacks_feature(i)
 }
 
 fn is_magic(code: &[u8]) -> bool {
@@ -184,7 +205,6 @@ fn unsupported(i: &Instruction) -> Option<&'static str> {
         Mnemonic::Wrgsbase | Mnemonic::Rdgsbase | Mnemonic::Swapgs => Some("GS base access"),
         Mnemonic::Sysenter | Mnemonic::Sysexit | Mnemonic::Sysret => Some("instruction"),
         Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => Some("instruction"),
-        Mnemonic::Xbegin | Mnemonic::Xabort | Mnemonic::Xend => Some("transactional memory"),
         Mnemonic::Retf => Some("far return"),
         _ => match i.flow_control() {
             FlowControl::UnconditionalBranch | FlowControl::Call
@@ -213,7 +233,8 @@ pub fn describe(i: &Instruction) -> String {
 /// Decodes the guest block at `guest` from `code` (bytes starting at
 /// `guest`). Fails only when the very first instruction cannot be
 /// translated; later problems end the block early so that the error is
-/// raised only if execution really gets there.
+/// raised only if execution really gets there. An instruction that raises
+/// SIGILL is a block of its own, likewise.
 fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError> {
     let mut items = Vec::new();
     let mut dec = Decoder::with_ip(64, code, guest, DecoderOptions::NONE);
@@ -241,15 +262,16 @@ fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError
                 return Ok((items, Stop::Continue(ip)));
             }
             if items.is_empty() {
-                let n = (code.len() - pos).min(8);
-                let bytes: Vec<String> = code[pos..pos + n]
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                return Err(TransError(format!(
-                    "cannot decode the instruction at {ip:#x} (bytes {})",
-                    bytes.join(" ")
-                )));
+                // Natively an undefined opcode: SIGILL.
+                items.push(Item::Illegal(ip, 1));
+                return Ok((items, Stop::Terminator));
+            }
+            return Ok((items, Stop::Continue(ip)));
+        }
+        if raises_sigill(&i) {
+            if items.is_empty() {
+                items.push(Item::Illegal(ip, i.len() as u8));
+                return Ok((items, Stop::Terminator));
             }
             return Ok((items, Stop::Continue(ip)));
         }
@@ -363,7 +385,7 @@ fn count_in_cl(i: &Instruction) -> bool {
 fn counter_position(items: &[Item]) -> Placement {
     let plain = |it: &Item| match it {
         Item::Insn(i) => i.flow_control() == FlowControl::Next && !is_rep(i),
-        Item::ClientRequest(_) => false,
+        Item::ClientRequest(_) | Item::Illegal(..) => false,
     };
     let flags = items.iter().position(|it| match it {
         Item::Insn(i) => {
@@ -372,7 +394,7 @@ fn counter_position(items: &[Item]) -> Placement {
                 && i.rflags_read() & STATUS == 0
                 && i.rflags_modified() & STATUS == STATUS
         }
-        Item::ClientRequest(_) => false,
+        Item::ClientRequest(_) | Item::Illegal(..) => false,
     });
     if let Some(n) = flags {
         return Placement::DeadFlags(n);
@@ -565,6 +587,15 @@ impl Builder<'_> {
                 self.copy(i, code, guest)?;
                 self.exit_jmp(next);
             }
+            FlowControl::XbeginXabortXend if i.mnemonic() == Mnemonic::Xbegin => {
+                self.xbegin_aborts(i);
+            }
+            FlowControl::XbeginXabortXend => {
+                // Outside a transaction (there are none): xabort does
+                // nothing, xend faults, natively.
+                self.copy(i, code, guest)?;
+                self.exit_jmp(next);
+            }
             _ => {
                 return Err(TransError(format!(
                     "cannot translate `{}` at {:#x}",
@@ -584,6 +615,20 @@ impl Builder<'_> {
             stop_rip: self.e.here(),
             guest_next,
         });
+    }
+
+    /// An instruction that raises SIGILL at guest `ip`: a `ud2`, whose
+    /// signal the tool gives that address at delivery.
+    fn illegal(&mut self, ip: u64) {
+        self.t.sigills.push((self.e.here(), ip));
+        self.e.raw(&[0x0f, 0x0b]);
+    }
+
+    /// `xbegin` on a processor with TSX: its abort path, as after an abort
+    /// that sets no status bit (EAX = 0; flags and memory untouched).
+    fn xbegin_aborts(&mut self, i: &Instruction) {
+        self.e.mov_eax_imm(0);
+        self.exit_jmp(i.near_branch_target());
     }
 
     /// A guest `syscall`: numbers marked in the core's table go to the tool,
@@ -682,6 +727,13 @@ pub fn translate(
                 }
                 end = ip + 19;
                 b.client_request(end);
+            }
+            Item::Illegal(ip, len) => {
+                if instrumented {
+                    b.t.counted.push(*ip);
+                }
+                end = ip + u64::from(*len);
+                b.illegal(*ip);
             }
             Item::Insn(i) => {
                 end = i.next_ip();
@@ -924,16 +976,77 @@ mod tests {
 
     #[test]
     fn bad_first_instruction_is_named() {
-        let code = [0x0f, 0x01, 0xd5, 0x90]; // xend
+        // mov rax, gs:[0]
+        let code = [0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0];
         let mut ctx = Ctx {
             next: 0x1000,
             ..Ctx::default()
         };
         let err = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap_err();
         assert!(
-            err.0.contains("xend") && err.0.contains("0x1000"),
+            err.0.contains("GS segment use") && err.0.contains("0x1000"),
             "{}",
             err.0
         );
+    }
+
+    #[test]
+    fn instructions_that_raise_sigill_are_blocks_of_their_own_ending_in_ud2() {
+        let xbegin = [0xc7, 0xf8, 0, 0, 0, 0];
+        let mut cases: Vec<(Vec<u8>, u64)> = vec![
+            (vec![0x0f, 0x0b], 2), // ud2
+            (vec![0x06], 1),       // push es: nothing in 64-bit mode
+        ];
+        if !is_x86_feature_detected!("rtm") {
+            cases.push((xbegin.to_vec(), 6));
+        }
+        for (bytes, len) in cases {
+            for trace in [None, Some(TraceMode { data: true })] {
+                let mut ctx = Ctx {
+                    next: 0x1000,
+                    trace,
+                    ..Ctx::default()
+                };
+                // After a nop, the block ends before the instruction.
+                let mut code = vec![0x90];
+                code.extend_from_slice(&bytes);
+                let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+                assert_eq!((t.guest_end, t.sigills.len()), (0x1001, 0));
+                let t = translate(&bytes, 0x1000, 0x40_0000, &mut ctx).unwrap();
+                assert_eq!(t.guest_end, 0x1000 + len);
+                assert_eq!(t.counted, [0x1000]);
+                let [(host, guest)] = t.sigills[..] else {
+                    panic!("{:?}", t.sigills)
+                };
+                assert_eq!(guest, 0x1000);
+                let off = (host - t.host) as usize;
+                assert_eq!(t.code[off..], [0x0f, 0x0b], "ends with the ud2");
+                assert!(t.exits.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn xbegin_with_tsx_takes_its_abort_path() {
+        let mut ctx = Ctx::default();
+        let mut b = Builder {
+            e: Emitter::new(0x40_0000),
+            t: Translation::default(),
+            ctx: &mut ctx,
+            tail_jmp: None,
+        };
+        // xbegin +0x10
+        let i = Decoder::with_ip(
+            64,
+            &[0xc7, 0xf8, 0x10, 0, 0, 0],
+            0x1000,
+            DecoderOptions::NONE,
+        )
+        .decode();
+        b.xbegin_aborts(&i);
+        let d = crate::emit::tests::disasm_at(&b.e.bytes, 0x40_0000);
+        assert_eq!(d[0], "mov eax,0");
+        assert!(d[1].starts_with("jmp "), "{d:?}");
+        assert_eq!(b.t.exits.iter().map(|e| e.1).collect::<Vec<_>>(), [0x1016]);
     }
 }

@@ -125,7 +125,7 @@ fn borrow(
     for n in 0..items.len() {
         let m = match &items[n] {
             Item::Insn(i) => touched(i, info),
-            Item::ClientRequest(_) => 0,
+            Item::ClientRequest(_) | Item::Illegal(..) => 0,
         };
         if free_in(used | m).nth(1).is_none() && n > 0 {
             *stop = Stop::Continue(items[n].ip());
@@ -331,6 +331,14 @@ pub(super) fn translate_traced(
                 b.e.trace_leave(r, a);
                 left = true;
                 b.client_request(end);
+            }
+            Item::Illegal(ip, len) => {
+                // Alone in its block; the signal sees the client's registers.
+                b.t.counted.push(*ip);
+                block_info.push(*ip, *len, &[]);
+                end = ip + u64::from(*len);
+                b.e.trace_leave(r, a);
+                b.illegal(*ip);
             }
             Item::Insn(i) => {
                 end = i.next_ip();
