@@ -22,9 +22,9 @@ use crate::run;
 /// What `valgrind --version` prints after `valgrind-`: the release whose
 /// Cachegrind this one behaves as. 3.21 made `--cache-sim=no` the default
 /// (`events: Ir`, no `desc:` lines), as here; 3.22 added the Cachegrind
-/// client requests and `--instr-at-start`, which are not supported yet, so
-/// wrappers that choose by version take the paths that work.
-pub const VALGRIND_VERSION: &str = "3.21.0";
+/// client requests and `--instr-at-start`, which wrappers (gungraun) look
+/// for by version, and which are supported.
+pub const VALGRIND_VERSION: &str = "3.22.0";
 
 /// The tools cachescope runs itself.
 const OUR_TOOLS: &[&str] = &["cachegrind", "callgrind", "lackey"];

@@ -89,6 +89,11 @@ fn main() -> ExitCode {
         trace_children: std::env::var_os("COUNT_TRACE_CHILDREN").is_some(),
         stats: false,
         tool: None,
+        // COUNT_INSTR_AT_START=no: as --instr-at-start=no.
+        requests: engine::RequestConfig {
+            instr_at_start: std::env::var_os("COUNT_INSTR_AT_START").is_none_or(|v| v != "no"),
+            ..engine::RequestConfig::default()
+        },
     };
     match engine::run(&cfg, &mut Print) {
         Ok(engine::Outcome::Exited(c)) => ExitCode::from(c as u8),

@@ -309,6 +309,11 @@ impl Emitter {
         self.syscall();
     }
 
+    /// `mov eax, imm` (flag-free; zero-extends into RAX).
+    pub fn mov_eax_imm(&mut self, imm: u32) {
+        self.insn(Instruction::with2(Code::Mov_r32_imm32, Register::EAX, imm));
+    }
+
     /// `syscall`.
     fn syscall(&mut self) {
         self.insn(Ok(Instruction::with(Code::Syscall)));

@@ -128,6 +128,9 @@ pub const MAGIC_SYSCALL: u32 = MAGIC_LO + 2;
 pub const MAGIC_INJECT: u32 = MAGIC_LO + 3;
 /// Exit: a trace buffer reached its limit (the check site in `S_TARGET`).
 pub const MAGIC_FLUSH: u32 = MAGIC_LO + 4;
+/// Exit: a client request (Valgrind's magic sequence); the client's RAX,
+/// the argument block's address, is in `S_RAX`.
+pub const MAGIC_REQUEST: u32 = MAGIC_LO + 5;
 
 /// Size of one code-cache chunk (reserved address space; pages are only
 /// touched as they are used).

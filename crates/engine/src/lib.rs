@@ -36,6 +36,8 @@
 #![deny(unsafe_code)]
 
 mod client_mem;
+mod clientreq;
+mod cpu;
 mod emit;
 mod ibtable;
 mod layout;
@@ -45,7 +47,9 @@ mod stream;
 mod sys;
 mod tracer;
 mod translate;
+mod vprintf;
 
+pub use clientreq::{RequestConfig, RequestTool};
 pub use stream::{FinishedTool, StreamTool, ToolFactory};
 
 use std::collections::HashMap;
@@ -81,6 +85,9 @@ pub struct LaunchConfig {
     /// back in its [`ProcessProfile`]; otherwise the inline counters serve
     /// and the tool is not used.
     pub tool: Option<ToolFactory>,
+    /// How client requests are treated: whose instrumentation requests are
+    /// obeyed, and whether processes start instrumented.
+    pub requests: RequestConfig,
 }
 
 impl std::fmt::Debug for LaunchConfig {
@@ -91,6 +98,7 @@ impl std::fmt::Debug for LaunchConfig {
             .field("trace_children", &self.trace_children)
             .field("stats", &self.stats)
             .field("tool", &self.tool.is_some())
+            .field("requests", &self.requests)
             .finish()
     }
 }
@@ -116,6 +124,8 @@ pub struct EngineStats {
     pub exits_syscall: u64,
     /// Exits because a trace buffer was full (trace mode).
     pub exits_flush: u64,
+    /// Exits for a client request (Valgrind's magic sequence).
+    pub exits_request: u64,
     /// Indirect transfers resolved inline (way 0 of the home bucket);
     /// counted only with `--stats=yes`.
     pub lookup_inline_hits: u64,
@@ -157,13 +167,18 @@ impl EngineStats {
             layout::MAGIC_MISS => self.exits_lookup_miss += 1,
             layout::MAGIC_SYSCALL => self.exits_syscall += 1,
             layout::MAGIC_FLUSH => self.exits_flush += 1,
+            layout::MAGIC_REQUEST => self.exits_request += 1,
             _ => {}
         }
     }
 
     /// Exits to the tool in all.
     pub fn exits(&self) -> u64 {
-        self.exits_link + self.exits_lookup_miss + self.exits_syscall + self.exits_flush
+        self.exits_link
+            + self.exits_lookup_miss
+            + self.exits_syscall
+            + self.exits_flush
+            + self.exits_request
     }
 
     /// The report `--stats=yes` prints, one line per subject.
@@ -178,12 +193,13 @@ impl EngineStats {
                 self.translation_time.as_secs_f64()
             ),
             format!(
-                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {}, trace buffer full {})",
+                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {}, trace buffer full {}, client request {})",
                 self.exits(),
                 self.exits_link,
                 self.exits_lookup_miss,
                 self.exits_syscall,
-                self.exits_flush
+                self.exits_flush,
+                self.exits_request
             ),
             format!(
                 "engine: indirect lookups: {lookups} ({} inline hits, {} probed: {} found, {} missed)",
@@ -215,8 +231,10 @@ pub struct ProcessProfile {
     pub modules: Vec<ModuleRecord>,
     /// What `--stats=yes` reports (gathered only when asked for).
     pub stats: Option<EngineStats>,
-    /// Counts of code that was unmapped before the process ended (dlclose),
-    /// each with the mapping it ran from; `instr_counts` holds the rest.
+    /// Counts of code whose translations were dropped before the process
+    /// ended (unmapped by dlclose, or translated again when instrumentation
+    /// was stopped or started), each with the mapping it ran from;
+    /// `instr_counts` holds the rest.
     /// (Another module may have been mapped at the same addresses since.)
     pub unmapped: Vec<UnmappedCode>,
     /// In trace mode, the process's tool with everything it was fed
@@ -231,6 +249,35 @@ pub struct UnmappedCode {
     pub module: Option<ModuleRecord>,
     /// Executed-instruction count per guest instruction address.
     pub instr_counts: HashMap<u64, u64>,
+}
+
+/// Which of Valgrind's message streams a [`Message`] belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageKind {
+    /// The client's own text (`VALGRIND_PRINTF`): Valgrind prefixes each
+    /// line with `**PID** `. The text is exactly what the client formatted,
+    /// newlines included; a text that does not end with one is continued
+    /// by the next client message.
+    Client,
+    /// A user message (`==PID== `), one line, without its newline.
+    User,
+    /// A debug message (`--PID-- `), one line, without its newline.
+    Debug,
+}
+
+/// Something the engine prints on the client's behalf, as Valgrind would.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    /// Which stream.
+    pub kind: MessageKind,
+    /// The text (see [`MessageKind`]).
+    pub text: &'a str,
+    /// For `VALGRIND_PRINTF_BACKTRACE`: the stack trace to print after the
+    /// text, innermost first (instruction addresses: the request's own
+    /// first, then return addresses minus one, as Valgrind shows them).
+    pub backtrace: &'a [u64],
+    /// The process's executable mappings, to symbolize `backtrace` with.
+    pub modules: &'a [ModuleRecord],
 }
 
 /// Receives each process's profile when that process exits.
@@ -253,6 +300,26 @@ pub trait ProfileSink {
     fn follow_exec(&mut self, exe: &str, argv: &[String]) -> bool {
         let _ = (exe, argv);
         true
+    }
+
+    /// A message for the user from process `pid` (see [`Message`]). By
+    /// default, written to stderr with Valgrind's prefix on each line (the
+    /// backtrace as bare addresses).
+    fn message(&mut self, pid: i32, message: &Message) {
+        let mark = match message.kind {
+            MessageKind::Client => "**",
+            MessageKind::User => "==",
+            MessageKind::Debug => "--",
+        };
+        let mut out = String::new();
+        for line in message.text.lines() {
+            out.push_str(&format!("{mark}{pid}{mark} {line}\n"));
+        }
+        for (n, ip) in message.backtrace.iter().enumerate() {
+            let at = if n == 0 { "at" } else { "by" };
+            out.push_str(&format!("=={pid}==    {at} 0x{ip:X}: ???\n"));
+        }
+        eprint!("{out}");
     }
 }
 

@@ -71,6 +71,13 @@ pub(crate) enum Msg {
         thread: u64,
         words: Vec<u64>,
     },
+    /// A client request for the tool, after the records of thread `thread`
+    /// sent before it.
+    Request {
+        key: u64,
+        thread: u64,
+        request: events::ClientRequest,
+    },
     /// A thread ended (its next records, if its area is reused, are
     /// another thread's).
     ThreadEnd { key: u64, thread: u64 },
@@ -216,6 +223,16 @@ impl StreamLink {
         self.pool.give(words);
     }
 
+    /// Thread `thread` made a client request for the tool (its records up
+    /// to the request were sent first).
+    pub fn request(&self, thread: u64, request: events::ClientRequest) {
+        self.send(Msg::Request {
+            key: self.key,
+            thread,
+            request,
+        });
+    }
+
     /// Thread `thread` ended.
     pub fn thread_end(&self, thread: u64) {
         self.send(Msg::ThreadEnd {
@@ -298,6 +315,18 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
                     decode(p, thread, &words);
                 }
                 pool.give(words);
+            }
+            Msg::Request {
+                key,
+                thread,
+                request,
+            } => {
+                if let Some(p) = procs.get_mut(&key) {
+                    // The thread's last block made the request: no branch
+                    // of it to resolve with the next.
+                    p.last.remove(&thread);
+                    p.tool.client_request(&request);
+                }
             }
             Msg::ThreadEnd { key, thread } => {
                 if let Some(p) = procs.get_mut(&key) {

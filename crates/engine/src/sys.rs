@@ -417,6 +417,12 @@ impl SigInfo {
     pub fn uid(&self) -> i32 {
         self.i32_at(20)
     }
+
+    /// Sets `si_addr`, the faulting address of a fault signal (the
+    /// union's first field, like `si_pid`).
+    pub fn set_addr(&mut self, addr: u64) {
+        self.0[16..24].copy_from_slice(&addr.to_le_bytes());
+    }
 }
 
 impl std::fmt::Debug for SigInfo {

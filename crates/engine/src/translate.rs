@@ -7,6 +7,21 @@
 //! branches whose rel32 fields the caller links (`Translation::exits`).
 //! One counter per block counts its executions; rep-prefixed string
 //! instructions get their own counter with Cachegrind's n+1 rule.
+//!
+//! Valgrind's client-request sequence (one 19-byte instruction, as VEX
+//! decodes it) ends its block, as under Valgrind: its translation exits to
+//! the tool, which answers the request in RDX, and the block continues
+//! after it. While instrumentation is off (`CACHEGRIND_STOP_INSTRUMENTATION`,
+//! `--instr-at-start=no`) blocks are translated without counters or
+//! records, as Cachegrind then translates them uninstrumented.
+//!
+//! An instruction the processor cannot run (`ud2`, bytes that decode to
+//! nothing, an instruction whose CPUID feature this processor lacks, such
+//! as `xbegin` without TSX) is a block of its own that executes `ud2`: the
+//! SIGILL it raises is given the guest address when it is delivered (see
+//! `Translation::sigills`), so the client sees what it sees natively. On a
+//! processor with TSX, `xbegin` takes its abort path (always a legal
+//! outcome: the engine cannot run a transaction).
 
 mod traced;
 
@@ -60,6 +75,11 @@ pub trait TransCtx {
     fn flush_stub(&self) -> u64 {
         0
     }
+    /// Whether blocks are instrumented (counted or traced); when not, they
+    /// are plain copies that count nothing.
+    fn instrumented(&self) -> bool {
+        true
+    }
 }
 
 /// A syscall the translated code may hand to the tool (an intercepted
@@ -93,7 +113,8 @@ pub struct Translation {
     pub code: Vec<u8>,
     /// rel32 fields to link: (host address of the field, guest target).
     pub exits: Vec<(u64, u64)>,
-    /// The block's execution counter (offset in the thread areas).
+    /// The block's execution counter (offset in the thread areas; 0 for
+    /// none: trace mode, or instrumentation off).
     pub counter: u32,
     /// Guest addresses counted once per block execution.
     pub counted: Vec<u64>,
@@ -101,6 +122,12 @@ pub struct Translation {
     pub reps: Vec<(u64, u32)>,
     /// Syscall sites that may stop in the tool.
     pub syscalls: Vec<SyscallSite>,
+    /// Client-request sites, which always stop in the tool (`guest_next`
+    /// is the address after the magic sequence).
+    pub requests: Vec<SyscallSite>,
+    /// `ud2`s standing for guest instructions that raise SIGILL: (host
+    /// address of the `ud2`, guest address of the instruction).
+    pub sigills: Vec<(u64, u64)>,
     /// Guest return addresses pushed by calls of this block.
     pub call_returns: Vec<u64>,
     /// Direct successors (for eager translation).
@@ -136,6 +163,9 @@ const STATUS: u32 = RflagsBits::OF
 enum Item {
     Insn(Instruction),
     ClientRequest(u64),
+    /// An instruction that raises SIGILL here (address, length: 1 when it
+    /// does not decode, as Cachegrind then counts it).
+    Illegal(u64, u8),
 }
 
 impl Item {
@@ -143,9 +173,16 @@ impl Item {
     fn ip(&self) -> u64 {
         match self {
             Item::Insn(i) => i.ip(),
-            Item::ClientRequest(ip) => *ip,
+            Item::ClientRequest(ip) | Item::Illegal(ip, _) => *ip,
         }
     }
+}
+
+/// Whether `i` raises SIGILL on this processor: the undefined-opcode
+/// instructions, and those needing a CPUID feature it lacks.
+fn raises_sigill(i: &Instruction) -> bool {
+    matches!(i.mnemonic(), Mnemonic::Ud0 | Mnemonic::Ud1 | Mnemonic::Ud2)
+        || crate::cpu::lacks_feature(i)
 }
 
 fn is_magic(code: &[u8]) -> bool {
@@ -170,7 +207,6 @@ fn unsupported(i: &Instruction) -> Option<&'static str> {
         Mnemonic::Wrgsbase | Mnemonic::Rdgsbase | Mnemonic::Swapgs => Some("GS base access"),
         Mnemonic::Sysenter | Mnemonic::Sysexit | Mnemonic::Sysret => Some("instruction"),
         Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => Some("instruction"),
-        Mnemonic::Xbegin | Mnemonic::Xabort | Mnemonic::Xend => Some("transactional memory"),
         Mnemonic::Retf => Some("far return"),
         _ => match i.flow_control() {
             FlowControl::UnconditionalBranch | FlowControl::Call
@@ -199,7 +235,8 @@ pub fn describe(i: &Instruction) -> String {
 /// Decodes the guest block at `guest` from `code` (bytes starting at
 /// `guest`). Fails only when the very first instruction cannot be
 /// translated; later problems end the block early so that the error is
-/// raised only if execution really gets there.
+/// raised only if execution really gets there. An instruction that raises
+/// SIGILL is a block of its own, likewise.
 fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError> {
     let mut items = Vec::new();
     let mut dec = Decoder::with_ip(64, code, guest, DecoderOptions::NONE);
@@ -210,10 +247,10 @@ fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError
             return Ok((items, Stop::Continue(ip)));
         }
         if is_magic(&code[pos..]) {
+            // A client request ends its block (VEX ends the superblock
+            // there with a jump of kind ClientReq).
             items.push(Item::ClientRequest(ip));
-            dec.set_position(pos + 19).expect("in bounds");
-            dec.set_ip(ip + 19);
-            continue;
+            return Ok((items, Stop::Continue(ip + 19)));
         }
         if !dec.can_decode() {
             if items.is_empty() {
@@ -227,15 +264,16 @@ fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError
                 return Ok((items, Stop::Continue(ip)));
             }
             if items.is_empty() {
-                let n = (code.len() - pos).min(8);
-                let bytes: Vec<String> = code[pos..pos + n]
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                return Err(TransError(format!(
-                    "cannot decode the instruction at {ip:#x} (bytes {})",
-                    bytes.join(" ")
-                )));
+                // Natively an undefined opcode: SIGILL.
+                items.push(Item::Illegal(ip, 1));
+                return Ok((items, Stop::Terminator));
+            }
+            return Ok((items, Stop::Continue(ip)));
+        }
+        if raises_sigill(&i) {
+            if items.is_empty() {
+                items.push(Item::Illegal(ip, i.len() as u8));
+                return Ok((items, Stop::Terminator));
             }
             return Ok((items, Stop::Continue(ip)));
         }
@@ -301,6 +339,8 @@ enum Placement {
     DeadRegister(usize, Register),
     /// At the start, spilling RAX.
     Spill,
+    /// Nowhere: the block is not instrumented.
+    Nowhere,
 }
 
 /// A 64-bit GPR that `i` overwrites as a whole without reading it, if any.
@@ -347,7 +387,7 @@ fn count_in_cl(i: &Instruction) -> bool {
 fn counter_position(items: &[Item]) -> Placement {
     let plain = |it: &Item| match it {
         Item::Insn(i) => i.flow_control() == FlowControl::Next && !is_rep(i),
-        Item::ClientRequest(_) => false,
+        Item::ClientRequest(_) | Item::Illegal(..) => false,
     };
     let flags = items.iter().position(|it| match it {
         Item::Insn(i) => {
@@ -356,7 +396,7 @@ fn counter_position(items: &[Item]) -> Placement {
                 && i.rflags_read() & STATUS == 0
                 && i.rflags_modified() & STATUS == STATUS
         }
-        Item::ClientRequest(_) => false,
+        Item::ClientRequest(_) | Item::Illegal(..) => false,
     });
     if let Some(n) = flags {
         return Placement::DeadFlags(n);
@@ -549,6 +589,15 @@ impl Builder<'_> {
                 self.copy(i, code, guest)?;
                 self.exit_jmp(next);
             }
+            FlowControl::XbeginXabortXend if i.mnemonic() == Mnemonic::Xbegin => {
+                self.xbegin_aborts(i);
+            }
+            FlowControl::XbeginXabortXend => {
+                // Outside a transaction (there are none): xabort does
+                // nothing, xend faults, natively.
+                self.copy(i, code, guest)?;
+                self.exit_jmp(next);
+            }
             _ => {
                 return Err(TransError(format!(
                     "cannot translate `{}` at {:#x}",
@@ -558,6 +607,30 @@ impl Builder<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A client request: an exit to the tool, which reads the argument
+    /// block (RAX) and leaves the result in RDX; the code goes on after it.
+    fn client_request(&mut self, guest_next: u64) {
+        self.e.exit_stub(layout::MAGIC_REQUEST);
+        self.t.requests.push(SyscallSite {
+            stop_rip: self.e.here(),
+            guest_next,
+        });
+    }
+
+    /// An instruction that raises SIGILL at guest `ip`: a `ud2`, whose
+    /// signal the tool gives that address at delivery.
+    fn illegal(&mut self, ip: u64) {
+        self.t.sigills.push((self.e.here(), ip));
+        self.e.raw(&[0x0f, 0x0b]);
+    }
+
+    /// `xbegin` on a processor with TSX: its abort path, as after an abort
+    /// that sets no status bit (EAX = 0; flags and memory untouched).
+    fn xbegin_aborts(&mut self, i: &Instruction) {
+        self.e.mov_eax_imm(0);
+        self.exit_jmp(i.near_branch_target());
     }
 
     /// A guest `syscall`: numbers marked in the core's table go to the tool,
@@ -616,11 +689,12 @@ pub fn translate(
     host: u64,
     ctx: &mut dyn TransCtx,
 ) -> Result<Translation, TransError> {
-    if let Some(mode) = ctx.trace() {
+    let instrumented = ctx.instrumented();
+    if let Some(mode) = ctx.trace().filter(|_| instrumented) {
         return traced::translate_traced(code, guest, host, ctx, mode);
     }
     let (items, stop) = decode_block(code, guest)?;
-    let counter = ctx.alloc_counter();
+    let counter = if instrumented { ctx.alloc_counter() } else { 0 };
     let mut b = Builder {
         e: Emitter::new(host),
         t: Translation {
@@ -632,7 +706,11 @@ pub fn translate(
         tail_jmp: None,
     };
     b.t.body = b.e.here();
-    let placement = counter_position(&items);
+    let placement = if instrumented {
+        counter_position(&items)
+    } else {
+        Placement::Nowhere
+    };
     if placement == Placement::Spill {
         b.e.add_counter_keep_flags(counter);
     }
@@ -645,19 +723,29 @@ pub fn translate(
         }
         match item {
             Item::ClientRequest(ip) => {
-                // Natively a no-op that leaves RDX (the default result) alone;
-                // that is also the answer for every request (we are not
-                // Valgrind). One Ir, no code.
-                b.t.counted.push(*ip);
+                // One instruction, as VEX decodes it.
+                if instrumented {
+                    b.t.counted.push(*ip);
+                }
                 end = ip + 19;
+                b.client_request(end);
+            }
+            Item::Illegal(ip, len) => {
+                if instrumented {
+                    b.t.counted.push(*ip);
+                }
+                end = ip + u64::from(*len);
+                b.illegal(*ip);
             }
             Item::Insn(i) => {
                 end = i.next_ip();
-                if is_rep(i) {
+                if is_rep(i) && instrumented {
                     b.rep(i, code, guest)?;
                     continue;
                 }
-                b.t.counted.push(i.ip());
+                if instrumented {
+                    b.t.counted.push(i.ip());
+                }
                 if i.flow_control() == FlowControl::Next {
                     b.copy(i, code, guest)?;
                 } else {
@@ -804,30 +892,178 @@ mod tests {
     }
 
     #[test]
-    fn client_request_is_one_instruction() {
-        let mut code = MAGIC_PREAMBLE.to_vec();
+    fn a_client_request_is_one_instruction_that_exits_and_ends_its_block() {
+        let mut code = vec![0x90];
+        code.extend_from_slice(&MAGIC_PREAMBLE);
         code.extend_from_slice(&MAGIC_REQUEST);
         code.push(0xc3);
-        let mut ctx = Ctx {
-            next: 0x1000,
-            ..Ctx::default()
-        };
-        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
-        assert_eq!(t.counted, vec![0x1000, 0x1013]);
+        for trace in [
+            None,
+            Some(TraceMode {
+                data: true,
+                sp: false,
+            }),
+        ] {
+            let mut ctx = Ctx {
+                next: 0x1000,
+                trace,
+                ..Ctx::default()
+            };
+            let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+            assert_eq!(t.counted, vec![0x1000, 0x1001]);
+            assert_eq!(t.guest_end, 0x1014);
+            assert_eq!(t.tail, Some(0x1014));
+            let [site] = t.requests[..] else {
+                panic!("one request site: {:?}", t.requests)
+            };
+            assert_eq!(site.guest_next, 0x1014);
+            // The exit: the client's RAX, RCX and R11 spilled, then the
+            // magic syscall, which the tool's stop sees just after.
+            let d = disasm(&t);
+            // (The formatter puts a 0 before a leading hex letter.)
+            let magic = format!("mov eax,0{:X}h", layout::MAGIC_REQUEST);
+            let at = d
+                .iter()
+                .position(|l| *l == magic)
+                .unwrap_or_else(|| panic!("{magic} in {d:#?}"));
+            assert_eq!(
+                d[at - 3..at],
+                ["mov gs:[0],rax", "mov gs:[8],rcx", "mov gs:[10h],r11"]
+            );
+            assert_eq!(d[at + 1], "syscall");
+            let off = (site.stop_rip - t.host) as usize;
+            assert_eq!(
+                crate::emit::tests::disasm_at(&t.code[off - 2..off], 0)[0],
+                "syscall"
+            );
+            if trace.is_some() {
+                // The borrowed registers are given back before it.
+                assert!(
+                    d[at - 4].starts_with("mov ") && d[at - 4].contains(",gs:[3"),
+                    "{d:#?}"
+                );
+                assert_eq!(t.meta.unwrap().info.instrs()[1].len, 19);
+            }
+        }
+    }
+
+    #[test]
+    fn uninstrumented_blocks_count_nothing() {
+        struct Off(Ctx);
+        impl TransCtx for Off {
+            fn alloc_counter(&mut self) -> u32 {
+                panic!("no counter while instrumentation is off")
+            }
+            fn probe_stub(&self) -> u64 {
+                self.0.probe_stub()
+            }
+            fn literal(&mut self, value: u64) -> u64 {
+                self.0.literal(value)
+            }
+            fn core(&self) -> u64 {
+                self.0.core()
+            }
+            fn trace(&self) -> Option<TraceMode> {
+                Some(TraceMode {
+                    data: true,
+                    sp: false,
+                })
+            }
+            fn alloc_block_id(&mut self) -> u32 {
+                panic!("no record while instrumentation is off")
+            }
+            fn instrumented(&self) -> bool {
+                false
+            }
+        }
+        // add rax,1 ; rep movsb ; ret
+        let code = [0x48, 0x83, 0xc0, 0x01, 0xf3, 0xa4, 0xc3];
+        let t = translate(&code, 0x1000, 0x40_0000, &mut Off(Ctx::default())).unwrap();
+        assert!(t.counted.is_empty() && t.reps.is_empty() && t.meta.is_none());
+        assert_eq!(t.counter, 0);
+        let d = disasm(&t);
+        assert_eq!(d[..2], ["add rax,1", "rep movsb [rdi],[rsi]"]);
     }
 
     #[test]
     fn bad_first_instruction_is_named() {
-        let code = [0x0f, 0x01, 0xd5, 0x90]; // xend
+        // mov rax, gs:[0]
+        let code = [0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0];
         let mut ctx = Ctx {
             next: 0x1000,
             ..Ctx::default()
         };
         let err = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap_err();
         assert!(
-            err.0.contains("xend") && err.0.contains("0x1000"),
+            err.0.contains("GS segment use") && err.0.contains("0x1000"),
             "{}",
             err.0
         );
+    }
+
+    #[test]
+    fn instructions_that_raise_sigill_are_blocks_of_their_own_ending_in_ud2() {
+        let xbegin = [0xc7, 0xf8, 0, 0, 0, 0];
+        let mut cases: Vec<(Vec<u8>, u64)> = vec![
+            (vec![0x0f, 0x0b], 2), // ud2
+            (vec![0x06], 1),       // push es: nothing in 64-bit mode
+        ];
+        if !is_x86_feature_detected!("rtm") {
+            cases.push((xbegin.to_vec(), 6));
+        }
+        for (bytes, len) in cases {
+            for trace in [
+                None,
+                Some(TraceMode {
+                    data: true,
+                    sp: false,
+                }),
+            ] {
+                let mut ctx = Ctx {
+                    next: 0x1000,
+                    trace,
+                    ..Ctx::default()
+                };
+                // After a nop, the block ends before the instruction.
+                let mut code = vec![0x90];
+                code.extend_from_slice(&bytes);
+                let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+                assert_eq!((t.guest_end, t.sigills.len()), (0x1001, 0));
+                let t = translate(&bytes, 0x1000, 0x40_0000, &mut ctx).unwrap();
+                assert_eq!(t.guest_end, 0x1000 + len);
+                assert_eq!(t.counted, [0x1000]);
+                let [(host, guest)] = t.sigills[..] else {
+                    panic!("{:?}", t.sigills)
+                };
+                assert_eq!(guest, 0x1000);
+                let off = (host - t.host) as usize;
+                assert_eq!(t.code[off..], [0x0f, 0x0b], "ends with the ud2");
+                assert!(t.exits.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn xbegin_with_tsx_takes_its_abort_path() {
+        let mut ctx = Ctx::default();
+        let mut b = Builder {
+            e: Emitter::new(0x40_0000),
+            t: Translation::default(),
+            ctx: &mut ctx,
+            tail_jmp: None,
+        };
+        // xbegin +0x10
+        let i = Decoder::with_ip(
+            64,
+            &[0xc7, 0xf8, 0x10, 0, 0, 0],
+            0x1000,
+            DecoderOptions::NONE,
+        )
+        .decode();
+        b.xbegin_aborts(&i);
+        let d = crate::emit::tests::disasm_at(&b.e.bytes, 0x40_0000);
+        assert_eq!(d[0], "mov eax,0");
+        assert!(d[1].starts_with("jmp "), "{d:?}");
+        assert_eq!(b.t.exits.iter().map(|e| e.1).collect::<Vec<_>>(), [0x1016]);
     }
 }

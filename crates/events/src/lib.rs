@@ -338,6 +338,35 @@ impl Needs {
     }
 }
 
+/// A client request that concerns the tool (Valgrind's `CALLGRIND_*` and
+/// `CACHEGRIND_*` macros), as a tool fed by the engine's stream receives it
+/// ([`Tool::client_request`]): in the requesting thread's order, after the
+/// records of the blocks that ran before it. The engine has already answered
+/// the client (these requests return 0); the tool only acts on them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientRequest {
+    /// `CALLGRIND_DUMP_STATS`, or `CALLGRIND_DUMP_STATS_AT(reason)` with
+    /// the client's string.
+    DumpStats {
+        /// The reason given with `_AT`.
+        reason: Option<String>,
+    },
+    /// `CALLGRIND_ZERO_STATS`.
+    ZeroStats,
+    /// `CALLGRIND_TOGGLE_COLLECT`.
+    ToggleCollect,
+    /// Instrumentation was started (`on`) or stopped by the requests the
+    /// run's tool obeys (`CACHEGRIND_START/STOP_INSTRUMENTATION` for
+    /// Cachegrind, `CALLGRIND_START/STOP_INSTRUMENTATION` for Callgrind).
+    /// Blocks translated while it is off produce no records at all; a tool
+    /// keeping state across blocks (a shadow call stack) resets it here.
+    /// Delivered only when the state changes.
+    Instrumentation {
+        /// Whether instrumentation is now on.
+        on: bool,
+    },
+}
+
 /// A consumer of the event stream (a simulator, a cost builder, a trace
 /// writer).
 pub trait Tool {
@@ -362,6 +391,12 @@ pub trait Tool {
         for &r in records {
             self.record(r);
         }
+    }
+
+    /// A client request for the tool, at its place in the stream (see
+    /// [`ClientRequest`]). The default ignores it.
+    fn client_request(&mut self, request: &ClientRequest) {
+        let _ = request;
     }
 
     /// One complete execution of block `id` (described by `info`), as the

@@ -43,7 +43,7 @@ pub fn mappings(proc_profile: &ProcessProfile) -> Vec<Mapping> {
     proc_profile.modules.iter().map(mapping).collect()
 }
 
-fn mapping(m: &ModuleRecord) -> Mapping {
+pub(crate) fn mapping(m: &ModuleRecord) -> Mapping {
     Mapping {
         path: m.path.clone(),
         start: m.start,

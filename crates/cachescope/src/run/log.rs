@@ -1,8 +1,10 @@
 //! Valgrind-style messages: user messages prefixed `==PID== `, debug
-//! messages `--PID-- `, to stderr or to the `--log-file`; with
+//! messages `--PID-- `, the client's own (`VALGRIND_PRINTF`) `**PID** `, to
+//! stderr or to the `--log-file`; with
 //! `--time-stamp=yes`, the time since startup goes inside the prefix, as
 //! `==00:00:00:01.234 PID== ` (days, hours, minutes, seconds.millis).
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
@@ -13,6 +15,8 @@ pub struct Log {
     file: Option<File>,
     /// `--time-stamp=yes`: when cachescope started.
     started: Option<Instant>,
+    /// Processes whose last client text did not end its line.
+    open_client_lines: HashSet<i32>,
 }
 
 impl Log {
@@ -21,6 +25,7 @@ impl Log {
         Log {
             file: None,
             started: None,
+            open_client_lines: HashSet::new(),
         }
     }
 
@@ -29,6 +34,7 @@ impl Log {
         Ok(Log {
             file: Some(File::create(path)?),
             started: None,
+            open_client_lines: HashSet::new(),
         })
     }
 
@@ -64,15 +70,40 @@ impl Log {
     }
 
     fn write_line(&mut self, line: &str) {
-        // One write per line, so that lines from different processes do
-        // not interleave mid-line; a failed log write is not worth dying.
         let mut buf = String::with_capacity(line.len() + 1);
         buf.push_str(line);
         buf.push('\n');
+        self.write(&buf);
+    }
+
+    fn write(&mut self, text: &str) {
+        // One write per message, so that lines from different processes do
+        // not interleave mid-line; a failed log write is not worth dying.
         let _ = match &mut self.file {
-            Some(f) => f.write_all(buf.as_bytes()),
-            None => io::stderr().lock().write_all(buf.as_bytes()),
+            Some(f) => f.write_all(text.as_bytes()),
+            None => io::stderr().lock().write_all(text.as_bytes()),
         };
+    }
+
+    /// Text the client had printed (`VALGRIND_PRINTF`), as Valgrind's
+    /// message buffer writes it: `**PID** ` at the start of each line, and
+    /// a text that does not end its line continued by the next one.
+    pub fn client(&mut self, pid: i32, text: &str) {
+        let mut at_left = !self.open_client_lines.contains(&pid);
+        let mut out = String::with_capacity(text.len() + 16);
+        for c in text.chars() {
+            if at_left {
+                out.push_str(&format!("**{}** ", self.who(pid)));
+            }
+            out.push(c);
+            at_left = c == '\n';
+        }
+        if at_left {
+            self.open_client_lines.remove(&pid);
+        } else {
+            self.open_client_lines.insert(pid);
+        }
+        self.write(&out);
     }
 
     /// A user message (`==PID== text`; an empty text gives `==PID== `).
@@ -136,6 +167,21 @@ mod tests {
         assert_eq!(preamble_arg("a b"), "a\\ b");
         assert_eq!(preamble_arg("<x>\\"), "\\<x\\>\\\\");
         assert_eq!(preamble_arg("é"), "__");
+    }
+
+    #[test]
+    fn client_text_is_prefixed_per_line_and_continued_across_messages() {
+        let dir = testkit::TempDir::new("log-client");
+        let path = dir.join("log");
+        let mut log = Log::to_file(&path).unwrap();
+        log.client(7, "no newline 1");
+        log.client(7, "two\nlines\n");
+        log.client(8, "other\n");
+        drop(log);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "**7** no newline 1two\n**7** lines\n**8** other\n"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub(crate) use attribute::summary_totals;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use engine::{LaunchConfig, Outcome, ProcessProfile, ProfileSink};
+use engine::{LaunchConfig, Message, MessageKind, Outcome, ProcessProfile, ProfileSink};
 use symbols::Symbolizer;
 
 use crate::outfile::{process_env, BadPattern, Expander};
@@ -138,6 +138,10 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         trace_children: opts.trace_children,
         stats: opts.stats,
         tool,
+        requests: engine::RequestConfig {
+            tool: engine::RequestTool::Cachegrind,
+            instr_at_start: opts.instr_at_start,
+        },
     };
     // Signals sent to us (timeout's SIGTERM, kill, Ctrl-C) are the
     // client's, as under Valgrind where the tool is the client's process:
@@ -205,6 +209,22 @@ fn die_like(sig: i32) -> ExitCode {
         let _ = raise(s);
     }
     ExitCode::from((128 + sig) as u8)
+}
+
+/// One frame of a stack trace as Valgrind shows it: `fn (file:line)` with
+/// the file's base name, else `fn (in /path/of/object)`, else `???`.
+fn frame_text(symbols: &mut Symbolizer, mappings: &[symbols::Mapping], ip: u64) -> String {
+    let loc = symbols.locate(mappings, ip);
+    if loc.line > 0 && &*loc.file != symbols::UNKNOWN {
+        let base = loc.file.rsplit('/').next().unwrap_or(&loc.file);
+        return format!("{} ({base}:{})", loc.func, loc.line);
+    }
+    match mappings.iter().rev().find(|m| m.start <= ip && ip < m.end) {
+        Some(m) if !m.path.as_os_str().is_empty() => {
+            format!("{} (in {})", loc.func, m.path.display())
+        }
+        _ => symbols::UNKNOWN.to_string(),
+    }
 }
 
 /// Receives each exiting process's counts and writes its profile.
@@ -275,6 +295,21 @@ impl ProfileSink for CgSink<'_> {
         // thread of their own, overlaps it with the client's run.
         if !module.path.as_os_str().is_empty() {
             self.symbols.preload(&module.path);
+        }
+    }
+
+    fn message(&mut self, pid: i32, message: &Message) {
+        match message.kind {
+            MessageKind::Client => self.log.client(pid, message.text),
+            MessageKind::User => self.log.umsg(pid, message.text),
+            MessageKind::Debug => self.log.dmsg(pid, message.text),
+        }
+        let mappings: Vec<symbols::Mapping> =
+            message.modules.iter().map(attribute::mapping).collect();
+        for (n, &ip) in message.backtrace.iter().enumerate() {
+            let at = if n == 0 { "at" } else { "by" };
+            let frame = frame_text(&mut self.symbols, &mappings, ip);
+            self.log.umsg(pid, &format!("   {at} 0x{ip:X}: {frame}"));
         }
     }
 

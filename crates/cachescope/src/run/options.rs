@@ -44,6 +44,9 @@ pub struct RunOptions {
     pub time_stamp: bool,
     /// `--stats=yes|no`: the engine's statistics at each process's exit.
     pub stats: bool,
+    /// `--instr-at-start=yes|no` (Cachegrind 3.22): whether processes start
+    /// instrumented, or wait for `CACHEGRIND_START_INSTRUMENTATION`.
+    pub instr_at_start: bool,
     /// `--cachegrind-out-file=` pattern (unexpanded).
     pub out_file: String,
     /// `--demangle` and `--show-below-main`.
@@ -107,6 +110,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         skip: SkipPatterns::default(),
         time_stamp: false,
         stats: false,
+        instr_at_start: true,
         out_file: DEFAULT_OUT_FILE.to_string(),
         names: symbols::NameOptions::default(),
         sim: SimOptions::new(false),
@@ -169,13 +173,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             }
             ("--demangle", Some(v)) => opts.names.demangle = yes_no(arg, v)?,
             ("--show-below-main", Some(v)) => opts.names.rename_below_main = !yes_no(arg, v)?,
-            ("--instr-at-start", Some(v)) => {
-                if !yes_no(arg, v)? {
-                    return Err(UsageError(vec![format!(
-                        "{arg} is not supported yet (instrumentation is always on)"
-                    )]));
-                }
-            }
+            ("--instr-at-start", Some(v)) => opts.instr_at_start = yes_no(arg, v)?,
             // Accepted for wrappers' sake; they change nothing here:
             // Cachegrind reports no errors, and scheduling is the kernel's
             // (threads run truly in parallel, with exact counts).
@@ -255,6 +253,8 @@ pub fn usage(name: &str) -> String {
          \x20   --cache-sim=no|yes         collect cache stats? [no]\n\
          \x20   --branch-sim=no|yes        collect branch prediction stats? [no]\n\
          \x20   --cachegrind-out-file=<file>  output file name [{DEFAULT_OUT_FILE}]\n\
+         \x20   --instr-at-start=yes|no    instrument at start? [yes] (see\n\
+         \x20                              CACHEGRIND_START_INSTRUMENTATION)\n\
          \n\
          \n\
          \x20 lackey options (--tool=lackey):\n\
@@ -381,11 +381,12 @@ mod tests {
     }
 
     #[test]
-    fn simulations_are_taken_and_unsupported_modes_refused_clearly() {
+    fn simulations_and_instrumentation_at_start_are_taken() {
         let r = run(&["--cache-sim=yes", "--branch-sim=yes", "ls"]);
         assert!(r.sim.cache_sim && r.sim.branch_sim);
         assert!(!run(&["ls"]).sim.cache_sim);
-        assert!(err(&["--instr-at-start=no", "ls"])[0].contains("not supported"));
+        assert!(!run(&["--instr-at-start=no", "ls"]).instr_at_start);
+        assert!(run(&["ls"]).instr_at_start);
     }
 
     #[test]

@@ -40,10 +40,13 @@ pub(super) struct Areas {
 pub(super) struct Counts(Vec<u64>);
 
 impl Counts {
-    /// What the counter at `offset` (in the thread areas) counted.
+    /// What the counter at `offset` (in the thread areas) counted; 0 for
+    /// offset 0, the counter of blocks that have none (trace mode,
+    /// uninstrumented code).
     pub fn get(&self, offset: u32) -> u64 {
-        self.0
-            .get(((offset - AREA_COUNTERS) / 8) as usize)
+        offset
+            .checked_sub(AREA_COUNTERS)
+            .and_then(|i| self.0.get((i / 8) as usize))
             .copied()
             .unwrap_or(0)
     }

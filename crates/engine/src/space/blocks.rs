@@ -76,6 +76,11 @@ impl Blocks {
         body
     }
 
+    /// The guest addresses of the reachable blocks.
+    pub fn starts(&self) -> Vec<u64> {
+        self.starts.iter().copied().collect()
+    }
+
     /// The reachable blocks.
     pub fn live(&self) -> impl Iterator<Item = &Block> {
         self.live.values()

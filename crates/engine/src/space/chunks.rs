@@ -100,6 +100,11 @@ impl CodeCache {
         &mut self.chunks[ci]
     }
 
+    /// Whether host address `host` is in a chunk.
+    pub fn holds(&self, host: u64) -> bool {
+        self.chunks.iter().any(|c| c.holds(host))
+    }
+
     /// The index of the chunk that holds host address `host`.
     pub fn chunk_of(&self, host: u64) -> usize {
         self.chunks

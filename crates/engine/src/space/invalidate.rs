@@ -9,6 +9,12 @@
 //! translates the code that is there now, and the jump is then re-pointed
 //! to the new translation (see `links`). Nothing is freed: the code cache
 //! only grows.
+//!
+//! Starting or stopping instrumentation (client requests) retires every
+//! block in the same way, as Cachegrind discards all its translations: the
+//! code is translated again, instrumented or not, as it is reached. Its
+//! indirect-branch table entries stay (the old bodies lead on to the new
+//! translations) and are re-pointed as the code is translated again.
 
 use super::Space;
 use crate::emit::Emitter;
@@ -27,15 +33,35 @@ impl Space {
             );
         }
         for guest in hit {
-            let body = self.blocks.retire(guest);
-            let ci = self.cache.chunk_of(body);
-            let stub = self.cache.exit_stub(ci, guest, &mut *self.mem);
-            let mut e = Emitter::new(body);
-            let field = e.jmp(stub);
-            self.mem.write(body, &e.bytes);
+            self.retire(guest);
             self.lookups.withdraw(guest, &mut *self.mem);
-            self.links.wait(guest, field);
         }
+    }
+
+    /// Instrumentation starts (`on`) or stops: every block is retired, to
+    /// be translated again the new way when reached. Returns whether the
+    /// state changed.
+    pub fn set_instrumented(&mut self, on: bool) -> bool {
+        if self.instrumented == on {
+            return false;
+        }
+        self.instrumented = on;
+        for guest in self.blocks.starts() {
+            self.retire(guest);
+        }
+        true
+    }
+
+    /// Makes the translation of `guest` unreachable: its body's entry
+    /// jumps to the exit stub of its guest address, until translated again.
+    fn retire(&mut self, guest: u64) {
+        let body = self.blocks.retire(guest);
+        let ci = self.cache.chunk_of(body);
+        let stub = self.cache.exit_stub(ci, guest, &mut *self.mem);
+        let mut e = Emitter::new(body);
+        let field = e.jmp(stub);
+        self.mem.write(body, &e.bytes);
+        self.links.wait(guest, field);
     }
 }
 
@@ -120,6 +146,26 @@ mod tests {
         let p = sp.collect(1);
         assert_eq!(p.modules.len(), 3);
         assert_eq!(p.unmapped[0].instr_counts[&LIB], 5);
+    }
+
+    #[test]
+    fn stopping_instrumentation_retranslates_everything_without_counters() {
+        let (mut sp, fake, _) = program_and_library();
+        let old = sp.blocks.body(LIB).unwrap();
+        assert!(sp.set_instrumented(false));
+        assert!(!sp.set_instrumented(false), "no change the second time");
+        assert!(!sp.blocks.contains(LIB) && !sp.blocks.contains(CODE));
+        // The old body exits to the tool, which translates it anew,
+        // uncounted; the table entry follows the new translation.
+        let jmp = &insns_at(&fake, old, 1)[0];
+        assert_eq!(sp.stub_target(stub_stop(addr_in(jmp))), Some(LIB));
+        let new = sp.ensure(LIB, &mut mmap_as_asked).unwrap();
+        assert_eq!(sp.blocks.get(LIB).unwrap().counter, 0);
+        assert!(sp.blocks.get(LIB).unwrap().counted.is_empty());
+        assert_eq!(published(&fake, LIB), Some(new));
+        assert_eq!(insns_at(&fake, new, 1)[0], "add rax,1");
+        // The counts made while instrumented stay.
+        assert_eq!(sp.collect(1).unmapped[0].instr_counts[&LIB], 5);
     }
 
     #[test]

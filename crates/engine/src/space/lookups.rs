@@ -52,10 +52,11 @@ impl Lookups {
     }
 
     /// `guest` was just translated at `body`: published if a translated
-    /// call returns there.
+    /// call returns there, re-pointed if it was published already (it was
+    /// translated again after its blocks were retired, keeping its code).
     pub fn translated(&mut self, guest: u64, body: u64, mem: &mut dyn ClientMemory) {
-        if self.return_sites.remove(&guest) {
-            self.publish(guest, body, mem);
+        if self.return_sites.remove(&guest) || self.table.contains(guest) {
+            self.table.insert(guest, body, mem);
         }
     }
 

@@ -73,6 +73,16 @@ pub struct Space {
     modules: Modules,
     /// Syscall sites by stop RIP.
     syscalls: HashMap<u64, SyscallSite>,
+    /// Client-request sites by stop RIP.
+    requests: HashMap<u64, SyscallSite>,
+    /// Guest addresses of the instructions that raise SIGILL, by the host
+    /// address of the `ud2` standing for each.
+    sigills: HashMap<u64, u64>,
+    /// Whether blocks are translated instrumented (counted or traced):
+    /// off between `CACHEGRIND_STOP_INSTRUMENTATION` and `_START`.
+    instrumented: bool,
+    /// The last id handed out by `VALGRIND_STACK_REGISTER`.
+    stack_ids: u64,
     /// Direct successors of the blocks translated during the current
     /// `ensure`, not yet queued for eager translation.
     fresh: Vec<u64>,
@@ -103,6 +113,10 @@ impl Space {
             areas: Areas::new(),
             modules: Modules::default(),
             syscalls: HashMap::default(),
+            requests: HashMap::default(),
+            sigills: HashMap::default(),
+            instrumented: true,
+            stack_ids: 0,
             fresh: Vec::new(),
             count_lookups: false,
             stats: EngineStats::default(),
@@ -126,6 +140,10 @@ impl Space {
             areas: self.areas.clone(),
             modules: self.modules.clone(),
             syscalls: self.syscalls.clone(),
+            requests: self.requests.clone(),
+            sigills: self.sigills.clone(),
+            instrumented: self.instrumented,
+            stack_ids: self.stack_ids,
             fresh: Vec::new(),
             count_lookups: self.count_lookups,
             stats: self.stats.clone(),
@@ -175,6 +193,40 @@ impl Space {
     /// The syscall site that stopped at `rip`.
     pub fn syscall_site(&self, rip: u64) -> Option<SyscallSite> {
         self.syscalls.get(&rip).copied()
+    }
+
+    /// The client-request site that stopped at `rip`.
+    pub fn request_site(&self, rip: u64) -> Option<SyscallSite> {
+        self.requests.get(&rip).copied()
+    }
+
+    /// The guest address of the instruction whose SIGILL was raised at host
+    /// address `rip`, if it is one of ours.
+    pub fn sigill_site(&self, rip: u64) -> Option<u64> {
+        self.sigills.get(&rip).copied()
+    }
+
+    /// Whether host address `host` is in the code cache (else it is the
+    /// client's own code).
+    pub fn in_code_cache(&self, host: u64) -> bool {
+        self.cache.holds(host)
+    }
+
+    /// The executable mappings code was translated from so far.
+    pub fn module_records(&self) -> &[crate::ModuleRecord] {
+        self.modules.records()
+    }
+
+    /// A new id for a stack the client registers (1, 2, ... per process,
+    /// as Valgrind numbers them).
+    pub fn new_stack_id(&mut self) -> u64 {
+        self.stack_ids += 1;
+        self.stack_ids
+    }
+
+    /// Whether code is translated instrumented.
+    pub fn instrumented(&self) -> bool {
+        self.instrumented
     }
 
     /// The guest block whose translation contains host address `host`
@@ -285,6 +337,7 @@ impl Space {
             areas: &mut self.areas,
             literals: &mut literals,
             tracing: self.tracing.as_mut(),
+            instrumented: self.instrumented,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -321,6 +374,10 @@ impl Space {
         for s in &t.syscalls {
             self.syscalls.insert(s.stop_rip, *s);
         }
+        for s in &t.requests {
+            self.requests.insert(s.stop_rip, *s);
+        }
+        self.sigills.extend(t.sigills.iter().copied());
         if let Some(tr) = &mut self.tracing {
             for site in &t.flush_sites {
                 let n = site.id as usize;
@@ -387,6 +444,8 @@ struct Ctx<'a> {
     literals: &'a mut Vec<(u64, u64)>,
     /// Trace mode's numbering of blocks and flush sites.
     tracing: Option<&'a mut Tracing>,
+    /// Whether blocks are instrumented.
+    instrumented: bool,
 }
 
 impl TransCtx for Ctx<'_> {
@@ -423,6 +482,9 @@ impl TransCtx for Ctx<'_> {
     }
     fn flush_stub(&self) -> u64 {
         self.chunk.flush_stub
+    }
+    fn instrumented(&self) -> bool {
+        self.instrumented
     }
 }
 
@@ -581,8 +643,25 @@ pub(super) mod tests {
         assert!(e.contains("writable memory at 0x600000"), "{e}");
         let e = sp.ensure(0x70_0000, &mut mmap_as_asked).unwrap_err().0;
         assert!(e.contains("unmapped address 0x700000"), "{e}");
-        load(&fake, CODE, &[0x0f, 0x01, 0xd5], "/bin/xend");
+        // mov rax, gs:[0]: runs natively, but GS is the engine's.
+        let gs = [0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0];
+        load(&fake, CODE, &gs, "/bin/gs");
         let e = sp.ensure(CODE, &mut mmap_as_asked).unwrap_err().0;
-        assert!(e.contains("xend") && e.contains("0x401000"), "{e}");
+        assert!(e.contains("gs:[0]") && e.contains("0x401000"), "{e}");
+    }
+
+    #[test]
+    fn an_instruction_that_raises_sigill_is_known_by_its_ud2() {
+        let (mut sp, fake) = fake_space();
+        load(&fake, CODE, &[0x06], "/bin/bad");
+        let body = sp.ensure(CODE, &mut mmap_as_asked).unwrap();
+        // The counter (spilled, flags kept), then the ud2.
+        assert!(insns_at(&fake, body, 8).contains(&"ud2".to_string()));
+        let at = (body..body + 64)
+            .find(|&h| fake.peek(h, 2) == [0x0f, 0x0b])
+            .unwrap();
+        assert_eq!(sp.sigill_site(at), Some(CODE));
+        assert_eq!(sp.sigill_site(at + 1), None);
+        assert!(sp.in_code_cache(at) && !sp.in_code_cache(CODE));
     }
 }

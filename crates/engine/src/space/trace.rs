@@ -160,6 +160,19 @@ impl Space {
         Ok(())
     }
 
+    /// The thread whose area is `area`, stopped between blocks, made a
+    /// client request for the tool: its records so far go to the consumer,
+    /// then the request (nothing in counting mode, which has no tool).
+    pub fn tool_request(&mut self, area: u64, request: events::ClientRequest) {
+        if self.tracing.is_none() {
+            return;
+        }
+        self.hand_over_trace(area);
+        if let Some(t) = &self.tracing {
+            t.link.request(area, request);
+        }
+    }
+
     /// The records in the buffer of `area`, whose thread is stopped
     /// between two blocks (its last record complete), go to the consumer
     /// and its buffer starts over. Before a fork, so that the child's tool,

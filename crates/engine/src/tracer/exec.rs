@@ -101,6 +101,8 @@ impl Tracer<'_> {
         mem.write(core + layout::SYSTAB, &interest_table());
         let mut space = Space::new(Box::new(mem), core);
         space.count_lookups = self.cfg.stats;
+        // --instr-at-start=no: each new image starts uninstrumented.
+        space.set_instrumented(self.cfg.requests.instr_at_start);
         if let (Some(factory), Some(consumer)) = (&self.cfg.tool, &self.consumer) {
             let tool = factory();
             let needs = tool.needs();

@@ -1,7 +1,8 @@
 //! The exits of translated code to the tool, all magic syscalls stopped by
 //! seccomp: an unlinked direct branch (its target is translated and the
 //! branch linked), an indirect-branch lookup miss (the target is translated
-//! and published in the table), and a guest syscall that the interest table
+//! and published in the table), a client request (see `requests`), and a
+//! guest syscall that the interest table
 //! marks (the mmap family first drops translations of code that goes away
 //! or may change, rseq is refused, GS base writes are refused, the rest run
 //! for real from the stop; signal syscalls go to `signals`). Code and table
@@ -30,6 +31,9 @@ impl Tracer<'_> {
         // One read for every slot an exit may need (each read of client
         // memory is a system call).
         let spills = Spills::read(&mut space.borrow_mut(), regs.gs_base)?;
+        if nr == layout::MAGIC_REQUEST {
+            return self.on_request(tid, space, regs, &spills);
+        }
         if nr == layout::MAGIC_SYSCALL {
             let sysno = spills.rax;
             if debug_enabled() {
@@ -75,8 +79,8 @@ impl Tracer<'_> {
 }
 
 /// The spill slots an exit reads (`layout::S_RAX` to `S_TARGET`).
-struct Spills {
-    rax: u64,
+pub(super) struct Spills {
+    pub(super) rax: u64,
     rcx: u64,
     r11: u64,
     target: u64,
@@ -172,7 +176,7 @@ fn gpr(regs: &mut Regs, r: iced_x86::Register) -> &mut u64 {
 
 /// Continues at the translated block `body` with the registers the exit
 /// spilled.
-fn enter_block(regs: &mut Regs, body: u64, spills: &Spills) {
+pub(super) fn enter_block(regs: &mut Regs, body: u64, spills: &Spills) {
     regs.rip = body;
     regs.rax = spills.rax;
     regs.rcx = spills.rcx;

@@ -11,6 +11,7 @@
 //! * `exec`: taking over a freshly exec'd image (core region, thread area,
 //!   entry block), or letting it go;
 //! * `exits`: the magic-syscall stops of translated code;
+//! * `requests`: client requests (Valgrind's magic sequence);
 //! * `signals`: signal delivery and the emulated rt_sigaction and
 //!   rt_sigreturn;
 //! * `tasks`: threads and processes as they are created and go away;
@@ -22,6 +23,7 @@ mod exec;
 mod exits;
 mod inject;
 mod launch;
+mod requests;
 mod signals;
 mod syscalls;
 mod tasks;

@@ -5,6 +5,12 @@
 //! slots, the interrupted code's slots are saved at delivery and restored
 //! at the handler's rt_sigreturn.
 //!
+//! A SIGILL raised by the `ud2` that stands for a guest instruction the
+//! processor cannot run is delivered with the guest's address (in the
+//! frame's RIP and in `si_addr`), as natively; a handler that returns then
+//! returns to guest code, which the tracer sees at the end of its
+//! rt_sigreturn and sends to its translation.
+//!
 //! Signals sent to the *tool* (by `timeout`, `kill`, a terminal) go on to
 //! the client's main process once [`SignalForwarding`] is installed: under
 //! Valgrind the tool is the client's own process, so they were the
@@ -40,11 +46,17 @@ impl Tracer<'_> {
         if sig == 0 {
             return self.resume(tid, 0);
         }
+        let guest_rip = sig == libc::SIGILL && self.place_sigill(tid)?;
         if has_handler(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
             self.save_spills(tid)?;
             self.mark_trace(tid, MARK_SIGNAL)?;
+            if guest_rip {
+                if let Some(t) = self.tasks.get_mut(&tid) {
+                    t.guest_frames += 1;
+                }
+            }
             if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
                 self.log_delivery(tid, sig)?;
             }
@@ -52,6 +64,24 @@ impl Tracer<'_> {
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig)?;
         Ok(())
+    }
+
+    /// A SIGILL stop of `tid`: if our `ud2` for a guest instruction raised
+    /// it, the client is shown that instruction's address, as natively.
+    /// Returns whether it was ours.
+    fn place_sigill(&mut self, tid: i32) -> Result<bool, EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let mut regs = get_regs(tid)?;
+        let Some(guest) = space.borrow().sigill_site(regs.rip) else {
+            return Ok(false);
+        };
+        regs.rip = guest;
+        set_regs(tid, &regs)?;
+        if let Ok(mut info) = sys::get_siginfo(tid) {
+            info.set_addr(guest);
+            let _ = sys::set_siginfo(tid, &info);
+        }
+        Ok(true)
     }
 
     /// Keeps the interrupted code's spill slots until the handler's
@@ -121,8 +151,68 @@ impl Tracer<'_> {
         regs.rax = sysno;
         regs.orig_rax = u64::MAX;
         set_regs(tid, &regs)?;
+        let guest_frame = self.tasks.get_mut(&tid).is_some_and(|t| {
+            let had = t.guest_frames > 0;
+            t.guest_frames = t.guest_frames.saturating_sub(1);
+            had
+        });
+        if guest_frame {
+            return self.sigreturn_to_guest(tid);
+        }
         self.resume(tid, 0)?;
         Ok(())
+    }
+
+    /// Runs the rt_sigreturn `tid` is about to make to its end: a frame
+    /// may return to a guest address (a SIGILL handler that returns, or
+    /// skips the instruction), which is sent to its translation.
+    fn sigreturn_to_guest(&mut self, tid: i32) -> Result<(), EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let tgid = self.tasks[&tid].tgid;
+        space.borrow_mut().mem().flush()?;
+        // The stops: the skipped magic call's exit, the sigreturn's entry,
+        // then its exit (with the restored registers).
+        let mut entered = false;
+        cont_syscall(tid)?;
+        let mut regs = loop {
+            match wait_for(tid)? {
+                WaitStatus::Syscall(_) => {
+                    let r = get_regs(tid)?;
+                    if entered {
+                        break r;
+                    }
+                    entered = r.orig_rax == syscalls::RT_SIGRETURN as u64;
+                    cont_syscall(tid)?;
+                }
+                WaitStatus::Stopped(_, sg) => {
+                    self.requeue.push((tgid, tid, sg));
+                    cont_syscall(tid)?;
+                }
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    self.on_thread_exit(tid);
+                    return Ok(());
+                }
+                WaitStatus::Event(..) => cont_syscall(tid)?,
+            }
+        };
+        if !space.borrow().in_code_cache(regs.rip) {
+            let multi = self.threads_sharing(&space) > 1;
+            let gadget = space.borrow().core + layout::GADGET;
+            let mut inj = Injection::new(tid, gadget, regs);
+            let body = {
+                let mut sp = space.borrow_mut();
+                sp.mem().set_multi(multi);
+                sp.ensure(regs.rip, &mut inj.injector())?
+            };
+            let patches = space.borrow_mut().mem().take_live();
+            if !patches.is_empty() {
+                inj.apply_live_patches(&mut space.borrow_mut(), &patches)?;
+            }
+            self.requeue_signals(tgid, inj);
+            regs.rip = body;
+            set_regs(tid, &regs)?;
+        }
+        self.resume(tid, 0)
     }
 
     /// `rt_sigaction(sig, act, oldact)`: a handler is replaced by a

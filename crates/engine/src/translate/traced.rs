@@ -131,7 +131,7 @@ fn borrow(
     for n in 0..items.len() {
         let m = match &items[n] {
             Item::Insn(i) => touched(i, info),
-            Item::ClientRequest(_) => 0,
+            Item::ClientRequest(_) | Item::Illegal(..) => 0,
         };
         if free_in(used | m).nth(1).is_none() && n > 0 {
             *stop = Stop::Continue(items[n].ip());
@@ -332,15 +332,30 @@ pub(super) fn translate_traced(
     }
     let mut word = 1u32;
     let mut end = guest;
+    // Whether the borrowed registers are given back already (a client
+    // request exits with the client's own registers).
+    let mut left = false;
     for (n, item) in items.iter().enumerate() {
         if check_at == Some(n) {
             check(&mut b, FlagsAt::Dead);
         }
         match item {
             Item::ClientRequest(ip) => {
+                // The last item of its block: its record is complete here.
                 b.t.counted.push(*ip);
                 block_info.push(*ip, 19, &[]);
                 end = ip + 19;
+                b.e.trace_leave(r, a);
+                left = true;
+                b.client_request(end);
+            }
+            Item::Illegal(ip, len) => {
+                // Alone in its block; the signal sees the client's registers.
+                b.t.counted.push(*ip);
+                block_info.push(*ip, *len, &[]);
+                end = ip + u64::from(*len);
+                b.e.trace_leave(r, a);
+                b.illegal(*ip);
             }
             Item::Insn(i) => {
                 end = i.next_ip();
@@ -385,7 +400,9 @@ pub(super) fn translate_traced(
         }
     }
     if let Stop::Continue(next) = stop {
-        b.e.trace_leave(r, a);
+        if !left {
+            b.e.trace_leave(r, a);
+        }
         b.exit_jmp(next);
     }
     b.seal(end);

@@ -1,0 +1,185 @@
+//! Client requests: the exit of a translated magic sequence. The argument
+//! block (the request number and five arguments) is at the client's RAX;
+//! the answer goes in RDX, which otherwise keeps the default the client
+//! put there; the client then goes on after the sequence (see `clientreq`
+//! for what each request means).
+//!
+//! Starting or stopping instrumentation hands the thread's records so far
+//! to the tool, tells it, and retires every translation, so that code is
+//! translated again, instrumented or not, as Cachegrind does. Requests for
+//! the tool (Callgrind's dump, zero, toggle) reach a stream tool in the
+//! thread's order through [`events::Tool::client_request`].
+
+use super::exits::{enter_block, Spills};
+use super::inject::Injection;
+use super::{set_regs, Tracer};
+use crate::clientreq::{self, Request, RequestTool, ToolRequest};
+use crate::space::Space;
+use crate::sys::Regs;
+use crate::translate::SyscallSite;
+use crate::{layout, vprintf, EngineError, Message, MessageKind};
+use events::ClientRequest;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+impl Tracer<'_> {
+    /// The client-request exit of thread `tid` in `space`, stopped with
+    /// `regs` after spilling `spills`.
+    pub(super) fn on_request(
+        &mut self,
+        tid: i32,
+        space: Rc<RefCell<Space>>,
+        mut regs: Regs,
+        spills: &Spills,
+    ) -> Result<(), EngineError> {
+        let site = space.borrow().request_site(regs.rip).ok_or_else(|| {
+            EngineError(format!("unknown client request site at {:#x}", regs.rip))
+        })?;
+        // The client's registers as they were; it goes on after the exit.
+        let resume = regs.rip;
+        enter_block(&mut regs, resume, spills);
+        let tgid = self.tasks.get(&tid).map_or(tid, |t| t.tgid);
+        let multi = self.threads_sharing(&space) > 1;
+        let block = {
+            let mut sp = space.borrow_mut();
+            sp.mem().set_multi(multi);
+            sp.mem().read(spills.rax, 48).ok()
+        };
+        if let Some(block) = block {
+            let args: [u64; 6] = std::array::from_fn(|i| {
+                u64::from_le_bytes(block[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+            });
+            let request = clientreq::decode(&args, &self.cfg.requests);
+            if let Some(result) = self.answer(tgid, &space, &regs, site, request) {
+                regs.rdx = result;
+            }
+        }
+        // Translations dropped by the request, while other threads may run
+        // them: patched by this thread, as after any exit.
+        let patches = space.borrow_mut().mem().take_live();
+        if !patches.is_empty() {
+            let gadget = space.borrow().core + layout::GADGET;
+            let mut inj = Injection::new(tid, gadget, regs);
+            inj.apply_live_patches(&mut space.borrow_mut(), &patches)?;
+            self.requeue_signals(tgid, inj);
+        }
+        set_regs(tid, &regs)?;
+        self.resume(tid, 0)
+    }
+
+    /// Does what `request` from process `tgid` asks; returns the client's
+    /// answer, if it is not the default.
+    fn answer(
+        &mut self,
+        tgid: i32,
+        space: &Rc<RefCell<Space>>,
+        regs: &Regs,
+        site: SyscallSite,
+        request: Request,
+    ) -> Option<u64> {
+        let area = regs.gs_base;
+        // Callgrind answers its requests 0; under Cachegrind nobody does.
+        let tool_answer = (self.cfg.requests.tool == RequestTool::Callgrind).then_some(0);
+        match request {
+            Request::RunningOnValgrind => Some(1),
+            Request::CountErrors => Some(0),
+            Request::StackRegister => Some(space.borrow_mut().new_stack_id()),
+            Request::DiscardTranslations { addr, len } => {
+                space
+                    .borrow_mut()
+                    .invalidate(addr, addr.saturating_add(len));
+                Some(0)
+            }
+            Request::Printf {
+                format,
+                va_list,
+                backtrace,
+            } => {
+                let mut sp = space.borrow_mut();
+                let (text, count) = vprintf::format(sp.mem(), format, va_list);
+                if !text.is_empty() || backtrace {
+                    let text = String::from_utf8_lossy(&text);
+                    // The request's own frame: Valgrind shows the address
+                    // after the magic sequence.
+                    let frames = [site.guest_next];
+                    let message = Message {
+                        kind: MessageKind::Client,
+                        text: &text,
+                        backtrace: if backtrace { &frames } else { &[] },
+                        modules: sp.module_records(),
+                    };
+                    self.sink.message(tgid, &message);
+                }
+                Some(u64::from(count))
+            }
+            Request::Instrumentation { on } => {
+                let mut sp = space.borrow_mut();
+                if sp.instrumented() != on {
+                    // Records made while instrumented go first, then the
+                    // tool hears of it; the code is translated anew.
+                    sp.tool_request(area, ClientRequest::Instrumentation { on });
+                    sp.set_instrumented(on);
+                } else if self.cfg.requests.tool == RequestTool::Cachegrind {
+                    drop(sp);
+                    let (what, state) = if on {
+                        ("START", "enabled")
+                    } else {
+                        ("STOP", "disabled")
+                    };
+                    self.debug(
+                        tgid,
+                        &format!("warning: CACHEGRIND_{what}_INSTRUMENTATION called,"),
+                    );
+                    self.debug(
+                        tgid,
+                        &format!("         but instrumentation is already {state}"),
+                    );
+                }
+                Some(0)
+            }
+            Request::DumpStatsAt { reason } => {
+                let mut sp = space.borrow_mut();
+                let reason = vprintf::read_c_string(sp.mem(), reason)
+                    .map(|s| String::from_utf8_lossy(&s).into_owned());
+                sp.tool_request(area, ClientRequest::DumpStats { reason });
+                tool_answer
+            }
+            Request::Tool(t) => {
+                let request = match t {
+                    ToolRequest::DumpStats => ClientRequest::DumpStats { reason: None },
+                    ToolRequest::ZeroStats => ClientRequest::ZeroStats,
+                    ToolRequest::ToggleCollect => ClientRequest::ToggleCollect,
+                };
+                space.borrow_mut().tool_request(area, request);
+                tool_answer
+            }
+            Request::UnknownCachegrind(code) => {
+                let text = format!("Warning: unknown cachegrind client request code {code:x}");
+                self.sink.message(
+                    tgid,
+                    &Message {
+                        kind: MessageKind::User,
+                        text: &text,
+                        backtrace: &[],
+                        modules: &[],
+                    },
+                );
+                None
+            }
+            Request::Default => None,
+        }
+    }
+
+    /// A debug message (`--PID-- text`) from process `tgid`.
+    fn debug(&mut self, tgid: i32, text: &str) {
+        self.sink.message(
+            tgid,
+            &Message {
+                kind: MessageKind::Debug,
+                text,
+                backtrace: &[],
+                modules: &[],
+            },
+        );
+    }
+}
