@@ -765,6 +765,15 @@ pub fn translate(
 mod tests {
     use super::*;
 
+    /// Counting mode and trace mode (with data addresses).
+    const BOTH_MODES: [Option<TraceMode>; 2] = [
+        None,
+        Some(TraceMode {
+            data: true,
+            sp: false,
+        }),
+    ];
+
     /// The translator's context in the unit tests: counters handed out
     /// from `next` on, or trace mode when `trace` is set (block ids from
     /// `next` on, flush sites from 0).
@@ -897,13 +906,7 @@ mod tests {
         code.extend_from_slice(&MAGIC_PREAMBLE);
         code.extend_from_slice(&MAGIC_REQUEST);
         code.push(0xc3);
-        for trace in [
-            None,
-            Some(TraceMode {
-                data: true,
-                sp: false,
-            }),
-        ] {
+        for trace in BOTH_MODES {
             let mut ctx = Ctx {
                 next: 0x1000,
                 trace,
@@ -1012,13 +1015,7 @@ mod tests {
             cases.push((xbegin.to_vec(), 6));
         }
         for (bytes, len) in cases {
-            for trace in [
-                None,
-                Some(TraceMode {
-                    data: true,
-                    sp: false,
-                }),
-            ] {
+            for trace in BOTH_MODES {
                 let mut ctx = Ctx {
                     next: 0x1000,
                     trace,

@@ -294,8 +294,7 @@ impl ObjectInfo {
         svma: u64,
         opts: crate::demangle::NameOptions,
     ) -> Option<Rc<str>> {
-        let i = self.symbols.lookup(svma)?;
-        (self.symbols.range(i).0 == svma)
+        self.is_function_entry(svma)
             .then(|| self.function_at_with(svma, opts))
             .flatten()
     }

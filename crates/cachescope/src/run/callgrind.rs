@@ -22,7 +22,6 @@ use super::attribute;
 use super::cgopts::CallgrindOptions;
 use super::options::RunOptions;
 use super::CgSink;
-use crate::outfile::{process_env, BadPattern};
 
 thread_local! {
     /// The consumer thread's symbolizer (see the module documentation).
@@ -153,20 +152,9 @@ impl CgSink<'_> {
         if self.opts.verbosity > 0 {
             self.log.umsg(pid, "");
         }
-        let path =
-            match self
-                .expander
-                .expand("--callgrind-out-file", &cg.out_file, pid, &process_env)
-            {
-                Ok(p) => p,
-                Err(BadPattern(lines)) => {
-                    for l in lines {
-                        self.log.umsg(pid, &l);
-                    }
-                    self.bad_out_file = true;
-                    return;
-                }
-            };
+        let Some(path) = self.out_path("--callgrind-out-file", &cg.out_file, pid) else {
+            return;
+        };
         let Some(mut tool) = proc_profile
             .tool
             .take()

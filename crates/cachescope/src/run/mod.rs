@@ -240,6 +240,22 @@ struct CgSink<'a> {
 }
 
 impl CgSink<'_> {
+    /// The output file of process `pid` from the pattern of `option`; a bad
+    /// pattern is reported (as Valgrind does, once per process) and gives
+    /// none.
+    fn out_path(&mut self, option: &str, pattern: &str, pid: i32) -> Option<std::path::PathBuf> {
+        match self.expander.expand(option, pattern, pid, &process_env) {
+            Ok(p) => Some(p),
+            Err(BadPattern(lines)) => {
+                for l in lines {
+                    self.log.umsg(pid, &l);
+                }
+                self.bad_out_file = true;
+                None
+            }
+        }
+    }
+
     /// Valgrind's preamble, in the same shape, naming cachescope.
     fn preamble(&mut self, pid: i32) {
         if self.opts.verbosity < 1 {
@@ -340,20 +356,9 @@ impl ProfileSink for CgSink<'_> {
         }
         // Like Cachegrind, the name is expanded at exit, with the pid of
         // the process that exits.
-        let path = match self.expander.expand(
-            "--cachegrind-out-file",
-            &self.opts.out_file,
-            pid,
-            &process_env,
-        ) {
-            Ok(p) => p,
-            Err(BadPattern(lines)) => {
-                for l in lines {
-                    self.log.umsg(pid, &l);
-                }
-                self.bad_out_file = true;
-                return;
-            }
+        let opts = self.opts;
+        let Some(path) = self.out_path("--cachegrind-out-file", &opts.out_file, pid) else {
+            return;
         };
         let started = std::time::Instant::now();
         let cmd = if self.opts.trace_children {

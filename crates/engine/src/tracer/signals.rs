@@ -33,6 +33,26 @@ const SIGACTION_SCRATCH: u64 = 0x800;
 const MAX_NESTED: usize = 64;
 
 impl Tracer<'_> {
+    /// Waits for the next syscall stop of `tid` (of process `tgid`), which
+    /// was just continued to one; signals that stop it meanwhile wait for
+    /// their delivery. `false` if it exited instead (its exit is handled).
+    fn await_syscall_stop(&mut self, tgid: i32, tid: i32) -> Result<bool, EngineError> {
+        loop {
+            match wait_for(tid)? {
+                WaitStatus::Syscall(_) => return Ok(true),
+                WaitStatus::Stopped(_, sg) => {
+                    self.requeue.push((tgid, tid, sg));
+                    cont_syscall(tid)?;
+                }
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    self.on_thread_exit(tid);
+                    return Ok(false);
+                }
+                WaitStatus::Event(..) => cont_syscall(tid)?,
+            }
+        }
+    }
+
     /// A signal-delivery stop (or a new task's first stop).
     pub(super) fn on_signal(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
         let Some(task) = self.tasks.get(&tid) else {
@@ -175,25 +195,15 @@ impl Tracer<'_> {
         let mut entered = false;
         cont_syscall(tid)?;
         let mut regs = loop {
-            match wait_for(tid)? {
-                WaitStatus::Syscall(_) => {
-                    let r = get_regs(tid)?;
-                    if entered {
-                        break r;
-                    }
-                    entered = r.orig_rax == syscalls::RT_SIGRETURN as u64;
-                    cont_syscall(tid)?;
-                }
-                WaitStatus::Stopped(_, sg) => {
-                    self.requeue.push((tgid, tid, sg));
-                    cont_syscall(tid)?;
-                }
-                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
-                    self.on_thread_exit(tid);
-                    return Ok(());
-                }
-                WaitStatus::Event(..) => cont_syscall(tid)?,
+            if !self.await_syscall_stop(tgid, tid)? {
+                return Ok(());
             }
+            let r = get_regs(tid)?;
+            if entered {
+                break r;
+            }
+            entered = r.orig_rax == syscalls::RT_SIGRETURN as u64;
+            cont_syscall(tid)?;
         };
         if !space.borrow().in_code_cache(regs.rip) {
             let multi = self.threads_sharing(&space) > 1;
@@ -252,19 +262,8 @@ impl Tracer<'_> {
         set_regs(tid, &r)?;
         // Run it to its syscall-exit stop, to see its result.
         cont_syscall(tid)?;
-        loop {
-            match wait_for(tid)? {
-                WaitStatus::Syscall(_) => break,
-                WaitStatus::Stopped(_, sg) => {
-                    self.requeue.push((tgid, tid, sg));
-                    cont_syscall(tid)?;
-                }
-                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
-                    self.on_thread_exit(tid);
-                    return Ok(());
-                }
-                WaitStatus::Event(..) => cont_syscall(tid)?,
-            }
+        if !self.await_syscall_stop(tgid, tid)? {
+            return Ok(());
         }
         let mut out = get_regs(tid)?;
         if out.rax == 0 {
