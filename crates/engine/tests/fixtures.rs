@@ -128,6 +128,19 @@ fn forked_processes_translating_in_turns_keep_their_own_code() {
 }
 
 #[test]
+fn sa_resethand_reads_back_the_default_and_the_next_signal_kills() {
+    let dir = TempDir::new("resethand");
+    let exe = build(&dir, "gcc", "resethand.c", "resethand", &[]);
+    let nat = native(&exe, &[]);
+    assert_eq!(nat.status, None, "killed by the second SIGUSR1");
+    let (run, _) = engine(&dir, &exe, &[]);
+    assert_eq!(run.stdout, nat.stdout, "{}", run.stderr);
+    assert!(String::from_utf8_lossy(&run.stdout).contains("after the first: SIG_DFL"));
+    // The `count` example reports a client killed by signal N as 128 + N.
+    assert_eq!(run.status, Some(128 + libc::SIGUSR1), "{}", run.stderr);
+}
+
+#[test]
 fn dlclosed_code_is_retranslated_and_keeps_its_counts() {
     let dir = TempDir::new("dlopen");
     let one = dir.0.join("libone.so");

@@ -269,8 +269,18 @@ impl Tracer<'_> {
         if out.rax == 0 {
             let proc = self.procs.get_mut(&tgid).expect("known process");
             if oldact != 0 {
-                if let Some(&h) = proc.handlers.get(&sig) {
-                    space.borrow_mut().mem().write(oldact, &h.to_le_bytes());
+                // The kernel wrote the real old action: our trampoline,
+                // shown as the client's handler, or SIG_DFL/SIG_IGN, true as
+                // it stands (SA_RESETHAND reset it at a delivery).
+                let real = space.borrow_mut().mem().read_u64(oldact)?;
+                match proc.handlers.get(&sig) {
+                    Some(&h) if real > 1 => {
+                        space.borrow_mut().mem().write(oldact, &h.to_le_bytes())
+                    }
+                    Some(_) => {
+                        proc.handlers.remove(&sig);
+                    }
+                    None => {}
                 }
             }
             match change {
