@@ -128,6 +128,10 @@ pub const MAGIC_SYSCALL: u32 = MAGIC_LO + 2;
 pub const MAGIC_INJECT: u32 = MAGIC_LO + 3;
 /// Exit: a trace buffer reached its limit (the check site in `S_TARGET`).
 pub const MAGIC_FLUSH: u32 = MAGIC_LO + 4;
+/// Exit: a block's self-modifying-code check found its guest code changed
+/// (the block's guest address in `S_TARGET`). (`MAGIC_LO + 5` is the
+/// client requests'.)
+pub const MAGIC_SMC: u32 = MAGIC_LO + 6;
 
 /// Size of one code-cache chunk (reserved address space; pages are only
 /// touched as they are used).

@@ -81,6 +81,44 @@ pub struct LaunchConfig {
     /// back in its [`ProcessProfile`]; otherwise the inline counters serve
     /// and the tool is not used.
     pub tool: Option<ToolFactory>,
+    /// `--smc-check`: which translated blocks check, each time they run,
+    /// that their guest code has not changed since it was translated.
+    pub smc_check: SmcCheck,
+}
+
+/// Valgrind's `--smc-check`: which code gets self-modifying-code checks
+/// (a block with one compares its guest bytes with those it was made from
+/// on every entry, and is translated again when they differ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SmcCheck {
+    /// No checks: code that changes without an `munmap`/`mprotect` keeps
+    /// running its old translation.
+    None,
+    /// Code on the stack of the thread that first runs it (GCC's
+    /// nested-function trampolines).
+    Stack,
+    /// Every block, file-backed code included.
+    All,
+    /// Every block except those from ordinary read-only file mappings
+    /// (Valgrind's default on amd64): anonymous and writable code, and
+    /// code whose bytes can change through another mapping (memory files,
+    /// `/dev/shm`, deleted files, shared mappings), is checked.
+    #[default]
+    AllNonFile,
+}
+
+impl SmcCheck {
+    /// The mode Valgrind spells `name` (`none`, `stack`, `all`,
+    /// `all-non-file`).
+    pub fn from_name(name: &str) -> Option<SmcCheck> {
+        Some(match name {
+            "none" => SmcCheck::None,
+            "stack" => SmcCheck::Stack,
+            "all" => SmcCheck::All,
+            "all-non-file" => SmcCheck::AllNonFile,
+            _ => return None,
+        })
+    }
 }
 
 impl std::fmt::Debug for LaunchConfig {
@@ -91,6 +129,7 @@ impl std::fmt::Debug for LaunchConfig {
             .field("trace_children", &self.trace_children)
             .field("stats", &self.stats)
             .field("tool", &self.tool.is_some())
+            .field("smc_check", &self.smc_check)
             .finish()
     }
 }
@@ -116,6 +155,9 @@ pub struct EngineStats {
     pub exits_syscall: u64,
     /// Exits because a trace buffer was full (trace mode).
     pub exits_flush: u64,
+    /// Exits because a block's guest code had changed since it was
+    /// translated (self-modifying code, `--smc-check`).
+    pub exits_smc: u64,
     /// Indirect transfers resolved inline (way 0 of the home bucket);
     /// counted only with `--stats=yes`.
     pub lookup_inline_hits: u64,
@@ -157,13 +199,18 @@ impl EngineStats {
             layout::MAGIC_MISS => self.exits_lookup_miss += 1,
             layout::MAGIC_SYSCALL => self.exits_syscall += 1,
             layout::MAGIC_FLUSH => self.exits_flush += 1,
+            layout::MAGIC_SMC => self.exits_smc += 1,
             _ => {}
         }
     }
 
     /// Exits to the tool in all.
     pub fn exits(&self) -> u64 {
-        self.exits_link + self.exits_lookup_miss + self.exits_syscall + self.exits_flush
+        self.exits_link
+            + self.exits_lookup_miss
+            + self.exits_syscall
+            + self.exits_flush
+            + self.exits_smc
     }
 
     /// The report `--stats=yes` prints, one line per subject.
@@ -178,12 +225,13 @@ impl EngineStats {
                 self.translation_time.as_secs_f64()
             ),
             format!(
-                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {}, trace buffer full {})",
+                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {}, trace buffer full {}, code changed {})",
                 self.exits(),
                 self.exits_link,
                 self.exits_lookup_miss,
                 self.exits_syscall,
-                self.exits_flush
+                self.exits_flush,
+                self.exits_smc
             ),
             format!(
                 "engine: indirect lookups: {lookups} ({} inline hits, {} probed: {} found, {} missed)",

@@ -8,6 +8,7 @@
 //! One counter per block counts its executions; rep-prefixed string
 //! instructions get their own counter with Cachegrind's n+1 rule.
 
+mod smc;
 mod traced;
 
 pub use traced::{BlockMeta, FlushSite, TraceMode, REP_WORDS};
@@ -57,6 +58,12 @@ pub trait TransCtx {
     /// Host address of the flush stub near the block.
     fn flush_stub(&self) -> u64 {
         0
+    }
+    /// Where the block's self-modifying-code check exits to when its guest
+    /// code changed (the chunk's SMC stub), if the block gets a check
+    /// (`--smc-check`; see `translate::smc`).
+    fn smc_stub(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -197,8 +204,11 @@ pub fn describe(i: &Instruction) -> String {
 /// Decodes the guest block at `guest` from `code` (bytes starting at
 /// `guest`). Fails only when the very first instruction cannot be
 /// translated; later problems end the block early so that the error is
-/// raised only if execution really gets there.
-fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError> {
+/// raised only if execution really gets there. A checked block
+/// (`checked`) also ends after each instruction that writes memory (see
+/// `translate::smc`).
+fn decode_block(code: &[u8], guest: u64, checked: bool) -> Result<(Vec<Item>, Stop), TransError> {
+    let mut stores = checked.then(smc::Stores::new);
     let mut items = Vec::new();
     let mut dec = Decoder::with_ip(64, code, guest, DecoderOptions::NONE);
     loop {
@@ -263,9 +273,13 @@ fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError
             return Ok((items, Stop::Continue(ip)));
         }
         let ends = i.flow_control() != FlowControl::Next;
+        let stores = stores.as_mut().is_some_and(|s| s.writes(&i));
         items.push(Item::Insn(i));
         if ends {
             return Ok((items, Stop::Terminator));
+        }
+        if stores {
+            return Ok((items, Stop::Continue(i.next_ip())));
         }
     }
 }
@@ -617,7 +631,7 @@ pub fn translate(
     if let Some(mode) = ctx.trace() {
         return traced::translate_traced(code, guest, host, ctx, mode);
     }
-    let (items, stop) = decode_block(code, guest)?;
+    let (items, stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
     let counter = ctx.alloc_counter();
     let mut b = Builder {
         e: Emitter::new(host),
@@ -630,6 +644,7 @@ pub fn translate(
         tail_jmp: None,
     };
     b.t.body = b.e.here();
+    b.smc_check(&items, code, guest);
     let placement = counter_position(&items);
     if placement == Placement::Spill {
         b.e.add_counter_keep_flags(counter);

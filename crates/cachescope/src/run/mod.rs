@@ -125,6 +125,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         trace_children: opts.trace_children,
         stats: opts.stats,
         tool,
+        smc_check: opts.smc_check,
     };
     // Signals sent to us (timeout's SIGTERM, kill, Ctrl-C) are the
     // client's, as under Valgrind where the tool is the client's process:

@@ -39,7 +39,7 @@ use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
 use crate::layout::MAX_BLOCK_BYTES;
 use crate::translate::{self, SyscallSite, TransCtx};
-use crate::{EngineError, EngineStats, ModuleRecord};
+use crate::{EngineError, EngineStats, ModuleRecord, SmcCheck};
 use areas::Areas;
 use blocks::{Block, Blocks};
 use chunks::{Chunk, CodeCache};
@@ -78,6 +78,11 @@ pub struct Space {
     fresh: Vec<u64>,
     /// Whether translated code counts inline lookup hits (`--stats=yes`).
     pub count_lookups: bool,
+    /// Which blocks check their guest code on entry (`--smc-check`).
+    pub smc_check: SmcCheck,
+    /// The stack pointer of the thread code is translated for (what
+    /// `--smc-check=stack` asks about).
+    pub stack_pointer: u64,
     /// What `--stats=yes` reports.
     pub stats: EngineStats,
     /// Trace mode (a tool needs records), if on.
@@ -105,6 +110,8 @@ impl Space {
             syscalls: HashMap::default(),
             fresh: Vec::new(),
             count_lookups: false,
+            smc_check: SmcCheck::default(),
+            stack_pointer: 0,
             stats: EngineStats::default(),
             tracing: None,
         }
@@ -128,6 +135,8 @@ impl Space {
             syscalls: self.syscalls.clone(),
             fresh: Vec::new(),
             count_lookups: self.count_lookups,
+            smc_check: self.smc_check,
+            stack_pointer: self.stack_pointer,
             stats: self.stats.clone(),
             tracing,
         };
@@ -270,12 +279,13 @@ impl Space {
     ) -> Result<u64, EngineError> {
         let m = self.modules.code_mapping(guest, &mut *self.mem)?;
         let module = self.modules.record(&m);
-        let len = (m.end - guest).min(4096) as usize;
-        let code = self.modules.read_code(guest, len, &mut *self.mem)?;
+        let code = self.modules.read_code(guest, &m, &mut *self.mem)?;
         let ci = match forced {
             Some(ci) => ci,
             None => self.chunk_near(guest, inj)?,
         };
+        let smc_stub = Modules::needs_check(&m, self.smc_check, self.stack_pointer)
+            .then(|| self.cache.smc_stub(ci, &mut *self.mem));
         let host = self.cache.chunk(ci).code_next;
         let mut literals = Vec::new();
         let mut ctx = Ctx {
@@ -285,6 +295,7 @@ impl Space {
             areas: &mut self.areas,
             literals: &mut literals,
             tracing: self.tracing.as_mut(),
+            smc_stub,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -385,6 +396,8 @@ struct Ctx<'a> {
     literals: &'a mut Vec<(u64, u64)>,
     /// Trace mode's numbering of blocks and flush sites.
     tracing: Option<&'a mut Tracing>,
+    /// The chunk's SMC stub, when the block gets a check.
+    smc_stub: Option<u64>,
 }
 
 impl TransCtx for Ctx<'_> {
@@ -421,6 +434,9 @@ impl TransCtx for Ctx<'_> {
     }
     fn flush_stub(&self) -> u64 {
         self.chunk.flush_stub
+    }
+    fn smc_stub(&self) -> Option<u64> {
+        self.smc_stub
     }
 }
 
@@ -574,9 +590,9 @@ pub(super) mod tests {
     #[test]
     fn code_the_engine_cannot_run_is_refused_with_its_address() {
         let (mut sp, fake) = fake_space();
-        fake.add_mapping(0x60_0000, 0x60_1000, "rwxp", "");
+        fake.add_mapping(0x60_0000, 0x60_1000, "rw-p", "");
         let e = sp.ensure(0x60_0000, &mut mmap_as_asked).unwrap_err().0;
-        assert!(e.contains("writable memory at 0x600000"), "{e}");
+        assert!(e.contains("non-executable memory at 0x600000"), "{e}");
         let e = sp.ensure(0x70_0000, &mut mmap_as_asked).unwrap_err().0;
         assert!(e.contains("unmapped address 0x700000"), "{e}");
         load(&fake, CODE, &[0x0f, 0x01, 0xd5], "/bin/xend");

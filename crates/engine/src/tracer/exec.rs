@@ -101,6 +101,8 @@ impl Tracer<'_> {
         mem.write(core + layout::SYSTAB, &interest_table());
         let mut space = Space::new(Box::new(mem), core);
         space.count_lookups = self.cfg.stats;
+        space.smc_check = self.cfg.smc_check;
+        space.stack_pointer = regs.rsp;
         if let (Some(factory), Some(consumer)) = (&self.cfg.tool, &self.consumer) {
             let tool = factory();
             let needs = tool.needs();
