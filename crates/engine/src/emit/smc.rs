@@ -23,7 +23,7 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 pub fn pieces(len: u64) -> Vec<(u64, u64)> {
     if len >= 8 {
         let mut v: Vec<(u64, u64)> = (0..len / 8).map(|k| (k * 8, 8)).collect();
-        if len % 8 != 0 {
+        if !len.is_multiple_of(8) {
             v.push((len - 8, 8));
         }
         return v;
