@@ -139,6 +139,8 @@ impl std::fmt::Debug for LaunchConfig {
 pub struct EngineStats {
     /// Guest blocks translated (eagerly or on demand).
     pub blocks_translated: u64,
+    /// Translated blocks with a self-modifying-code check (`--smc-check`).
+    pub blocks_checked: u64,
     /// Translated blocks that ran at least once.
     pub blocks_executed: u64,
     /// Guest instructions in those blocks.
@@ -218,10 +220,11 @@ impl EngineStats {
         let lookups = self.lookup_inline_hits + self.lookup_probes;
         vec![
             format!(
-                "engine: translated {} blocks ({} instructions, {} blocks ran) in {:.3} s",
+                "engine: translated {} blocks ({} instructions, {} blocks ran, {} checked for changes) in {:.3} s",
                 self.blocks_translated,
                 self.guest_instructions_translated,
                 self.blocks_executed,
+                self.blocks_checked,
                 self.translation_time.as_secs_f64()
             ),
             format!(

@@ -353,6 +353,7 @@ impl Space {
         self.fresh.extend(&t.successors);
         self.fresh.extend(&t.call_returns);
         self.stats.blocks_translated += 1;
+        self.stats.blocks_checked += u64::from(smc_stub.is_some());
         self.stats.guest_instructions_translated += t.counted.len() as u64 + t.reps.len() as u64;
         self.blocks.insert(
             guest,
