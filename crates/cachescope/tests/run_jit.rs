@@ -1,7 +1,8 @@
 //! Generated code in a run's profile: named from the perf map the program
 //! wrote (`/tmp/perf-<pid>.map`, as node `--perf-basic-prof` writes it),
 //! `???` without one, in the counting and the simulating modes, with the
-//! exact instruction counts of the generated functions.
+//! exact instruction counts of the generated functions; self-modifying code
+//! counted alike with and without the simulations.
 
 mod run_support;
 
@@ -85,5 +86,22 @@ fn generated_code_is_named_from_the_perf_map() {
             unnamed.get("???").copied().unwrap_or(0) >= SUM_LOOP_IR + CONSTANT_IR,
             "{opts:?}: {unnamed:?}"
         );
+    }
+}
+
+#[test]
+fn rewritten_code_counts_the_same_with_the_simulations() {
+    require("gcc");
+    let dir = TempDir::new("run-jit-smc");
+    let exe = dir.join("smc");
+    compile("gcc", &["-O1", "-g", "-Wl,-z,execstack"], "smc.c", &exe);
+    for case in ["selfpatch", "rewrite", "wx", "nested"] {
+        // Trace mode translates differently (records instead of counters):
+        // the generated code's Ir must not depend on it.
+        let (counted, _) = profile(&dir, &exe, &[], &[case]);
+        let sim = ["--cache-sim=yes", "--branch-sim=yes"];
+        let (traced, _) = profile(&dir, &exe, &sim, &[case]);
+        assert_eq!(counted.get("???"), traced.get("???"), "{case}");
+        assert!(counted.get("???").copied().unwrap_or(0) > 0, "{case}");
     }
 }
