@@ -25,13 +25,21 @@ impl Space {
 
     /// The check of the block at `guest` found its code changed in place:
     /// drops the translations of code in the block's range (the mapping is
-    /// the same). A block already dropped (another thread's check failed
-    /// first) leaves nothing to do.
+    /// the same). When the block there now matches the memory (another
+    /// thread's check failed first and it is the new translation), or there
+    /// is none, nothing is dropped.
     pub fn code_changed(&mut self, guest: u64) {
-        if let Some(end) = self.blocks.get(guest).map(|b| b.guest_end) {
-            self.modules.code_changed(guest, end);
-            self.drop_blocks(guest, end);
+        let Some(b) = self.blocks.get(guest) else {
+            return;
+        };
+        let end = b.guest_end;
+        if let Some(bytes) = &b.checked {
+            if self.mem.read(guest, bytes.len()).ok().as_deref() == Some(&bytes[..]) {
+                return;
+            }
         }
+        self.modules.code_changed(guest, end);
+        self.drop_blocks(guest, end);
     }
 
     /// Retires every block with code in `[start, end)`.
@@ -195,8 +203,10 @@ mod tests {
         );
         // Links to the old body go on to the new one.
         assert_eq!(addr_in(&insns_at(&fake, old, 1)[0]), new);
-        // A second report for the same change (another thread's) finds the
-        // new translation and drops it again: harmless.
+        // A second report of the same change (another thread's check)
+        // finds the new translation current and keeps it.
+        sp.code_changed(JIT);
+        assert_eq!(sp.blocks.body(JIT), Some(new));
         sp.code_changed(JIT + 0x10);
         assert!(sp.blocks.contains(JIT));
     }

@@ -364,6 +364,7 @@ impl Space {
                 counter: t.counter,
                 counted: t.counted,
                 reps: t.reps,
+                checked: smc_stub.map(|_| code[..(t.guest_end - guest) as usize].into()),
             },
         );
         self.lookups.translated(guest, t.body, &mut *self.mem);
