@@ -94,7 +94,12 @@ fn rewritten_code_counts_the_same_with_the_simulations() {
     require("gcc");
     let dir = TempDir::new("run-jit-smc");
     let exe = dir.join("smc");
-    compile("gcc", &["-O1", "-g", "-Wl,-z,execstack"], "smc.c", &exe);
+    compile(
+        "gcc",
+        &["-O1", "-g", "-pthread", "-Wl,-z,execstack"],
+        "smc.c",
+        &exe,
+    );
     for case in ["selfpatch", "rewrite", "wx", "nested"] {
         // Trace mode translates differently (records instead of counters):
         // the generated code's Ir must not depend on it.

@@ -13,7 +13,13 @@ use std::path::{Path, PathBuf};
 fn build_smc(dir: &TempDir) -> PathBuf {
     // Nested functions need an executable stack: say so, without the
     // linker's warning.
-    build(dir, "gcc", "smc.c", "smc", &["-Wl,-z,execstack"])
+    build(
+        dir,
+        "gcc",
+        "smc.c",
+        "smc",
+        &["-Wl,-z,execstack", "-pthread"],
+    )
 }
 
 /// Ir of code without a name (`???`), in the engine's counts and in
@@ -96,6 +102,14 @@ fn code_unmapped_remapped_moved_and_reprotected() {
     let dir = TempDir::new("smc-remap");
     let exe = build_smc(&dir);
     check_case(&dir, &exe, "remap");
+}
+
+#[test]
+fn threads_running_code_that_another_thread_rewrites() {
+    testkit::require("valgrind");
+    let dir = TempDir::new("smc-threads");
+    let exe = build_smc(&dir);
+    check_case(&dir, &exe, "threads");
 }
 
 #[test]
