@@ -33,16 +33,18 @@ fn unknown_file_functions(path: &std::path::Path) -> BTreeMap<String, u64> {
 const SUM_LOOP_IR: u64 = 100 * 3 + 3 * 5050;
 const CONSTANT_IR: u64 = 100 * 2;
 
-/// Runs the perfmap fixture under cachescope with `opts` (and `args`):
-/// same stdout as native; returns Ir per function of file `???` and the
-/// program's pid.
+/// Runs `exe args` under cachescope with `opts`: same stdout as
+/// `exe native_args` natively (the perf-map fixture is run natively with
+/// `nomap`, so as to leave no map that nothing would remove); returns Ir
+/// per function of file `???` and the program's pid.
 fn profile(
     dir: &TempDir,
     exe: &std::path::Path,
     opts: &[&str],
     args: &[&str],
+    native_args: &[&str],
 ) -> (BTreeMap<String, u64>, i32) {
-    let nat = native(&dir.0, exe.as_os_str(), args, None);
+    let nat = native(&dir.0, exe.as_os_str(), native_args, None);
     let out = format!("--cachegrind-out-file={}/cs.%p", dir.0.display());
     let mut all = vec!["-q", out.as_str()];
     all.extend_from_slice(opts);
@@ -66,7 +68,7 @@ fn generated_code_is_named_from_the_perf_map() {
     let exe = dir.join("perfmap");
     compile("gcc", &["-O1", "-g"], "perfmap.c", &exe);
     for opts in [&[][..], &["--cache-sim=yes", "--branch-sim=yes"][..]] {
-        let (named, pid) = profile(&dir, &exe, opts, &[]);
+        let (named, pid) = profile(&dir, &exe, opts, &[], &["nomap"]);
         std::fs::remove_file(format!("/tmp/perf-{pid}.map")).unwrap();
         assert_eq!(
             named.get("jit_sum_loop"),
@@ -79,7 +81,7 @@ fn generated_code_is_named_from_the_perf_map() {
             "{opts:?}: {named:?}"
         );
         // Without a map, the same code is `???`.
-        let (unnamed, pid) = profile(&dir, &exe, opts, &["nomap"]);
+        let (unnamed, pid) = profile(&dir, &exe, opts, &["nomap"], &["nomap"]);
         assert!(!std::path::Path::new(&format!("/tmp/perf-{pid}.map")).exists());
         assert!(!unnamed.contains_key("jit_sum_loop"));
         assert!(
@@ -103,9 +105,9 @@ fn rewritten_code_counts_the_same_with_the_simulations() {
     for case in ["selfpatch", "rewrite", "wx", "nested"] {
         // Trace mode translates differently (records instead of counters):
         // the generated code's Ir must not depend on it.
-        let (counted, _) = profile(&dir, &exe, &[], &[case]);
+        let (counted, _) = profile(&dir, &exe, &[], &[case], &[case]);
         let sim = ["--cache-sim=yes", "--branch-sim=yes"];
-        let (traced, _) = profile(&dir, &exe, &sim, &[case]);
+        let (traced, _) = profile(&dir, &exe, &sim, &[case], &[case]);
         assert_eq!(counted.get("???"), traced.get("???"), "{case}");
         assert!(counted.get("???").copied().unwrap_or(0) > 0, "{case}");
     }
