@@ -1,7 +1,8 @@
 //! Runs a program under the engine and prints its total instruction count
 //! per process: `cargo run -p engine --example count -- prog args`.
 //!
-//! `COUNT_TRACE_CHILDREN=1` follows execve (`--trace-children=yes`).
+//! `COUNT_TRACE_CHILDREN=1` follows execve (`--trace-children=yes`);
+//! `COUNT_SMC_CHECK=none|stack|all|all-non-file` is `--smc-check`.
 //! With `COUNT_OUT=FILE`, also appends every process's counts to FILE
 //! (`process PID`, `module START END OFFSET PATH` and `ADDR COUNT` lines, in
 //! hex; counts of unmapped code follow an `unmapped START END OFFSET PATH` line): the engine's integration tests read it.
@@ -93,6 +94,16 @@ fn main() -> ExitCode {
         requests: engine::RequestConfig {
             instr_at_start: std::env::var_os("COUNT_INSTR_AT_START").is_none_or(|v| v != "no"),
             ..engine::RequestConfig::default()
+        },
+        smc_check: match std::env::var("COUNT_SMC_CHECK") {
+            Ok(mode) => match engine::SmcCheck::from_name(&mode) {
+                Some(m) => m,
+                None => {
+                    eprintln!("count: bad COUNT_SMC_CHECK {mode:?}");
+                    return ExitCode::from(2);
+                }
+            },
+            Err(_) => engine::SmcCheck::default(),
         },
     };
     match engine::run(&cfg, &mut Print) {

@@ -34,6 +34,9 @@ pub struct Mapping {
     pub exec: bool,
     /// Writable.
     pub write: bool,
+    /// Shared (`MAP_SHARED`): other mappings of the same memory see its
+    /// writes and it sees theirs.
+    pub shared: bool,
     /// File offset that `start` maps.
     pub offset: u64,
     /// The mapped file's path, or a pseudo-path such as `[stack]`, or empty.
@@ -334,6 +337,7 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
         end: u64::from_str_radix(e, 16).ok()?,
         exec: perms.as_bytes().get(2) == Some(&b'x'),
         write: perms.as_bytes().get(1) == Some(&b'w'),
+        shared: perms.as_bytes().get(3) == Some(&b's'),
         offset,
         path,
     })
@@ -374,6 +378,7 @@ mod fake {
                 end,
                 exec: p.get(2) == Some(&b'x'),
                 write: p.get(1) == Some(&b'w'),
+                shared: p.get(3) == Some(&b's'),
                 offset: 0,
                 path: path.into(),
             });
@@ -489,7 +494,12 @@ mod tests {
         let v = parse_maps_line("7ffff7fc1000-7ffff7fc3000 r-xp 00000000 00:00 0  [vdso]").unwrap();
         assert_eq!(v.path, "[vdso]");
         let a = parse_maps_line("7ffff7fc5000-7ffff7fc7000 rw-p 00000000 00:00 0").unwrap();
-        assert!(a.write && !a.exec && a.path.is_empty());
+        assert!(a.write && !a.exec && a.path.is_empty() && !a.shared);
+        let s =
+            parse_maps_line("7ffff7fc8000-7ffff7fc9000 r-xs 00000000 00:01 9 /memfd:jit (deleted)")
+                .unwrap();
+        assert!(s.shared && s.exec && !s.write);
+        assert_eq!(s.path, "/memfd:jit (deleted)");
     }
 
     #[test]

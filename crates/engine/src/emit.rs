@@ -7,6 +7,7 @@
 //! they have a fixed size and a known address), and branches inside a
 //! sequence go to [`Label`]s resolved when the label is bound.
 
+mod smc;
 mod trace;
 
 pub use trace::FlagsAt;
@@ -277,6 +278,21 @@ impl Emitter {
     /// `lea r, [r + 1]`: a flag-free increment.
     fn inc_flag_free(&mut self, r: Register) {
         self.lea(r, based(r, 1));
+    }
+
+    /// `lahf; seto al`: the status flags into AX (AH: SF ZF AF PF CF; AL:
+    /// OF), for [`Emitter::restore_flags_from_ax`].
+    fn save_flags_to_ax(&mut self) {
+        self.insn(Ok(Instruction::with(Code::Lahf)));
+        self.insn(Instruction::with1(Code::Seto_rm8, Register::AL));
+    }
+
+    /// `add al, 0x7f; sahf`: the flags [`Emitter::save_flags_to_ax`] kept
+    /// (OF from AL: 0x7f + 1 overflows exactly when AL was 1; the rest
+    /// from AH).
+    fn restore_flags_from_ax(&mut self) {
+        self.insn(Instruction::with2(Code::Add_rm8_imm8, Register::AL, 0x7f));
+        self.insn(Ok(Instruction::with(Code::Sahf)));
     }
 
     /// `not r` (flag-free).

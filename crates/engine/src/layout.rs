@@ -131,6 +131,10 @@ pub const MAGIC_FLUSH: u32 = MAGIC_LO + 4;
 /// Exit: a client request (Valgrind's magic sequence); the client's RAX,
 /// the argument block's address, is in `S_RAX`.
 pub const MAGIC_REQUEST: u32 = MAGIC_LO + 5;
+/// Exit: a block's self-modifying-code check found its guest code changed
+/// (the block's guest address in `S_TARGET`). (`MAGIC_LO + 5` is the
+/// client requests'.)
+pub const MAGIC_SMC: u32 = MAGIC_LO + 6;
 
 /// Size of one code-cache chunk (reserved address space; pages are only
 /// touched as they are used).

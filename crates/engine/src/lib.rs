@@ -88,6 +88,44 @@ pub struct LaunchConfig {
     /// How client requests are treated: whose instrumentation requests are
     /// obeyed, and whether processes start instrumented.
     pub requests: RequestConfig,
+    /// `--smc-check`: which translated blocks check, each time they run,
+    /// that their guest code has not changed since it was translated.
+    pub smc_check: SmcCheck,
+}
+
+/// Valgrind's `--smc-check`: which code gets self-modifying-code checks
+/// (a block with one compares its guest bytes with those it was made from
+/// on every entry, and is translated again when they differ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SmcCheck {
+    /// No checks: code that changes without an `munmap`/`mprotect` keeps
+    /// running its old translation.
+    None,
+    /// Code on the stack of the thread that first runs it (GCC's
+    /// nested-function trampolines).
+    Stack,
+    /// Every block, file-backed code included.
+    All,
+    /// Every block except those from ordinary read-only file mappings
+    /// (Valgrind's default on amd64): anonymous and writable code, and
+    /// code whose bytes can change through another mapping (memory files,
+    /// `/dev/shm`, deleted files, shared mappings), is checked.
+    #[default]
+    AllNonFile,
+}
+
+impl SmcCheck {
+    /// The mode Valgrind spells `name` (`none`, `stack`, `all`,
+    /// `all-non-file`).
+    pub fn from_name(name: &str) -> Option<SmcCheck> {
+        Some(match name {
+            "none" => SmcCheck::None,
+            "stack" => SmcCheck::Stack,
+            "all" => SmcCheck::All,
+            "all-non-file" => SmcCheck::AllNonFile,
+            _ => return None,
+        })
+    }
 }
 
 impl std::fmt::Debug for LaunchConfig {
@@ -99,6 +137,7 @@ impl std::fmt::Debug for LaunchConfig {
             .field("stats", &self.stats)
             .field("tool", &self.tool.is_some())
             .field("requests", &self.requests)
+            .field("smc_check", &self.smc_check)
             .finish()
     }
 }
@@ -108,6 +147,8 @@ impl std::fmt::Debug for LaunchConfig {
 pub struct EngineStats {
     /// Guest blocks translated (eagerly or on demand).
     pub blocks_translated: u64,
+    /// Translated blocks with a self-modifying-code check (`--smc-check`).
+    pub blocks_checked: u64,
     /// Translated blocks that ran at least once.
     pub blocks_executed: u64,
     /// Guest instructions in those blocks.
@@ -126,6 +167,9 @@ pub struct EngineStats {
     pub exits_flush: u64,
     /// Exits for a client request (Valgrind's magic sequence).
     pub exits_request: u64,
+    /// Exits because a block's guest code had changed since it was
+    /// translated (self-modifying code, `--smc-check`).
+    pub exits_smc: u64,
     /// Indirect transfers resolved inline (way 0 of the home bucket);
     /// counted only with `--stats=yes`.
     pub lookup_inline_hits: u64,
@@ -168,6 +212,7 @@ impl EngineStats {
             layout::MAGIC_SYSCALL => self.exits_syscall += 1,
             layout::MAGIC_FLUSH => self.exits_flush += 1,
             layout::MAGIC_REQUEST => self.exits_request += 1,
+            layout::MAGIC_SMC => self.exits_smc += 1,
             _ => {}
         }
     }
@@ -179,6 +224,7 @@ impl EngineStats {
             + self.exits_syscall
             + self.exits_flush
             + self.exits_request
+            + self.exits_smc
     }
 
     /// The report `--stats=yes` prints, one line per subject.
@@ -186,20 +232,22 @@ impl EngineStats {
         let lookups = self.lookup_inline_hits + self.lookup_probes;
         vec![
             format!(
-                "engine: translated {} blocks ({} instructions, {} blocks ran) in {:.3} s",
+                "engine: translated {} blocks ({} instructions, {} blocks ran, {} checked for changes) in {:.3} s",
                 self.blocks_translated,
                 self.guest_instructions_translated,
                 self.blocks_executed,
+                self.blocks_checked,
                 self.translation_time.as_secs_f64()
             ),
             format!(
-                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {}, trace buffer full {}, client request {})",
+                "engine: exits to the tool: {} (untranslated branch {}, lookup miss {}, syscall {}, trace buffer full {}, client request {}, code changed {})",
                 self.exits(),
                 self.exits_link,
                 self.exits_lookup_miss,
                 self.exits_syscall,
                 self.exits_flush,
-                self.exits_request
+                self.exits_request,
+                self.exits_smc
             ),
             format!(
                 "engine: indirect lookups: {lookups} ({} inline hits, {} probed: {} found, {} missed)",

@@ -23,6 +23,7 @@
 //! processor with TSX, `xbegin` takes its abort path (always a legal
 //! outcome: the engine cannot run a transaction).
 
+mod smc;
 mod traced;
 
 #[cfg(test)]
@@ -79,6 +80,13 @@ pub trait TransCtx {
     /// are plain copies that count nothing.
     fn instrumented(&self) -> bool {
         true
+    }
+
+    /// Where the block's self-modifying-code check exits to when its guest
+    /// code changed (the chunk's SMC stub), if the block gets a check
+    /// (`--smc-check`; see `translate::smc`).
+    fn smc_stub(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -236,8 +244,10 @@ pub fn describe(i: &Instruction) -> String {
 /// `guest`). Fails only when the very first instruction cannot be
 /// translated; later problems end the block early so that the error is
 /// raised only if execution really gets there. An instruction that raises
-/// SIGILL is a block of its own, likewise.
-fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError> {
+/// SIGILL is a block of its own, likewise. A checked block (`checked`) also
+/// ends after each instruction that writes memory (see `translate::smc`).
+fn decode_block(code: &[u8], guest: u64, checked: bool) -> Result<(Vec<Item>, Stop), TransError> {
+    let mut stores = checked.then(smc::Stores::new);
     let mut items = Vec::new();
     let mut dec = Decoder::with_ip(64, code, guest, DecoderOptions::NONE);
     loop {
@@ -303,9 +313,13 @@ fn decode_block(code: &[u8], guest: u64) -> Result<(Vec<Item>, Stop), TransError
             return Ok((items, Stop::Continue(ip)));
         }
         let ends = i.flow_control() != FlowControl::Next;
+        let stores = stores.as_mut().is_some_and(|s| s.writes(&i));
         items.push(Item::Insn(i));
         if ends {
             return Ok((items, Stop::Terminator));
+        }
+        if stores {
+            return Ok((items, Stop::Continue(i.next_ip())));
         }
     }
 }
@@ -693,7 +707,7 @@ pub fn translate(
     if let Some(mode) = ctx.trace().filter(|_| instrumented) {
         return traced::translate_traced(code, guest, host, ctx, mode);
     }
-    let (items, stop) = decode_block(code, guest)?;
+    let (items, stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
     let counter = if instrumented { ctx.alloc_counter() } else { 0 };
     let mut b = Builder {
         e: Emitter::new(host),
@@ -706,6 +720,7 @@ pub fn translate(
         tail_jmp: None,
     };
     b.t.body = b.e.here();
+    b.smc_check(&items, code, guest);
     let placement = if instrumented {
         counter_position(&items)
     } else {
@@ -766,7 +781,7 @@ mod tests {
     use super::*;
 
     /// Counting mode and trace mode (with data addresses).
-    const BOTH_MODES: [Option<TraceMode>; 2] = [
+    pub(super) const BOTH_MODES: [Option<TraceMode>; 2] = [
         None,
         Some(TraceMode {
             data: true,

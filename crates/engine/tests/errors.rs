@@ -62,17 +62,3 @@ fn a_fault_without_handler_kills_as_natively_and_the_profile_is_written() {
     assert!(run.stderr.contains("killed by signal 11"), "{}", run.stderr);
     assert_eq!(procs.len(), 1, "the profile is still written");
 }
-
-#[test]
-fn code_in_writable_memory_is_refused_clearly() {
-    let dir = TempDir::new("jit-rwx");
-    let exe = build(&dir, "gcc", "jit.c", "jit", &[]);
-    let (run, _) = engine(&dir, &exe, &["rwx"]);
-    assert_eq!(run.status, Some(1));
-    assert!(
-        run.stderr.contains("runs code from writable memory")
-            && run.stderr.contains("not supported yet"),
-        "{}",
-        run.stderr
-    );
-}

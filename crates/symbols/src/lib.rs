@@ -14,13 +14,16 @@
 //!   callers of `main` become `(below main)` ([`demangle`]);
 //! * file and line come from the DWARF line tables, with the directory
 //!   composed as Valgrind composes it ([`lines`]);
-//! * anything unknown is `???` (line 0).
+//! * anything unknown is `???` (line 0), except code that no object
+//!   describes but the process's perf map names (JIT-compiled code, see
+//!   [`PerfMap`]), which gets that name in file `???`.
 #![forbid(unsafe_code)]
 
 mod debugfile;
 pub mod demangle;
 mod elf;
 pub mod lines;
+mod perfmap;
 mod preload;
 pub mod symtab;
 
@@ -30,6 +33,7 @@ use std::rc::Rc;
 
 pub use demangle::NameOptions;
 pub use elf::{ObjectData, ObjectInfo, SectionKind};
+pub use perfmap::PerfMap;
 pub use preload::{Preloaded, Preloader};
 
 /// An executable mapping of a client process: which file is mapped where.
@@ -87,6 +91,8 @@ pub struct Symbolizer {
     last: Option<(Mapping, Option<Resolved>)>,
     /// Reads objects ahead of use, once [`Symbolizer::preload`] is used.
     preloader: Option<Preloader>,
+    /// Names of JIT-compiled code of the process being located.
+    perf_map: Option<PerfMap>,
 }
 
 /// A readable object and the load bias of one of its mappings.
@@ -110,6 +116,12 @@ impl Symbolizer {
         self.unknown
             .get_or_insert_with(|| Rc::from(UNKNOWN))
             .clone()
+    }
+
+    /// Names code that no object describes from `map` (the perf map of
+    /// the process whose addresses are located next), or from nothing.
+    pub fn set_perf_map(&mut self, map: Option<PerfMap>) {
+        self.perf_map = map.filter(|m| !m.is_empty());
     }
 
     /// Starts reading the object at `path` on a background thread, so that
@@ -229,12 +241,43 @@ impl Symbolizer {
             }
             None => {
                 let u = self.unknown();
+                let jit = self.perf_map.as_ref().and_then(|m| m.name_at(addr));
                 Location {
                     file: u.clone(),
-                    func: u,
+                    func: jit.unwrap_or(u),
                     line: 0,
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_in_no_object_is_named_from_the_perf_map() {
+        let anon = Mapping {
+            path: PathBuf::new(),
+            start: 0x1000,
+            end: 0x3000,
+            file_offset: 0,
+        };
+        let maps = [anon];
+        let mut s = Symbolizer::new();
+        assert_eq!(&*s.locate(&maps, 0x1010).func, UNKNOWN);
+        s.set_perf_map(Some(PerfMap::parse("1000 20 JS:*loop /tmp/a.js:1\n")));
+        let loc = s.locate(&maps, 0x1010);
+        assert_eq!(
+            (&*loc.file, &*loc.func, loc.line),
+            (UNKNOWN, "JS:*loop /tmp/a.js:1", 0)
+        );
+        // Outside every entry, and outside every mapping.
+        assert_eq!(&*s.locate(&maps, 0x1020).func, UNKNOWN);
+        s.set_perf_map(Some(PerfMap::parse("5000 20 stub\n")));
+        assert_eq!(&*s.locate(&maps, 0x5000).func, "stub");
+        s.set_perf_map(None);
+        assert_eq!(&*s.locate(&maps, 0x5000).func, UNKNOWN);
     }
 }

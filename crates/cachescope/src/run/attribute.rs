@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use costs::{CachegrindTool, CostCentres, CostTable, Event, EventCounts, EventSet};
 use engine::{ModuleRecord, ProcessProfile};
 use profile::Profile;
-use symbols::{Mapping, Symbolizer};
+use symbols::{Mapping, PerfMap, Symbolizer};
 
 use crate::summary::Totals;
 
@@ -62,7 +62,8 @@ fn ir_table(events: EventSet, counts: &HashMap<u64, u64>) -> CostTable {
 /// Builds the `events: Ir` profile of `proc_profile`, resolving each
 /// distinct address once, and its event totals. Code unmapped before the
 /// end (dlclose) is resolved against the module it ran from, as Cachegrind
-/// resolves code when it translates it.
+/// resolves code when it translates it; code in no object is named from
+/// `/tmp/perf-<pid>.map` when the process wrote one.
 pub fn build_profile(
     cmd: &str,
     proc_profile: &ProcessProfile,
@@ -70,6 +71,9 @@ pub fn build_profile(
     syms: &mut Symbolizer,
 ) -> (Profile, EventCounts) {
     let mappings = mappings(proc_profile);
+    // JIT-compiled code is named from the perf map the runtime left, if any
+    // (read now, at the process's exit, as perf reads it after the run).
+    syms.set_perf_map(PerfMap::for_process(proc_profile.pid));
     if let Some(tool) = tool {
         // Trace mode: the tool simulated and counted everything.
         let events = tool.events();

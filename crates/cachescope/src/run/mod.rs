@@ -142,6 +142,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
             tool: engine::RequestTool::Cachegrind,
             instr_at_start: opts.instr_at_start,
         },
+        smc_check: opts.smc_check,
     };
     // Signals sent to us (timeout's SIGTERM, kill, Ctrl-C) are the
     // client's, as under Valgrind where the tool is the client's process:

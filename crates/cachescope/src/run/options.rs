@@ -47,6 +47,8 @@ pub struct RunOptions {
     /// `--instr-at-start=yes|no` (Cachegrind 3.22): whether processes start
     /// instrumented, or wait for `CACHEGRIND_START_INSTRUMENTATION`.
     pub instr_at_start: bool,
+    /// `--smc-check=none|stack|all|all-non-file`.
+    pub smc_check: engine::SmcCheck,
     /// `--cachegrind-out-file=` pattern (unexpanded).
     pub out_file: String,
     /// `--demangle` and `--show-below-main`.
@@ -111,6 +113,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         time_stamp: false,
         stats: false,
         instr_at_start: true,
+        smc_check: engine::SmcCheck::default(),
         out_file: DEFAULT_OUT_FILE.to_string(),
         names: symbols::NameOptions::default(),
         sim: SimOptions::new(false),
@@ -168,6 +171,11 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             ("--trace-children-skip-by-arg", Some(v)) => opts.skip.by_arg = patterns(v),
             ("--time-stamp", Some(v)) => opts.time_stamp = yes_no(arg, v)?,
             ("--stats", Some(v)) => opts.stats = yes_no(arg, v)?,
+            ("--smc-check", Some(v)) => match engine::SmcCheck::from_name(v) {
+                Some(mode) => opts.smc_check = mode,
+                // Valgrind's words for a value it does not know.
+                None => return Err(unknown(arg)),
+            },
             ("--cachegrind-out-file", Some(f)) if opts.tool == RunTool::Cachegrind => {
                 opts.out_file = f.to_string()
             }
@@ -243,6 +251,10 @@ pub fn usage(name: &str) -> String {
          \x20                              argument matching one of these\n\
          \x20   --time-stamp=no|yes        add timestamps to log messages? [no]\n\
          \x20   --log-file=<file>          log messages to <file> (%p, %q{{VAR}}, %n, %%)\n\
+         \x20   --smc-check=none|stack|all|all-non-file [all-non-file]\n\
+         \x20                              checks for self-modifying code: none, only for\n\
+         \x20                              code found in stacks, for all code, or for all\n\
+         \x20                              code except that from file-backed mappings\n\
          \x20   --demangle=no|yes          demangle C++ and Rust names? [yes]\n\
          \x20   --show-below-main=no|yes   keep the names of main's callers? [no]\n\
          \x20   --error-exitcode=<n>, --fair-sched=no|yes|try\n\
@@ -319,6 +331,28 @@ mod tests {
         assert!(r.time_stamp && !run(&["ls"]).time_stamp);
         assert!(!r.stats);
         assert!(run(&["--stats=yes", "ls"]).stats);
+    }
+
+    #[test]
+    fn smc_check_takes_valgrinds_values() {
+        assert_eq!(run(&["ls"]).smc_check, engine::SmcCheck::AllNonFile);
+        for (v, mode) in [
+            ("none", engine::SmcCheck::None),
+            ("stack", engine::SmcCheck::Stack),
+            ("all", engine::SmcCheck::All),
+            ("all-non-file", engine::SmcCheck::AllNonFile),
+        ] {
+            assert_eq!(run(&[&format!("--smc-check={v}"), "ls"]).smc_check, mode);
+        }
+        // Valgrind 3.19's words.
+        assert_eq!(
+            err(&["--smc-check=foo", "ls"]),
+            vec!["Unknown option: --smc-check=foo", USE_HELP]
+        );
+        assert_eq!(
+            err(&["--smc-check", "ls"]),
+            vec!["Unknown option: --smc-check", USE_HELP]
+        );
     }
 
     #[test]

@@ -63,8 +63,7 @@ impl Emitter {
             if let Some(slot) = stash {
                 self.store_gs(Register::RAX, slot);
             }
-            self.insn(Ok(Instruction::with(Code::Lahf)));
-            self.insn(Instruction::with1(Code::Seto_rm8, Register::AL));
+            self.save_flags_to_ax();
         }
         let ok: Label = self.new_label();
         self.insn(Instruction::with2(
@@ -82,10 +81,7 @@ impl Emitter {
         self.bind(ok);
         let resume = self.here();
         if let FlagsAt::Live(stash) = flags {
-            // OF from AL (0x7f + 1 overflows exactly when AL was 1), the
-            // rest from AH.
-            self.insn(Instruction::with2(Code::Add_rm8_imm8, Register::AL, 0x7f));
-            self.insn(Ok(Instruction::with(Code::Sahf)));
+            self.restore_flags_from_ax();
             if let Some(slot) = stash {
                 self.load_gs(Register::RAX, slot);
             }

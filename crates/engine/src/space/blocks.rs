@@ -21,6 +21,9 @@ pub(super) struct Block {
     pub counted: Vec<u64>,
     /// Rep string instructions: (guest address, their own counter).
     pub reps: Vec<(u64, u32)>,
+    /// For a block with a self-modifying-code check: the guest bytes it
+    /// was translated from (what the check compares with).
+    pub checked: Option<Box<[u8]>>,
 }
 
 /// The block table (see the module doc).

@@ -38,6 +38,9 @@ pub(super) struct Chunk {
     pub probe_stub: u64,
     /// The shared flush stub (trace mode's full buffers).
     pub flush_stub: u64,
+    /// The shared exit of failed self-modifying-code checks, made in the
+    /// aux area when the first checked block goes into the chunk.
+    smc_stub: Option<u64>,
 }
 
 impl Chunk {
@@ -239,6 +242,7 @@ impl CodeCache {
             aux_low: base + CHUNK_SIZE,
             probe_stub,
             flush_stub,
+            smc_stub: None,
         });
         self.chunks.len() - 1
     }
@@ -276,6 +280,18 @@ impl CodeCache {
         let (at, stop) = self.put_aux(ci, mem, |e| e.exit_stub(layout::MAGIC_LINK));
         self.stub_targets.insert(stop, target);
         self.stubs.insert((ci, target), at);
+        at
+    }
+
+    /// The stub of chunk `ci` where a block whose guest code changed since
+    /// its translation exits (its guest address in RCX, the client's RAX
+    /// and RCX in their slots), made on first use.
+    pub fn smc_stub(&mut self, ci: usize, mem: &mut dyn ClientMemory) -> u64 {
+        if let Some(s) = self.chunks[ci].smc_stub {
+            return s;
+        }
+        let (at, _) = self.put_aux(ci, mem, |e| e.miss_stub(layout::MAGIC_SMC));
+        self.chunks[ci].smc_stub = Some(at);
         at
     }
 

@@ -1,6 +1,7 @@
 //! Dropping the translations of code that goes away or may change: the
 //! guest range of a munmap, an mremap, a `MAP_FIXED` mmap over it, or an
-//! mprotect that makes it writable or not executable (dlclose, W^X JITs).
+//! mprotect that makes it writable or not executable (dlclose, W^X JITs);
+//! and a block whose self-modifying-code check found its code changed.
 //!
 //! A dropped block is *retired*: its counts stay (attributed at exit to the
 //! module it ran from), lookups no longer find it, and its body's first
@@ -25,6 +26,30 @@ impl Space {
     /// the translations of code in it (see the module doc).
     pub fn invalidate(&mut self, start: u64, end: u64) {
         self.modules.forget(start, end);
+        self.drop_blocks(start, end);
+    }
+
+    /// The check of the block at `guest` found its code changed in place:
+    /// drops the translations of code in the block's range (the mapping is
+    /// the same). When the block there now matches the memory (another
+    /// thread's check failed first and it is the new translation), or there
+    /// is none, nothing is dropped.
+    pub fn code_changed(&mut self, guest: u64) {
+        let Some(b) = self.blocks.get(guest) else {
+            return;
+        };
+        let end = b.guest_end;
+        if let Some(bytes) = &b.checked {
+            if self.mem.read(guest, bytes.len()).ok().as_deref() == Some(&bytes[..]) {
+                return;
+            }
+        }
+        self.modules.code_changed(guest, end);
+        self.drop_blocks(guest, end);
+    }
+
+    /// Retires every block with code in `[start, end)`.
+    fn drop_blocks(&mut self, start: u64, end: u64) {
         let hit = self.blocks.overlapping(start, end, MAX_BLOCK_GUEST_BYTES);
         if !hit.is_empty() && std::env::var_os("CACHESCOPE_ENGINE_DEBUG").is_some() {
             eprintln!(
@@ -177,5 +202,66 @@ mod tests {
         // A block that starts before the range but runs into it is.
         sp.invalidate(LIB + 4, LIB + 5);
         assert!(!sp.blocks.contains(LIB) && sp.blocks.contains(CODE));
+    }
+
+    #[test]
+    fn a_block_whose_code_changed_is_translated_again_from_its_new_bytes() {
+        let (mut sp, fake) = fake_space();
+        // JIT code: mov eax,42 ; ret, in an anonymous RWX mapping.
+        const JIT: u64 = 0x60_0000;
+        fake.add_mapping(JIT, JIT + 0x1000, "rwxp", "");
+        fake.poke(JIT, &[0xb8, 42, 0, 0, 0, 0xc3]);
+        let old = sp.ensure(JIT, &mut mmap_as_asked).unwrap();
+        // It checks its 6 bytes first, exiting to the chunk's SMC stub.
+        let d = insns_at(&fake, old, 12);
+        assert_eq!(d[..3], ["mov gs:[0],rax", "lahf", "seto al"]);
+        assert!(
+            d.contains(&"cmp dword ptr [600000h],2AB8h".to_string()),
+            "{d:#?}"
+        );
+        let stub = addr_in(d.iter().find(|l| l.starts_with("jmp ")).unwrap());
+        assert_eq!(
+            insns_at(&fake, stub, 4),
+            [
+                "mov gs:[18h],rcx",
+                "mov gs:[10h],r11",
+                "mov eax,0C05C06h",
+                "syscall"
+            ]
+        );
+        // Rewritten in place (no syscall the tool would see); the check
+        // fails and the tool is told.
+        fake.poke(JIT + 1, &[43]);
+        sp.code_changed(JIT);
+        assert!(!sp.blocks.contains(JIT));
+        let new = sp.ensure(JIT, &mut mmap_as_asked).unwrap();
+        assert_ne!(new, old);
+        let d = insns_at(&fake, new, 24);
+        assert!(
+            d.contains(&"cmp dword ptr [600000h],2BB8h".to_string()),
+            "{d:#?}"
+        );
+        assert!(d.contains(&"mov eax,2Bh".to_string()), "{d:#?}");
+        // The same stub serves every checked block of the chunk.
+        assert_eq!(
+            addr_in(d.iter().find(|l| l.starts_with("jmp ")).unwrap()),
+            stub
+        );
+        // Links to the old body go on to the new one.
+        assert_eq!(addr_in(&insns_at(&fake, old, 1)[0]), new);
+        // A second report of the same change (another thread's check)
+        // finds the new translation current and keeps it.
+        sp.code_changed(JIT);
+        assert_eq!(sp.blocks.body(JIT), Some(new));
+        sp.code_changed(JIT + 0x10);
+        assert!(sp.blocks.contains(JIT));
+    }
+
+    #[test]
+    fn library_code_gets_no_check() {
+        let (sp, fake, _) = program_and_library();
+        let body = sp.blocks.body(LIB).unwrap();
+        let d = insns_at(&fake, body, 3);
+        assert_eq!(d[1], "add rax,1", "{d:#?}");
     }
 }

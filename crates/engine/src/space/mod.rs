@@ -39,7 +39,7 @@ use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
 use crate::layout::MAX_BLOCK_BYTES;
 use crate::translate::{self, SyscallSite, TransCtx};
-use crate::{EngineError, EngineStats, ModuleRecord};
+use crate::{EngineError, EngineStats, ModuleRecord, SmcCheck};
 use areas::Areas;
 use blocks::{Block, Blocks};
 use chunks::{Chunk, CodeCache};
@@ -88,6 +88,11 @@ pub struct Space {
     fresh: Vec<u64>,
     /// Whether translated code counts inline lookup hits (`--stats=yes`).
     pub count_lookups: bool,
+    /// Which blocks check their guest code on entry (`--smc-check`).
+    pub smc_check: SmcCheck,
+    /// The stack pointer of the thread code is translated for (what
+    /// `--smc-check=stack` asks about).
+    pub stack_pointer: u64,
     /// What `--stats=yes` reports.
     pub stats: EngineStats,
     /// Trace mode (a tool needs records), if on.
@@ -119,6 +124,8 @@ impl Space {
             stack_ids: 0,
             fresh: Vec::new(),
             count_lookups: false,
+            smc_check: SmcCheck::default(),
+            stack_pointer: 0,
             stats: EngineStats::default(),
             tracing: None,
         }
@@ -146,6 +153,8 @@ impl Space {
             stack_ids: self.stack_ids,
             fresh: Vec::new(),
             count_lookups: self.count_lookups,
+            smc_check: self.smc_check,
+            stack_pointer: self.stack_pointer,
             stats: self.stats.clone(),
             tracing,
         };
@@ -322,12 +331,13 @@ impl Space {
     ) -> Result<u64, EngineError> {
         let m = self.modules.code_mapping(guest, &mut *self.mem)?;
         let module = self.modules.record(&m);
-        let len = (m.end - guest).min(4096) as usize;
-        let code = self.modules.read_code(guest, len, &mut *self.mem)?;
+        let code = self.modules.read_code(guest, &m, &mut *self.mem)?;
         let ci = match forced {
             Some(ci) => ci,
             None => self.chunk_near(guest, inj)?,
         };
+        let smc_stub = Modules::needs_check(&m, self.smc_check, self.stack_pointer)
+            .then(|| self.cache.smc_stub(ci, &mut *self.mem));
         let host = self.cache.chunk(ci).code_next;
         let mut literals = Vec::new();
         let mut ctx = Ctx {
@@ -338,6 +348,7 @@ impl Space {
             literals: &mut literals,
             tracing: self.tracing.as_mut(),
             instrumented: self.instrumented,
+            smc_stub,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -401,6 +412,7 @@ impl Space {
         self.fresh.extend(&t.successors);
         self.fresh.extend(&t.call_returns);
         self.stats.blocks_translated += 1;
+        self.stats.blocks_checked += u64::from(smc_stub.is_some());
         self.stats.guest_instructions_translated += t.counted.len() as u64 + t.reps.len() as u64;
         self.blocks.insert(
             guest,
@@ -411,6 +423,7 @@ impl Space {
                 counter: t.counter,
                 counted: t.counted,
                 reps: t.reps,
+                checked: smc_stub.map(|_| code[..(t.guest_end - guest) as usize].into()),
             },
         );
         self.lookups.translated(guest, t.body, &mut *self.mem);
@@ -446,6 +459,8 @@ struct Ctx<'a> {
     tracing: Option<&'a mut Tracing>,
     /// Whether blocks are instrumented.
     instrumented: bool,
+    /// The chunk's SMC stub, when the block gets a check.
+    smc_stub: Option<u64>,
 }
 
 impl TransCtx for Ctx<'_> {
@@ -485,6 +500,10 @@ impl TransCtx for Ctx<'_> {
     }
     fn instrumented(&self) -> bool {
         self.instrumented
+    }
+
+    fn smc_stub(&self) -> Option<u64> {
+        self.smc_stub
     }
 }
 
@@ -638,9 +657,9 @@ pub(super) mod tests {
     #[test]
     fn code_the_engine_cannot_run_is_refused_with_its_address() {
         let (mut sp, fake) = fake_space();
-        fake.add_mapping(0x60_0000, 0x60_1000, "rwxp", "");
+        fake.add_mapping(0x60_0000, 0x60_1000, "rw-p", "");
         let e = sp.ensure(0x60_0000, &mut mmap_as_asked).unwrap_err().0;
-        assert!(e.contains("writable memory at 0x600000"), "{e}");
+        assert!(e.contains("non-executable memory at 0x600000"), "{e}");
         let e = sp.ensure(0x70_0000, &mut mmap_as_asked).unwrap_err().0;
         assert!(e.contains("unmapped address 0x700000"), "{e}");
         // mov rax, gs:[0]: runs natively, but GS is the engine's.

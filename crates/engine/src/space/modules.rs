@@ -4,12 +4,17 @@
 //!
 //! A module is recorded when code in it is first translated and the record
 //! outlives the mapping, so code that ran before a dlclose still resolves
-//! at exit. Only executable, non-writable code is translated (the pages it
-//! reads cannot change behind the tool's back); code in writable memory is
-//! refused with a message.
+//! at exit. Code pages are cached only for *stable* mappings: private,
+//! read-only mappings of ordinary files, whose bytes change only through
+//! the mmap family (which drops the cached pages). Everything else
+//! (anonymous or writable memory, memory files, `/dev/shm`, deleted files,
+//! shared mappings) can change behind the tool's back: it is read afresh
+//! for each translation, and `--smc-check` decides which of its blocks
+//! check their bytes on entry (see [`Modules::needs_check`]).
 
 use crate::client_mem::{ClientMemory, Mapping};
-use crate::{EngineError, ModuleRecord};
+use crate::layout::MAX_BLOCK_GUEST_BYTES;
+use crate::{EngineError, ModuleRecord, SmcCheck};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::hash_map::Entry;
 use std::path::PathBuf;
@@ -42,24 +47,20 @@ impl Modules {
         self.maps.iter().find(|m| m.start <= addr && addr < m.end)
     }
 
-    /// The mapping that holds `addr`, which the client is about to run: an
-    /// executable one that is not writable, or why it cannot be run.
+    /// The mapping that holds `addr`, which the client is about to run (an
+    /// executable one), or why it cannot be run.
     pub fn code_mapping(
         &mut self,
         addr: u64,
         mem: &mut dyn ClientMemory,
     ) -> Result<Mapping, EngineError> {
         if let Some(m) = self.find(addr) {
-            if m.exec && !m.write {
+            if m.exec {
                 return Ok(m.clone());
             }
         }
         self.maps = mem.maps()?;
         match self.find(addr) {
-            Some(m) if m.exec && m.write => Err(EngineError(format!(
-                "the client runs code from writable memory at {addr:#x} ({}), as JIT compilers do; not supported yet",
-                if m.path.is_empty() { "anonymous" } else { &m.path }
-            ))),
             Some(m) if m.exec => Ok(m.clone()),
             Some(_) => Err(EngineError(format!(
                 "the client jumped to non-executable memory at {addr:#x}"
@@ -67,6 +68,19 @@ impl Modules {
             None => Err(EngineError(format!(
                 "the client jumped to unmapped address {addr:#x}"
             ))),
+        }
+    }
+
+    /// Whether the blocks translated from `m` check their guest bytes on
+    /// entry under `mode`; `sp` is the stack pointer of the thread the
+    /// translation is for (`--smc-check=stack` checks the mapping it is in,
+    /// as Valgrind checks the segment that holds the thread's SP).
+    pub fn needs_check(m: &Mapping, mode: SmcCheck, sp: u64) -> bool {
+        match mode {
+            SmcCheck::None => false,
+            SmcCheck::Stack => m.start <= sp && sp < m.end,
+            SmcCheck::All => true,
+            SmcCheck::AllNonFile => !stable(m),
         }
     }
 
@@ -99,13 +113,19 @@ impl Modules {
         new
     }
 
-    /// `len` bytes of guest code at `addr`, through the page cache.
+    /// The guest code at `addr` in mapping `m` that one block may span:
+    /// through the page cache (a page at a time) when `m` is stable, read
+    /// afresh otherwise.
     pub fn read_code(
         &mut self,
         addr: u64,
-        len: usize,
+        m: &Mapping,
         mem: &mut dyn ClientMemory,
     ) -> Result<Vec<u8>, EngineError> {
+        if !stable(m) {
+            return mem.read(addr, (m.end - addr).min(MAX_BLOCK_GUEST_BYTES) as usize);
+        }
+        let len = (m.end - addr).min(PAGE) as usize;
         let mut out = Vec::with_capacity(len);
         let end = addr + len as u64;
         let mut at = addr;
@@ -121,6 +141,16 @@ impl Modules {
             at = page + to as u64;
         }
         Ok(out)
+    }
+
+    /// The guest code in `[start, end)` changed in place (a failed
+    /// self-modifying-code check): its cached pages, if any, go.
+    pub fn code_changed(&mut self, start: u64, end: u64) {
+        self.drop_pages(start, end);
+    }
+
+    fn drop_pages(&mut self, start: u64, end: u64) {
+        self.pages.retain(|&p, _| p + PAGE <= start || p >= end);
     }
 
     /// The lowest address of the main stack's room to grow (`u64::MAX`
@@ -139,9 +169,26 @@ impl Modules {
     /// mapping there is a new module (the records stay, for the counts).
     pub fn forget(&mut self, start: u64, end: u64) {
         self.maps.clear();
-        self.pages.retain(|&p, _| p + PAGE <= start || p >= end);
+        self.drop_pages(start, end);
         self.recorded.retain(|k, _| k.1 <= start || k.0 >= end);
     }
+}
+
+/// Whether the bytes of mapping `m` change only through the mmap family:
+/// a private, read-only mapping of an ordinary file (or the kernel's vdso).
+/// Memory files, `/dev/shm` and deleted files are typically mapped twice by
+/// JITs (written through one mapping, run through the other), and a shared
+/// mapping sees every other mapping's writes.
+fn stable(m: &Mapping) -> bool {
+    if m.path == "[vdso]" || m.path == "[vsyscall]" {
+        return true;
+    }
+    !m.write
+        && !m.shared
+        && m.path.starts_with('/')
+        && !m.path.starts_with("/memfd:")
+        && !m.path.starts_with("/dev/shm/")
+        && !m.path.ends_with(" (deleted)")
 }
 
 #[cfg(test)]
@@ -150,22 +197,57 @@ mod tests {
     use crate::client_mem::FakeMemory;
 
     #[test]
-    fn code_must_be_executable_and_not_writable() {
+    fn code_must_be_executable() {
         let mut fake = FakeMemory::default();
         fake.add_mapping(0x40_0000, 0x40_1000, "r-xp", "/bin/x");
         fake.add_mapping(0x40_1000, 0x40_2000, "rwxp", "");
         fake.add_mapping(0x40_2000, 0x40_3000, "rw-p", "/bin/x");
         let mut m = Modules::default();
         assert_eq!(m.code_mapping(0x40_0010, &mut fake).unwrap().path, "/bin/x");
-        let jit = m.code_mapping(0x40_1010, &mut fake).unwrap_err().0;
-        assert!(
-            jit.contains("writable memory at 0x401010 (anonymous)"),
-            "{jit}"
-        );
+        assert!(m.code_mapping(0x40_1010, &mut fake).unwrap().write);
         let data = m.code_mapping(0x40_2000, &mut fake).unwrap_err().0;
         assert!(data.contains("non-executable"), "{data}");
         let none = m.code_mapping(0x50_0000, &mut fake).unwrap_err().0;
         assert!(none.contains("unmapped address 0x500000"), "{none}");
+    }
+
+    #[test]
+    fn which_code_is_checked_under_each_smc_mode() {
+        let fake = FakeMemory::default();
+        let maps = [
+            ("r-xp", "/usr/lib/libc.so.6"),
+            ("r-xp", "[vdso]"),
+            ("rwxp", "/usr/lib/libc.so.6"),
+            ("r-xs", "/usr/lib/libc.so.6"),
+            ("r-xp", ""),
+            ("rwxp", ""),
+            ("r-xs", "/memfd:jit (deleted)"),
+            ("r-xp", "/dev/shm/jit"),
+            ("r-xp", "/tmp/jit (deleted)"),
+            ("rwxp", "[stack]"),
+        ];
+        for (n, (perms, path)) in maps.iter().enumerate() {
+            let at = 0x10_0000 * (n as u64 + 1);
+            fake.add_mapping(at, at + 0x1000, perms, path);
+        }
+        let maps = fake.clone().maps().unwrap();
+        let checked = |mode, sp| -> Vec<bool> {
+            maps.iter()
+                .map(|m| Modules::needs_check(m, mode, sp))
+                .collect()
+        };
+        // Only ordinary read-only private file mappings (and the vdso) go
+        // unchecked by default.
+        let mut want = [true; 10];
+        want[0] = false;
+        want[1] = false;
+        assert_eq!(checked(SmcCheck::AllNonFile, 0), want);
+        assert_eq!(checked(SmcCheck::All, 0), [true; 10]);
+        assert_eq!(checked(SmcCheck::None, 0), [false; 10]);
+        let sp = 0xa0_0800;
+        let mut want = [false; 10];
+        want[9] = true;
+        assert_eq!(checked(SmcCheck::Stack, sp), want);
     }
 
     #[test]
@@ -184,18 +266,44 @@ mod tests {
     }
 
     #[test]
-    fn code_is_read_through_pages_that_invalidation_drops() {
+    fn stable_code_is_read_through_pages_that_invalidation_drops() {
         let mut fake = FakeMemory::default();
+        fake.add_mapping(0x40_0000, 0x40_2000, "r-xp", "/bin/x");
+        let map = fake.maps().unwrap()[0].clone();
         fake.poke(0x40_0ffe, &[1, 2, 3, 4]);
         let mut m = Modules::default();
-        assert_eq!(m.read_code(0x40_0ffe, 4, &mut fake).unwrap(), [1, 2, 3, 4]);
+        let code = m.read_code(0x40_0ffe, &map, &mut fake).unwrap();
+        assert_eq!((&code[..4], code.len()), (&[1, 2, 3, 4][..], 4096));
         // Cached: a change in the client is not seen...
         fake.poke(0x40_1000, &[9]);
-        assert_eq!(m.read_code(0x40_1000, 1, &mut fake).unwrap(), [3]);
+        assert_eq!(m.read_code(0x40_1000, &map, &mut fake).unwrap()[0], 3);
         // ...until the range is forgotten (only the pages in it).
         m.forget(0x40_1000, 0x40_2000);
         fake.poke(0x40_0ffe, &[7]);
-        assert_eq!(m.read_code(0x40_0ffe, 4, &mut fake).unwrap(), [1, 2, 9, 4]);
+        assert_eq!(
+            m.read_code(0x40_0ffe, &map, &mut fake).unwrap()[..4],
+            [1, 2, 9, 4]
+        );
+        // Never past the mapping.
+        assert_eq!(m.read_code(0x40_1ffe, &map, &mut fake).unwrap().len(), 2);
+        // Or changed in place.
+        fake.poke(0x40_1000, &[8]);
+        m.code_changed(0x40_1000, 0x40_1001);
+        assert_eq!(m.read_code(0x40_1000, &map, &mut fake).unwrap()[0], 8);
+    }
+
+    #[test]
+    fn code_that_may_change_is_read_afresh_one_block_at_most() {
+        let mut fake = FakeMemory::default();
+        fake.add_mapping(0x40_0000, 0x40_2000, "rwxp", "");
+        let map = fake.maps().unwrap()[0].clone();
+        let mut m = Modules::default();
+        fake.poke(0x40_0000, &[1]);
+        let code = m.read_code(0x40_0000, &map, &mut fake).unwrap();
+        assert_eq!((code[0], code.len() as u64), (1, MAX_BLOCK_GUEST_BYTES));
+        fake.poke(0x40_0000, &[2]);
+        assert_eq!(m.read_code(0x40_0000, &map, &mut fake).unwrap()[0], 2);
+        assert_eq!(m.read_code(0x40_1ffe, &map, &mut fake).unwrap().len(), 2);
     }
 
     #[test]

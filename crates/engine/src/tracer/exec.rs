@@ -103,6 +103,8 @@ impl Tracer<'_> {
         space.count_lookups = self.cfg.stats;
         // --instr-at-start=no: each new image starts uninstrumented.
         space.set_instrumented(self.cfg.requests.instr_at_start);
+        space.smc_check = self.cfg.smc_check;
+        space.stack_pointer = regs.rsp;
         if let (Some(factory), Some(consumer)) = (&self.cfg.tool, &self.consumer) {
             let tool = factory();
             let needs = tool.needs();

@@ -1,8 +1,9 @@
 //! The exits of translated code to the tool, all magic syscalls stopped by
 //! seccomp: an unlinked direct branch (its target is translated and the
 //! branch linked), an indirect-branch lookup miss (the target is translated
-//! and published in the table), a client request (see `requests`), and a
-//! guest syscall that the interest table
+//! and published in the table), a client request (see `requests`), a
+//! block whose guest code changed (its translations are dropped and it is
+//! translated again), and a guest syscall that the interest table
 //! marks (the mmap family first drops translations of code that goes away
 //! or may change, rseq is refused, GS base writes are refused, the rest run
 //! for real from the stop; signal syscalls go to `signals`). Code and table
@@ -61,6 +62,8 @@ impl Tracer<'_> {
                     spills.target
                 );
             }
+            // (Code on this thread's stack is what --smc-check=stack checks.)
+            sp.stack_pointer = regs.rsp;
             answer_exit(&mut sp, &mut inj, &mut regs, nr, &spills)?;
             for module in sp.take_new_modules() {
                 self.sink.module_seen(&module);
@@ -127,6 +130,15 @@ fn answer_exit(
             let target = spills.target;
             let body = sp.ensure(target, &mut inj.injector())?;
             sp.publish(target);
+            enter_block(regs, body, spills);
+            Ok(())
+        }
+        layout::MAGIC_SMC => {
+            // A block's code changed since its translation: translate what
+            // is there now and run that instead.
+            let target = spills.target;
+            sp.code_changed(target);
+            let body = sp.ensure(target, &mut inj.injector())?;
             enter_block(regs, body, spills);
             Ok(())
         }

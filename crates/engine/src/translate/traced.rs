@@ -253,7 +253,7 @@ pub(super) fn translate_traced(
     ctx: &mut dyn TransCtx,
     mode: TraceMode,
 ) -> Result<Translation, TransError> {
-    let (mut items, mut stop) = decode_block(code, guest)?;
+    let (mut items, mut stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
     // A rep string instruction is a block of its own.
     if let Some(n) = items
         .iter()
@@ -309,6 +309,7 @@ pub(super) fn translate_traced(
         tail_jmp: None,
     };
     b.t.body = b.e.here();
+    b.smc_check(&items, code, guest);
     b.e.trace_enter(r, a, id, words);
     let check_at = match counter_position(&items) {
         Placement::DeadFlags(n) => Some(n),

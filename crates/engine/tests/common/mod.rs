@@ -187,21 +187,41 @@ pub fn engine_env(
 /// Runs `exe args` under `valgrind --tool=cachegrind --cache-sim=no` and
 /// returns its profile's Ir per (file base name, function) and the total.
 pub fn valgrind(dir: &TempDir, exe: &Path, args: &[&str]) -> (HashMap<(String, String), u64>, u64) {
+    valgrind_with(dir, exe, args, &[])
+}
+
+/// [`valgrind`] with more of Valgrind's options (`opts`).
+pub fn valgrind_with(
+    dir: &TempDir,
+    exe: &Path,
+    args: &[&str],
+    opts: &[&str],
+) -> (HashMap<(String, String), u64>, u64) {
+    let (_, by_fn, total) = valgrind_output(dir, exe, args, opts);
+    (by_fn, total)
+}
+
+/// [`valgrind_with`], and what the client printed on stdout.
+pub fn valgrind_output(
+    dir: &TempDir,
+    exe: &Path,
+    args: &[&str],
+    opts: &[&str],
+) -> (Vec<u8>, HashMap<(String, String), u64>, u64) {
     let out = dir.0.join(format!(
         "cachegrind.out.{}",
         exe.file_name().unwrap().to_string_lossy()
     ));
-    let st = Command::new("valgrind")
+    let run = Command::new("valgrind")
         .args(["--tool=cachegrind", "--cache-sim=no", "-q"])
+        .args(opts)
         .arg(format!("--cachegrind-out-file={}", out.display()))
         .arg(exe)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
+        .output()
         .expect("valgrind runs");
-    let _ = st;
     let text = std::fs::read_to_string(&out).expect("valgrind wrote its profile");
     let mut by_fn: HashMap<(String, String), u64> = HashMap::new();
     let mut total = 0;
@@ -222,7 +242,7 @@ pub fn valgrind(dir: &TempDir, exe: &Path, args: &[&str]) -> (HashMap<(String, S
             total += n;
         }
     }
-    (by_fn, total)
+    (run.stdout, by_fn, total)
 }
 
 /// Valgrind's per-function Ir for the functions of source file `file`.
