@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod cgtools;
+mod exportcmd;
 mod outfile;
 mod replay;
 mod run;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
     let sub_args = rest.get(1..).unwrap_or(&[]);
     match sub {
         Some("replay") => replay::main(sub_args),
+        Some("export") => exportcmd::main(sub_args),
         Some("annotate") => cgtools::annotate_main(sub_args),
         Some("merge") => cgtools::merge_main(sub_args),
         Some("diff") => cgtools::diff_main(sub_args),

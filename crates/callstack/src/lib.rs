@@ -20,9 +20,11 @@
 
 mod classify;
 mod output;
+mod stacks;
 mod tool;
 mod tree;
 
 pub use classify::{Classify, CodeClass, Section};
 pub use output::{Locate, OutputOptions};
+pub use stacks::Place;
 pub use tool::{CallOptions, CallTool};

@@ -187,6 +187,14 @@ impl Symbolizer {
         resolved.map(|(obj, bias)| (obj, addr.wrapping_sub(bias)))
     }
 
+    /// The object holding `addr` (through `mappings`, as
+    /// [`locate`](Self::locate) finds it) and `addr`'s file address in it:
+    /// what a later reader of the object's DWARF (`addr2line`) takes.
+    pub fn file_address(&mut self, mappings: &[Mapping], addr: u64) -> Option<(PathBuf, u64)> {
+        let (obj, svma) = self.object_at(mappings, addr)?;
+        Some((obj.path().to_path_buf(), svma))
+    }
+
     /// The name of the function whose first instruction is at `addr` (none
     /// if `addr` is inside a function or in no known one), as
     /// [`locate`](Self::locate) would name it: what Valgrind's

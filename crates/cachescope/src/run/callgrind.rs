@@ -193,6 +193,13 @@ impl CgSink<'_> {
         ];
         let total = part.totals.as_ref().map_or(0, |t| t[0]);
         profile.parts.push(part);
+        self.write_exports(
+            cg,
+            pid,
+            &tool,
+            &mappings,
+            profile.cmd.as_deref().unwrap_or(""),
+        );
         match write_output(&path, 0o600, |w| profile.write_to(w, cg.write)) {
             Ok(()) => {}
             Err(OutputError::Open(_)) => {

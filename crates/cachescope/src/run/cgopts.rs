@@ -17,6 +17,10 @@ pub struct CallgrindOptions {
     pub output: OutputOptions,
     /// `--compress-strings`, `--compress-pos`.
     pub write: callgrind::WriteOptions,
+    /// `--export=KIND:FILE` (repeatable; FILE unexpanded).
+    pub exports: Vec<(export::Kind, String)>,
+    /// `--export-inline`: inline frames in the exports.
+    pub export_inline: bool,
 }
 
 impl Default for CallgrindOptions {
@@ -26,6 +30,8 @@ impl Default for CallgrindOptions {
             calls: CallOptions::default(),
             output: OutputOptions::default(),
             write: callgrind::WriteOptions::default(),
+            exports: Vec::new(),
+            export_inline: false,
         }
     }
 }
@@ -71,6 +77,17 @@ impl CallgrindOptions {
             "--compress-strings" => flag(value, &mut self.write.compress_strings),
             "--compress-pos" => flag(value, &mut self.write.compress_pos),
             "--skip-plt" => flag(value, &mut self.calls.skip_plt),
+            "--export-inline" => flag(value, &mut self.export_inline),
+            "--export" => match value.split_once(':') {
+                Some((kind, file)) if !file.is_empty() => match kind.parse() {
+                    Ok(k) => {
+                        self.exports.push((k, file.to_string()));
+                        Ok(true)
+                    }
+                    Err(e) => bad(e),
+                },
+                _ => bad("expected --export=KIND:FILE".to_string()),
+            },
             "--separate-recs" => match value.parse::<u32>() {
                 Ok(n) if n >= 1 => {
                     self.calls.separate_recs = n;
@@ -113,5 +130,27 @@ mod tests {
         let e = o.parse_arg("--dump-instr=maybe").unwrap_err();
         assert_eq!(e[0], "Bad option: --dump-instr=maybe");
         assert!(o.parse_arg("--separate-recs=0").is_err());
+    }
+
+    #[test]
+    fn exports() {
+        let mut o = CallgrindOptions::default();
+        assert!(o.exports.is_empty() && !o.export_inline);
+        assert_eq!(o.parse_arg("--export=folded:out.%p.folded"), Ok(true));
+        assert_eq!(o.parse_arg("--export=svg:a:b.svg"), Ok(true));
+        assert_eq!(o.parse_arg("--export-inline=yes"), Ok(true));
+        assert_eq!(
+            o.exports,
+            [
+                (export::Kind::Folded, "out.%p.folded".to_string()),
+                (export::Kind::Svg, "a:b.svg".to_string())
+            ]
+        );
+        assert!(o.export_inline);
+        let e = o.parse_arg("--export=pdf:x").unwrap_err();
+        assert_eq!(e[0], "Bad option: --export=pdf:x");
+        assert!(e[1].starts_with("unknown export kind 'pdf'"), "{}", e[1]);
+        assert!(o.parse_arg("--export=folded").is_err());
+        assert!(o.parse_arg("--export=folded:").is_err());
     }
 }

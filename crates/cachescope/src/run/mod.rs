@@ -13,6 +13,7 @@
 mod attribute;
 mod callgrind;
 mod cgopts;
+mod exports;
 mod lackey;
 mod live;
 mod log;

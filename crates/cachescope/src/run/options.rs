@@ -284,8 +284,11 @@ pub fn usage(name: &str) -> String {
          \x20   --compress-pos=no|yes      compress positions in profile dump? [yes]\n\
          \x20   --separate-recs=<n>        separate function recursions up to level [2]\n\
          \x20   --skip-plt=no|yes          ignore calls to/from PLT sections? [yes]\n\
+         \x20   --export=<kind>:<file>     also write an export of the calling contexts:\n\
+         \x20                              folded, svg, speedscope, firefox, stacktree\n\
+         \x20   --export-inline=no|yes     inline frames from DWARF in exports [no]\n\
          \n\
-         \x20 Other modes: cachescope replay|annotate|merge|diff ...\n"
+         \x20 Other modes: cachescope replay|annotate|merge|diff|export ...\n"
     )
 }
 
