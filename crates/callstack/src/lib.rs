@@ -23,6 +23,7 @@ mod output;
 mod tool;
 mod tree;
 
-pub use classify::{Classify, CodeClass, Section};
+pub use classify::{Classify, CodeClass, FnConfig, Section};
 pub use output::{Locate, OutputOptions};
-pub use tool::{CallOptions, CallTool};
+pub use tool::{CallOptions, CallTool, Dump};
+pub use tree::Snapshot;
