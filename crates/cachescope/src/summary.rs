@@ -161,7 +161,7 @@ pub fn summary_lines(t: &Totals, cache_sim: bool, branch_sim: bool) -> Vec<Strin
 }
 
 /// Length of `n` written with thousands commas.
-fn comma_width(n: u64) -> usize {
+pub(crate) fn comma_width(n: u64) -> usize {
     let digits = n.checked_ilog10().map_or(1, |l| l as usize + 1);
     digits + (digits - 1) / 3
 }

@@ -30,6 +30,26 @@ pub struct CodeClass {
     pub entry: bool,
     /// Where the block is.
     pub section: Section,
+    /// What Callgrind's per-function options ask of it.
+    pub config: FnConfig,
+}
+
+/// Callgrind's per-function options, as the run matched them against the
+/// function's name and object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FnConfig {
+    /// `--toggle-collect`: collection is switched on entering and leaving
+    /// it (its outermost activation).
+    pub toggle_collect: bool,
+    /// `--dump-before`: a dump on entering it.
+    pub dump_before: bool,
+    /// `--dump-after`: a dump on leaving it.
+    pub dump_after: bool,
+    /// `--zero-before`: costs zeroed on entering it.
+    pub zero_before: bool,
+    /// `--fn-skip` / `--obj-skip`: no context of its own; its costs go to
+    /// its caller's call site (as PLT stubs with `--skip-plt`).
+    pub skip: bool,
 }
 
 /// Tells the function of each block, while the program runs (in whatever

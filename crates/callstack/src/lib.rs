@@ -24,7 +24,8 @@ mod stacks;
 mod tool;
 mod tree;
 
-pub use classify::{Classify, CodeClass, Section};
+pub use classify::{Classify, CodeClass, FnConfig, Section};
 pub use output::{Locate, OutputOptions};
 pub use stacks::Place;
-pub use tool::{CallOptions, CallTool};
+pub use tool::{CallOptions, CallTool, Dump};
+pub use tree::Snapshot;

@@ -4,7 +4,7 @@
 //! the inclusive cost of its calls.
 
 use crate::tool::CallTool;
-use crate::tree::NodeId;
+use crate::tree::{NodeId, Snapshot};
 use callgrind::builder::{FunctionKey, PartBuilder, Site};
 use callgrind::{Event, Part, Position, Positions, Profile};
 use rustc_hash::FxHashMap;
@@ -52,11 +52,26 @@ impl CallTool {
     }
 
     /// A part with the costs and calls of `thread` (all threads with
-    /// `None`), its names interned in `profile`; positions are located with
-    /// `locate` (each address once). The part's header (number, thread,
-    /// `desc:`) is the caller's.
+    /// `None`) so far, its names interned in `profile`; positions are
+    /// located with `locate` (each address once). The part's header
+    /// (number, thread, `desc:`) is the caller's.
     pub fn part(
+        &mut self,
+        profile: &mut Profile,
+        options: OutputOptions,
+        thread: Option<u32>,
+        locate: &mut Locate<'_>,
+    ) -> Part {
+        let costs = self.final_dump().costs;
+        self.part_of(&costs, profile, options, thread, locate)
+    }
+
+    /// A part of the costs of a dump ([`Snapshot`]), as [`part`](Self::part)
+    /// lays them out, with Callgrind's event columns and the dump's
+    /// `summary:`.
+    pub fn part_of(
         &self,
+        costs: &Snapshot,
         profile: &mut Profile,
         options: OutputOptions,
         thread: Option<u32>,
@@ -67,6 +82,17 @@ impl CallTool {
         let mut namer = Namer { profile };
         let tree = &self.tree;
         let wanted = |n: NodeId| thread.is_none_or(|t| tree.nodes[n as usize].thread == t);
+        // Callgrind's columns, from the rows' (Cachegrind's order).
+        let order: Vec<(&'static str, usize)> = match self.sim() {
+            Some(sim) => sim
+                .events()
+                .callgrind_order()
+                .into_iter()
+                .map(|(e, i)| (e.name(), i))
+                .collect(),
+            None => vec![("Ir", 0)],
+        };
+        let permute = |row: &[u64]| -> Vec<u64> { order.iter().map(|&(_, i)| row[i]).collect() };
         // Each context's function key, made once per (function, level).
         let mut keys: FxHashMap<(u32, u32), FunctionKey> = FxHashMap::default();
         let mut key_of = |namer: &mut Namer, n: NodeId| -> FunctionKey {
@@ -100,53 +126,67 @@ impl CallTool {
                 },
             }
         };
-        let mut builder = PartBuilder::new(1);
-        let mut total = 0u64;
-        // Self costs: each run of a block in a context is one Ir for each
-        // of its instructions.
-        for (&(node, block), &runs) in tree.run_keys.iter().zip(&tree.runs) {
-            if runs == 0 || !wanted(node) {
+        let mut builder = PartBuilder::new(order.len());
+        let mut total = vec![0u64; order.len()];
+        let add = |total: &mut Vec<u64>, c: &[u64]| {
+            for (t, v) in total.iter_mut().zip(c) {
+                *t += v;
+            }
+        };
+        let width = costs.summary.len().max(1);
+        // Self costs: a row per instruction of each block run in a context.
+        for (node, block, rows) in &costs.selfs {
+            if !wanted(*node) {
                 continue;
             }
-            let key = key_of(&mut namer, node);
-            for &addr in self.block_state(block).instrs.iter() {
+            let key = key_of(&mut namer, *node);
+            for (&addr, row) in self
+                .block_state(*block)
+                .instrs
+                .iter()
+                .zip(rows.chunks(width))
+            {
+                let c = permute(row);
                 let s = site(&mut namer, addr);
-                builder.add_cost(key, s, &[runs]);
-                total += runs;
+                builder.add_cost(key, s, &c);
+                add(&mut total, &c);
             }
         }
-        let mut extra: Vec<(&(NodeId, u64), &u64)> = tree.extra.iter().collect();
-        extra.sort_unstable();
-        for (&(node, addr), &ir) in extra {
-            if ir == 0 || node == crate::tree::NO_NODE || !wanted(node) {
+        for (node, addr, row) in &costs.extra {
+            if !wanted(*node) {
                 continue;
             }
-            let key = key_of(&mut namer, node);
-            let s = site(&mut namer, addr);
-            builder.add_cost(key, s, &[ir]);
-            total += ir;
+            let key = key_of(&mut namer, *node);
+            let c = permute(row);
+            let s = site(&mut namer, *addr);
+            builder.add_cost(key, s, &c);
+            add(&mut total, &c);
         }
-        for arc in &tree.arcs {
-            if arc.calls == 0 || !wanted(arc.caller) {
+        for (i, calls, inclusive) in &costs.arcs {
+            let arc = tree.arcs[*i as usize];
+            if !wanted(arc.caller) {
                 continue;
             }
             let caller = key_of(&mut namer, arc.caller);
             let callee = key_of(&mut namer, arc.callee);
             let s = site(&mut namer, arc.call_site);
             let target = site(&mut namer, arc.target).position;
-            builder.add_call(caller, s, callee, target, arc.calls, &[arc.inclusive]);
+            builder.add_call(caller, s, callee, target, *calls, &permute(inclusive));
         }
         Part {
             positions: Positions {
                 instr: options.dump_instr,
                 line: options.dump_line,
             },
-            events: vec![Event {
-                name: "Ir".into(),
-                long_name: None,
-            }],
-            summary: Some(vec![total]),
-            totals: Some(vec![total]),
+            events: order
+                .iter()
+                .map(|&(name, _)| Event {
+                    name: name.into(),
+                    long_name: None,
+                })
+                .collect(),
+            summary: Some(permute(&costs.summary)),
+            totals: Some(total),
             blocks: builder.finish(),
             ..Part::default()
         }

@@ -28,8 +28,9 @@
 //! block; a frame left by a direct jump is unwound at the next such block).
 
 use crate::classify::{Classify, CodeClass, Section};
-use crate::tree::{FnId, NodeId, Tree, NO_NODE};
-use events::{BlockId, BlockInfo, Needs, Record, SignalEvent, Terminator, Tool};
+use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
+use costs::{BlockSim, Charge};
+use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Terminator, Tool};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ pub struct CallOptions {
     pub separate_recs: u32,
     /// `--skip-plt`: PLT stubs are no functions of their own (default yes).
     pub skip_plt: bool,
+    /// `--collect-atstart`: threads start collecting (default yes).
+    pub collect_atstart: bool,
 }
 
 impl Default for CallOptions {
@@ -47,6 +50,7 @@ impl Default for CallOptions {
         CallOptions {
             separate_recs: 2,
             skip_plt: true,
+            collect_atstart: true,
         }
     }
 }
@@ -61,6 +65,8 @@ pub(crate) struct Function {
     /// A jump out of it first returns from it (`_dl_runtime_resolve`,
     /// which ends by jumping to the function it resolved).
     pop_on_jump: bool,
+    /// Entering or leaving it toggles, dumps or zeroes.
+    notify: bool,
 }
 
 /// How control leaves a block.
@@ -89,6 +95,8 @@ pub(crate) struct BlockState {
     exit: Exit,
     /// Its instructions' addresses.
     pub instrs: Box<[u64]>,
+    /// Data reads and writes of one execution (with a simulation).
+    accesses: (u64, u64),
     /// The context it ran in last and that pair's run slot.
     cache: (NodeId, u32),
 }
@@ -111,6 +119,10 @@ struct Frame {
     enter_cost: u64,
     /// The skipped-call state to go back to.
     nonskipped: Option<(NodeId, u64)>,
+    /// The thread's costs of every simulated event when it was pushed.
+    enter_sim: Vec<u64>,
+    /// Leaving the callee's outermost activation toggles, dumps or zeroes.
+    notify: bool,
 }
 
 /// What a signal handler's start put aside.
@@ -121,6 +133,8 @@ struct Interrupted {
     last: Option<u32>,
     nonskipped: Option<(NodeId, u64)>,
     cost: u64,
+    sim_cost: Vec<u64>,
+    collect: bool,
 }
 
 /// One thread's state.
@@ -149,11 +163,39 @@ struct ThreadState {
     signals: Vec<Interrupted>,
     /// Whether the thread ended (its number may be reused).
     ended: bool,
+    /// Whether costs are collected (`--collect-atstart`, toggled by
+    /// `--toggle-collect` functions and `CALLGRIND_TOGGLE_COLLECT`).
+    collect: bool,
+    /// With a simulation: every event's cost so far, as `cost` is Ir's.
+    sim_cost: Vec<u64>,
+    /// `cost` and `sim_cost` at the last dump (for `summary:`).
+    lastdump: (u64, Vec<u64>),
+    /// Where the last block was charged, and how much Ir (0 when not
+    /// collecting): without a simulation, Callgrind counts a block's Ir
+    /// when the next block starts, so a client request's own block counts
+    /// after the request; the tool moves it there.
+    charged: (ChargeAt, u64),
+    /// Functions whose outermost activation was entered (true) or left
+    /// (false) since the last block, whose options act before it runs.
+    notices: Vec<(FnId, bool)>,
+}
+
+/// Where one block execution was charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChargeAt {
+    Nowhere,
+    Slot(u32),
+    Extra(NodeId, u64),
 }
 
 impl ThreadState {
-    fn new(tid: u32) -> ThreadState {
+    fn new(tid: u32, collect: bool, width: usize) -> ThreadState {
         ThreadState {
+            collect,
+            sim_cost: vec![0; width],
+            lastdump: (0, vec![0; width]),
+            charged: (ChargeAt::Nowhere, 0),
+            notices: Vec::new(),
             tid,
             stack: Vec::new(),
             node: NO_NODE,
@@ -188,6 +230,8 @@ impl ThreadState {
             self.last = s.last;
             self.nonskipped = s.nonskipped;
             self.cost = s.cost;
+            self.sim_cost = s.sim_cost;
+            self.collect = s.collect;
             self.sp = None;
         }
     }
@@ -206,8 +250,16 @@ impl ThreadState {
         let Some(f) = self.stack.pop() else { return };
         if let Some(a) = f.arc {
             tree.arcs[a as usize].inclusive += self.cost - f.enter_cost;
+            let w = tree.width;
+            let arc = &mut tree.arc_costs[a as usize * w..][..w];
+            for ((c, now), then) in arc.iter_mut().zip(&self.sim_cost).zip(&f.enter_sim) {
+                *c += now - then;
+            }
             let n = self.active_mut(f.function);
             *n = n.saturating_sub(1);
+            if f.notify && *n == 0 {
+                self.notices.push((f.function, false));
+            }
         }
         self.node = f.caller;
         self.nonskipped = f.nonskipped;
@@ -246,6 +298,24 @@ pub struct CallTool {
     pub(crate) tree: Tree,
     /// Block executions (Callgrind's "basic blocks" for `Timerange:`).
     pub(crate) block_runs: u64,
+    /// The cache and branch simulation (`--cache-sim`, `--branch-sim`).
+    sim: Option<BlockSim>,
+    /// The dumps made so far (client requests, `--dump-before/after`).
+    dumps: Vec<Dump>,
+    /// Block executions at the last dump.
+    bbs_done: u64,
+}
+
+/// One dump of the costs: a part of the profile.
+#[derive(Debug, Clone)]
+pub struct Dump {
+    /// Why (`desc: Trigger:`): `Client Request`, `Client Request: <text>`,
+    /// `--dump-before=<fn>`, `--dump-after=<fn>`, `Program termination`.
+    pub trigger: String,
+    /// Block executions before and at the dump (`desc: Timerange:`).
+    pub timerange: (u64, u64),
+    /// The costs since the previous dump.
+    pub costs: Snapshot,
 }
 
 /// A function's identity: object, file, name.
@@ -266,7 +336,28 @@ impl CallTool {
             current: None,
             tree: Tree::default(),
             block_runs: 0,
+            sim: None,
+            dumps: Vec::new(),
+            bbs_done: 0,
         }
+    }
+
+    /// A tool that also runs `sim` and charges its events to the contexts.
+    pub fn with_sim(options: CallOptions, classify: Box<dyn Classify>, sim: BlockSim) -> CallTool {
+        let mut t = CallTool::new(options, classify);
+        t.tree.width = sim.events().len();
+        t.sim = Some(sim);
+        t
+    }
+
+    /// The simulation, if any.
+    pub fn sim(&self) -> Option<&BlockSim> {
+        self.sim.as_ref()
+    }
+
+    /// The dumps made while the program ran, in order.
+    pub fn take_dumps(&mut self) -> Vec<Dump> {
+        std::mem::take(&mut self.dumps)
     }
 
     /// A copy for a forked child: same costs, stacks and functions.
@@ -283,6 +374,9 @@ impl CallTool {
             current: self.current,
             tree: self.tree.clone(),
             block_runs: self.block_runs,
+            sim: self.sim.clone(),
+            dumps: self.dumps.clone(),
+            bbs_done: self.bbs_done,
         }
     }
 
@@ -293,6 +387,7 @@ impl CallTool {
             while !t.stack.is_empty() {
                 t.pop(&mut self.tree);
             }
+            t.notices.clear();
         }
     }
 
@@ -324,9 +419,11 @@ impl CallTool {
             return f;
         }
         let f = self.functions.len() as FnId;
+        let c = class.config;
         self.functions.push(Function {
-            skip: class.section == Section::Plt && self.options.skip_plt,
+            skip: (class.section == Section::Plt && self.options.skip_plt) || c.skip,
             pop_on_jump: class.function.starts_with("_dl_runtime_resolve"),
+            notify: c.toggle_collect || c.dump_before || c.dump_after || c.zero_before,
             class,
         });
         self.function_index.insert(key, f);
@@ -349,6 +446,15 @@ impl CallTool {
         if self.blocks.len() <= i {
             self.blocks.resize(i + 1, None);
         }
+        let mut accesses = (0, 0);
+        if let Some(sim) = &mut self.sim {
+            // The rows of a block's instructions in a context are its slots.
+            sim.describe(id, info, (0..info.instrs().len()).collect());
+            for &(r, w) in sim.accesses(id) {
+                accesses.0 += u64::from(r);
+                accesses.1 += u64::from(w);
+            }
+        }
         self.blocks[i] = Some(BlockState {
             function,
             object,
@@ -359,6 +465,7 @@ impl CallTool {
             end: info.end(),
             exit,
             instrs: info.instrs().iter().map(|i| i.addr).collect(),
+            accesses,
             cache: (NO_NODE, 0),
         });
     }
@@ -511,6 +618,8 @@ impl CallTool {
                 caller,
                 enter_cost: t.cost,
                 nonskipped: t.nonskipped,
+                enter_sim: t.sim_cost.clone(),
+                notify: false,
             };
             if skip {
                 if t.nonskipped.is_none() {
@@ -522,34 +631,446 @@ impl CallTool {
                 let a = tree.arc(from, site, t.node, yb.start);
                 tree.arcs[a as usize].calls += 1;
                 frame.arc = Some(a);
-                *t.active_mut(yb.function) += 1;
+                let depth = t.active_mut(yb.function);
+                *depth += 1;
+                if functions[yb.function as usize].notify {
+                    frame.notify = true;
+                    if *depth == 1 {
+                        t.notices.push((yb.function, true));
+                    }
+                }
                 t.nonskipped = None;
             }
             t.stack.push(frame);
         }
     }
 
-    /// Charges one execution of block `y` to the current context.
-    fn charge(&mut self, y: u32) {
+    /// Charges one execution of block `y` (data addresses `addrs`) to the
+    /// current context, if the thread collects; the simulation runs either
+    /// way.
+    fn charge(&mut self, y: u32, addrs: &[u64]) {
         let ti = self.current();
-        let t = &mut self.threads[ti];
-        let b = self.blocks[y as usize].as_mut().expect("described");
-        let n = b.instrs.len() as u64;
-        t.cost += n;
-        t.last = Some(y);
         self.block_runs += 1;
-        if let Some(at) = t.nonskipped {
-            *self.tree.extra.entry(at).or_default() += n;
+        let CallTool {
+            threads,
+            blocks,
+            tree,
+            sim,
+            ..
+        } = self;
+        let t = &mut threads[ti];
+        let b = blocks[y as usize].as_mut().expect("described");
+        let n = b.instrs.len() as u64;
+        t.last = Some(y);
+        let at = match t.nonskipped {
+            Some((node, addr)) => ChargeAt::Extra(node, addr),
+            None if b.cache.0 == t.node => ChargeAt::Slot(b.cache.1),
+            None => {
+                let slot = slot_of(tree, t.node, y, n);
+                b.cache = (t.node, slot);
+                ChargeAt::Slot(slot)
+            }
+        };
+        let collect = t.collect;
+        t.charged = (at, if collect { n } else { 0 });
+        if collect {
+            t.cost += n;
+            match at {
+                ChargeAt::Slot(slot) => tree.runs[slot as usize] += 1,
+                ChargeAt::Extra(node, addr) => *tree.extra.entry((node, addr)).or_default() += n,
+                ChargeAt::Nowhere => {}
+            }
+        }
+        let Some(sim) = sim else { return };
+        let [ir, read, write, ..] = sim.columns();
+        let cache = sim.caches().is_some();
+        let width = tree.width;
+        let (first, single) = match at {
+            ChargeAt::Extra(node, addr) if collect => (tree.extra_row(node, addr), true),
+            ChargeAt::Slot(slot) if collect => {
+                (tree.run_rows[slot as usize] as usize * width, false)
+            }
+            _ => (0, true),
+        };
+        if collect {
+            let mut add = |col: usize, v: u64| {
+                t.sim_cost[col] += v;
+                if single {
+                    tree.rows[first + col] += v;
+                }
+            };
+            add(ir, n);
+            if cache {
+                add(read, b.accesses.0);
+                add(write, b.accesses.1);
+            }
+        }
+        let mut out = RowCharge {
+            rows: if collect {
+                &mut tree.rows[first..]
+            } else {
+                &mut []
+            },
+            cost: &mut t.sim_cost,
+            width,
+            collect,
+            single,
+        };
+        sim.run(BlockId(y), addrs, &mut out);
+    }
+
+    /// A branch of the current thread's last block (at `pc`), whose events
+    /// start at column `col`, mispredicted or not.
+    fn charge_branch(&mut self, pc: u64, col: usize, mispredicted: bool) {
+        let ti = self.current();
+        let CallTool {
+            threads,
+            blocks,
+            tree,
+            ..
+        } = self;
+        let t = &mut threads[ti];
+        if !t.collect {
             return;
         }
-        let slot = if b.cache.0 == t.node {
-            b.cache.1
-        } else {
-            let slot = self.tree.run_slot(t.node, y);
-            b.cache = (t.node, slot);
-            slot
+        let row = match (t.nonskipped, t.last) {
+            (Some((node, addr)), _) => tree.extra_row(node, addr),
+            (None, Some(y)) => {
+                let b = blocks[y as usize].as_mut().expect("described");
+                let n = b.instrs.len();
+                let slot = if b.cache.0 == t.node {
+                    b.cache.1
+                } else {
+                    let slot = slot_of(tree, t.node, y, n as u64);
+                    b.cache = (t.node, slot);
+                    slot
+                };
+                let i = b.instrs.iter().position(|&a| a == pc).unwrap_or(n - 1);
+                (tree.run_rows[slot as usize] as usize + i) * tree.width
+            }
+            (None, None) => return,
         };
-        self.tree.runs[slot as usize] += 1;
+        let m = u64::from(mispredicted);
+        tree.rows[row + col] += 1;
+        tree.rows[row + col + 1] += m;
+        t.sim_cost[col] += 1;
+        t.sim_cost[col + 1] += m;
+    }
+
+    /// The final check of a rep string instruction: one fetch of `addr`.
+    fn charge_fetch(&mut self, addr: u64, len: u32) {
+        let ti = self.current();
+        let outcome = self.sim.as_mut().and_then(|s| s.fetch(addr, len));
+        let t = &mut self.threads[ti];
+        if !t.collect {
+            return;
+        }
+        t.cost += 1;
+        let (node, at) = t.nonskipped.unwrap_or((t.node, addr));
+        *self.tree.extra.entry((node, at)).or_default() += 1;
+        let Some(sim) = &self.sim else { return };
+        let ir = sim.columns()[0];
+        let row = self.tree.extra_row(node, at);
+        let misses = outcome.map_or([0, 0], |o| [u64::from(o.l1_miss()), u64::from(o.ll_miss())]);
+        let cache = sim.caches().is_some();
+        for (k, v) in [1, misses[0], misses[1]].into_iter().enumerate() {
+            if k == 0 || cache {
+                self.tree.rows[row + ir + k] += v;
+                t.sim_cost[ir + k] += v;
+            }
+        }
+    }
+
+    /// Acts on the options of functions entered or left by the last
+    /// transfer (Callgrind's `function_entered` / `function_left`).
+    fn notices(&mut self, ti: usize) {
+        let notices = std::mem::take(&mut self.threads[ti].notices);
+        for (f, entered) in notices {
+            let class = &self.functions[f as usize].class;
+            let (c, name) = (class.config, class.function.clone());
+            if entered && c.dump_before {
+                self.dump(format!("--dump-before={name}"));
+            } else if entered && c.zero_before {
+                self.zero(ti);
+            }
+            if !entered && c.dump_after {
+                self.dump(format!("--dump-after={name}"));
+            }
+            if c.toggle_collect {
+                let t = &mut self.threads[ti];
+                t.collect = !t.collect;
+            }
+        }
+    }
+
+    /// The costs since the last dump (all threads'), as a dump takes them:
+    /// calls still running get their inclusive costs so far. With `take`,
+    /// the tree is zeroed, and the running calls start again from now.
+    fn snapshot(&mut self, take: bool) -> Snapshot {
+        let width = self.tree.width.max(1);
+        let mut summary = vec![0u64; width];
+        for t in &mut self.threads {
+            for f in &mut t.stack {
+                let Some(a) = f.arc else { continue };
+                self.tree.arcs[a as usize].inclusive += t.cost - f.enter_cost;
+                let w = self.tree.width;
+                let arc = &mut self.tree.arc_costs[a as usize * w..][..w];
+                for ((c, now), then) in arc.iter_mut().zip(&t.sim_cost).zip(&mut f.enter_sim) {
+                    *c += now - *then;
+                    *then = *now;
+                }
+                f.enter_cost = t.cost;
+            }
+            if self.sim.is_some() {
+                for ((s, now), then) in summary.iter_mut().zip(&t.sim_cost).zip(&t.lastdump.1) {
+                    *s = s.wrapping_add(now.wrapping_sub(*then));
+                }
+            } else {
+                summary[0] = summary[0].wrapping_add(t.cost.wrapping_sub(t.lastdump.0));
+            }
+        }
+        // Callgrind sets the last-dump costs of thread 1 only (the thread
+        // its dump runs as).
+        if let Some(t) = self.threads.iter_mut().find(|t| t.tid == 1) {
+            t.lastdump = (t.cost, t.sim_cost.clone());
+        }
+        let tree = &self.tree;
+        let mut snap = Snapshot {
+            summary,
+            ..Snapshot::default()
+        };
+        let sim = self.sim.as_ref();
+        for (slot, (&(node, block), &runs)) in tree.run_keys.iter().zip(&tree.runs).enumerate() {
+            if runs == 0 {
+                continue;
+            }
+            let b = self.blocks[block as usize].as_ref().expect("described");
+            let n = b.instrs.len();
+            let mut rows = vec![0u64; n * width].into_boxed_slice();
+            match sim {
+                None => rows.iter_mut().for_each(|r| *r = runs),
+                Some(sim) => {
+                    let [ir, read, write, ..] = sim.columns();
+                    let base = tree.run_rows[slot] as usize * width;
+                    rows.copy_from_slice(&tree.rows[base..base + n * width]);
+                    let cache = sim.caches().is_some();
+                    let accesses = sim.accesses(BlockId(block));
+                    for (i, row) in rows.chunks_mut(width).enumerate() {
+                        row[ir] += runs;
+                        if let (true, Some(&(r, w))) = (cache, accesses.get(i)) {
+                            row[read] += runs * u64::from(r);
+                            row[write] += runs * u64::from(w);
+                        }
+                    }
+                }
+            }
+            snap.selfs.push((node, block, rows));
+        }
+        let mut extra: Vec<(&(NodeId, u64), &u64)> = tree.extra.iter().collect();
+        extra.sort_unstable();
+        for (&(node, addr), &ir) in extra {
+            let row: Box<[u64]> = match tree.extra_rows.get(&(node, addr)) {
+                Some(&r) if sim.is_some() => tree.rows[r as usize * width..][..width].into(),
+                _ => Box::new([ir]),
+            };
+            if node != NO_NODE && row.iter().any(|&c| c != 0) {
+                snap.extra.push((node, addr, row));
+            }
+        }
+        // Callgrind's arcs are between functions (at recursion levels),
+        // where the tree's are between contexts: an arc is written when its
+        // function-level arc has a cost, and only a written arc's calls
+        // start again from zero at a dump (calls without cost so far, of
+        // collection switched off, go on to the next dump).
+        let group = |a: &crate::tree::Arc| {
+            let f = |n: NodeId| {
+                let node = tree.nodes[n as usize];
+                (node.function, node.level)
+            };
+            (f(a.caller), a.call_site, f(a.callee), a.target)
+        };
+        let mut written = rustc_hash::FxHashSet::default();
+        for (i, arc) in tree.arcs.iter().enumerate() {
+            let costs: Box<[u64]> = if sim.is_some() {
+                tree.arc_costs[i * width..][..width].into()
+            } else {
+                Box::new([arc.inclusive])
+            };
+            if costs.iter().any(|&c| c != 0) {
+                written.insert(group(arc));
+            }
+            if arc.calls > 0 || costs.iter().any(|&c| c != 0) {
+                snap.arcs.push((i as u32, arc.calls, costs));
+            }
+        }
+        snap.arcs
+            .retain(|&(i, _, _)| written.contains(&group(&tree.arcs[i as usize])));
+        if take {
+            let keep: Vec<bool> = self
+                .tree
+                .arcs
+                .iter()
+                .map(|a| !written.contains(&group(a)))
+                .collect();
+            self.tree.zero(false);
+            for (a, keep) in self.tree.arcs.iter_mut().zip(keep) {
+                if !keep {
+                    a.calls = 0;
+                }
+            }
+        }
+        snap
+    }
+
+    /// A dump (Callgrind's `dump_profile`): the costs so far become a part
+    /// and start again from zero.
+    fn dump(&mut self, trigger: String) {
+        let costs = self.snapshot(true);
+        self.dumps.push(Dump {
+            trigger,
+            timerange: (self.bbs_done, self.block_runs),
+            costs,
+        });
+        // Callgrind counts a block more at each dump.
+        self.bbs_done = self.block_runs;
+        self.block_runs += 1;
+    }
+
+    /// The costs at the program's end (after [`finish`](Self::finish)), as
+    /// the last dump; the tree keeps them.
+    pub fn final_dump(&mut self) -> Dump {
+        Dump {
+            trigger: "Program termination".into(),
+            timerange: (self.bbs_done, self.block_runs),
+            costs: self.snapshot(false),
+        }
+    }
+
+    /// `ZERO_STATS` / `--zero-before` on thread `ti`: every cost is zeroed,
+    /// and that thread's running calls start again from now.
+    fn zero(&mut self, ti: usize) {
+        self.tree.zero(true);
+        let t = &mut self.threads[ti];
+        for f in &mut t.stack {
+            f.enter_cost = t.cost;
+            f.enter_sim.clone_from(&t.sim_cost);
+        }
+        t.lastdump = (t.cost, t.sim_cost.clone());
+    }
+
+    /// Runs `f` for a client request of the current thread. Without a
+    /// simulation Callgrind counts the requesting block's Ir only when the
+    /// next block starts, so after the request: its charge is moved there.
+    fn at_request(&mut self, f: impl FnOnce(&mut CallTool, usize)) {
+        let ti = self.current();
+        let deferred = self.sim.is_none();
+        if deferred {
+            let t = &mut self.threads[ti];
+            let (at, n) = t.charged;
+            if n > 0 {
+                t.cost -= n;
+                match at {
+                    ChargeAt::Slot(s) => self.tree.runs[s as usize] -= 1,
+                    ChargeAt::Extra(node, addr) => {
+                        *self.tree.extra.entry((node, addr)).or_default() -= n;
+                    }
+                    ChargeAt::Nowhere => {}
+                }
+            }
+        }
+        f(self, ti);
+        if deferred {
+            let t = &mut self.threads[ti];
+            let (at, n) = t.charged;
+            if n > 0 && t.collect {
+                t.cost += n;
+                match at {
+                    ChargeAt::Slot(s) => self.tree.runs[s as usize] += 1,
+                    ChargeAt::Extra(node, addr) => {
+                        *self.tree.extra.entry((node, addr)).or_default() += n;
+                    }
+                    ChargeAt::Nowhere => {}
+                }
+            } else if let (ChargeAt::Slot(_) | ChargeAt::Extra(..), Some(y), true) =
+                (at, t.last, t.collect)
+            {
+                // It was not collected before the request and is now.
+                let n = self.blocks[y as usize]
+                    .as_ref()
+                    .map_or(0, |b| b.instrs.len() as u64);
+                t.cost += n;
+                match at {
+                    ChargeAt::Slot(s) => self.tree.runs[s as usize] += 1,
+                    ChargeAt::Extra(node, addr) => {
+                        *self.tree.extra.entry((node, addr)).or_default() += n;
+                    }
+                    ChargeAt::Nowhere => {}
+                }
+                t.charged.1 = n;
+            } else {
+                t.charged.1 = 0;
+            }
+        }
+    }
+
+    /// Instrumentation switched on or off: Callgrind unwinds every call
+    /// stack, zeroes the threads' running costs and empties the caches.
+    fn reset_instrumentation(&mut self) {
+        let collect = self.options.collect_atstart;
+        for t in &mut self.threads {
+            while !t.stack.is_empty() {
+                t.pop(&mut self.tree);
+            }
+            t.signals.clear();
+            t.notices.clear();
+            t.node = NO_NODE;
+            t.last = None;
+            t.sp = None;
+            t.nonskipped = None;
+            t.active.clear();
+            t.cost = 0;
+            t.sim_cost.iter_mut().for_each(|c| *c = 0);
+            t.charged = (ChargeAt::Nowhere, 0);
+            t.collect = collect;
+        }
+        if let Some(sim) = &mut self.sim {
+            sim.clear();
+        }
+    }
+}
+
+/// The run slot of `block` (of `n` instructions) in `node`, made if new,
+/// with its rows when the tree has a simulation's.
+fn slot_of(tree: &mut Tree, node: NodeId, block: u32, n: u64) -> u32 {
+    let slot = tree.run_slot(node, block);
+    if tree.width > 0 && tree.run_rows.len() <= slot as usize {
+        let row = tree.rows.len() / tree.width;
+        tree.run_rows.push(row as u32);
+        tree.rows
+            .resize(tree.rows.len() + n as usize * tree.width, 0);
+    }
+    slot
+}
+
+/// Charges a simulation's misses to one context's rows of a block (or to
+/// one row for all its instructions: skipped code's call site), and to the
+/// thread's running costs.
+struct RowCharge<'a> {
+    rows: &'a mut [u64],
+    cost: &'a mut [u64],
+    width: usize,
+    collect: bool,
+    single: bool,
+}
+
+impl Charge for RowCharge<'_> {
+    #[inline]
+    fn add(&mut self, slot: usize, col: usize, n: u64) {
+        if self.collect {
+            let row = if self.single { 0 } else { slot };
+            self.rows[row * self.width + col] += n;
+            self.cost[col] += n;
+        }
     }
 }
 
@@ -589,9 +1110,16 @@ fn underflow(
 
 impl Tool for CallTool {
     fn needs(&self) -> Needs {
+        let (cache, branch) = self.sim.as_ref().map_or((false, false), |s| {
+            let e = s.events();
+            (e.cache_sim(), e.branch_sim())
+        });
         Needs {
+            instr_fetches: cache,
+            data_refs: cache,
+            cond_branches: branch,
+            indirect_targets: branch,
             calls_returns: true,
-            ..Needs::COUNTING
         }
     }
 
@@ -600,23 +1128,56 @@ impl Tool for CallTool {
     }
 
     fn record(&mut self, record: Record) {
-        // The final check of a rep string instruction (one fetch of the
-        // block it belongs to).
-        if let Record::Instr(f) = record {
-            let ti = self.current();
-            let t = &mut self.threads[ti];
-            t.cost += 1;
-            let at = t.nonskipped.unwrap_or((t.node, f.addr));
-            *self.tree.extra.entry(at).or_default() += 1;
+        match record {
+            // The final check of a rep string instruction (one fetch of
+            // the block it belongs to).
+            Record::Instr(f) => self.charge_fetch(f.addr, f.len),
+            Record::CondBranch(b) => {
+                let Some(sim) = &mut self.sim else { return };
+                if let Some(m) = sim.cond(b.pc, b.taken) {
+                    let col = sim.columns()[3];
+                    self.charge_branch(b.pc, col, m);
+                }
+            }
+            Record::Indirect(x) => {
+                let Some(sim) = &mut self.sim else { return };
+                if let Some(m) = sim.indirect(x.pc, x.target) {
+                    let col = sim.columns()[4];
+                    self.charge_branch(x.pc, col, m);
+                }
+            }
+            _ => {}
         }
     }
 
-    fn block_run(&mut self, id: BlockId, info: &BlockInfo, _addrs: &[u64]) {
+    fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         if self.blocks.get(id.0 as usize).is_none_or(Option::is_none) {
             self.describe(id, info);
         }
         self.enter(id.0);
-        self.charge(id.0);
+        let ti = self.current();
+        if !self.threads[ti].notices.is_empty() {
+            self.notices(ti);
+        }
+        self.charge(id.0, addrs);
+    }
+
+    fn client_request(&mut self, request: &ClientRequest) {
+        match request {
+            ClientRequest::DumpStats { reason } => {
+                let trigger = match reason {
+                    Some(r) => format!("Client Request: {r}"),
+                    None => "Client Request".to_string(),
+                };
+                self.at_request(|tool, _| tool.dump(trigger));
+            }
+            ClientRequest::ZeroStats => self.at_request(|tool, ti| tool.zero(ti)),
+            ClientRequest::ToggleCollect => self.at_request(|tool, ti| {
+                let t = &mut tool.threads[ti];
+                t.collect = !t.collect;
+            }),
+            ClientRequest::Instrumentation { .. } => self.reset_instrumentation(),
+        }
     }
 
     fn thread(&mut self, thread: u64) {
@@ -642,7 +1203,8 @@ impl Tool for CallTool {
             }
             None => {
                 let tid = self.threads.len() as u32 + 1;
-                self.threads.push(ThreadState::new(tid));
+                let (collect, width) = (self.options.collect_atstart, self.tree.width);
+                self.threads.push(ThreadState::new(tid, collect, width));
                 self.threads.len() - 1
             }
         };
@@ -678,12 +1240,15 @@ impl Tool for CallTool {
         let t = &mut self.threads[ti];
         match event {
             SignalEvent::Delivered => {
+                let zero = vec![0; t.sim_cost.len()];
                 t.signals.push(Interrupted {
                     depth: t.stack.len(),
                     node: t.node,
                     last: t.last,
                     nonskipped: t.nonskipped,
                     cost: t.cost,
+                    sim_cost: std::mem::replace(&mut t.sim_cost, zero),
+                    collect: t.collect,
                 });
                 t.node = NO_NODE;
                 t.last = None;
@@ -726,6 +1291,7 @@ mod tests {
                 function: name.into(),
                 entry: a == start,
                 section,
+                config: Default::default(),
             }
         }
         fn fork(&self) -> Box<dyn Classify> {

@@ -63,6 +63,35 @@ pub struct Tree {
     /// functions (on their caller's call site, as Callgrind does) and the
     /// final check of rep string instructions.
     pub extra: FxHashMap<(NodeId, u64), u64>,
+    /// With a simulation: the columns of a cost row (the simulation's
+    /// events, Cachegrind's order); 0 without.
+    pub width: usize,
+    /// With a simulation: for each run slot, its first row in `rows`
+    /// (one row per instruction of the block).
+    pub run_rows: Vec<u32>,
+    /// With a simulation: for each `extra` entry, its row in `rows`.
+    pub extra_rows: FxHashMap<(NodeId, u64), u32>,
+    /// With a simulation: what cannot be derived from the run counts (the
+    /// misses and branches), row after row; `extra` rows hold every event.
+    pub rows: Vec<u64>,
+    /// With a simulation: each arc's inclusive costs of every event.
+    pub arc_costs: Vec<u64>,
+}
+
+/// The costs of a tree between two dumps, as a dump takes them: only what
+/// is not zero, each cost as a row of every event collected (Cachegrind's
+/// order; Ir alone without a simulation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Per (context, block): one row per instruction of the block.
+    pub selfs: Vec<(NodeId, u32, Box<[u64]>)>,
+    /// Per (context, instruction address): a row of costs charged to one
+    /// instruction (skipped functions' code, rep instructions' final check).
+    pub extra: Vec<(NodeId, u64, Box<[u64]>)>,
+    /// Per arc (index into the tree's arcs): calls and inclusive costs.
+    pub arcs: Vec<(u32, u64, Box<[u64]>)>,
+    /// The dump's `summary:` (its threads' costs since their last dump).
+    pub summary: Vec<u64>,
 }
 
 impl Tree {
@@ -88,6 +117,7 @@ impl Tree {
     /// `target`, made if new.
     pub fn arc(&mut self, caller: NodeId, call_site: u64, callee: NodeId, target: u64) -> u32 {
         let arcs = &mut self.arcs;
+        let (costs, width) = (&mut self.arc_costs, self.width);
         *self
             .arc_index
             .entry((caller, call_site, callee, target))
@@ -100,6 +130,7 @@ impl Tree {
                     calls: 0,
                     inclusive: 0,
                 });
+                costs.resize(costs.len() + width, 0);
                 (arcs.len() - 1) as u32
             })
     }
@@ -110,8 +141,39 @@ impl Tree {
         *self.run_index.entry((node, block)).or_insert_with(|| {
             runs.push(0);
             keys.push((node, block));
+            // Its rows, if any, are made by the tool (it knows the size).
             (runs.len() - 1) as u32
         })
+    }
+}
+
+impl Tree {
+    /// The row of extra costs of `node` at `addr` (a simulation's), made
+    /// if new.
+    pub fn extra_row(&mut self, node: NodeId, addr: u64) -> usize {
+        let (rows, width) = (&mut self.rows, self.width);
+        let r = *self.extra_rows.entry((node, addr)).or_insert_with(|| {
+            let r = (rows.len() / width.max(1)) as u32;
+            rows.resize(rows.len() + width, 0);
+            r
+        });
+        r as usize * width
+    }
+
+    /// Sets every cost to zero (a dump or `ZERO_STATS`); nodes, arcs and
+    /// slots stay. Arcs' call counts are zeroed with `calls` (a dump
+    /// zeroes those it wrote itself).
+    pub fn zero(&mut self, calls: bool) {
+        self.runs.iter_mut().for_each(|r| *r = 0);
+        self.extra.values_mut().for_each(|r| *r = 0);
+        self.rows.iter_mut().for_each(|r| *r = 0);
+        self.arc_costs.iter_mut().for_each(|c| *c = 0);
+        for a in &mut self.arcs {
+            if calls {
+                a.calls = 0;
+            }
+            a.inclusive = 0;
+        }
     }
 }
 

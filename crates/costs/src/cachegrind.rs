@@ -67,6 +67,208 @@ fn charge_branch(row: &mut [u64], first: usize, mispredicted: bool) {
     c[1] += u64::from(mispredicted);
 }
 
+/// Where a [`BlockSim`] charges what can miss: column `col` of row `slot`
+/// (the slots a block was described with) gets `n` more. Called only for
+/// misses and branches, never per instruction.
+pub trait Charge {
+    /// Adds `n` to column `col` of `slot`.
+    fn add(&mut self, slot: usize, col: usize, n: u64);
+}
+
+impl Charge for CostTable {
+    #[inline]
+    fn add(&mut self, slot: usize, col: usize, n: u64) {
+        CostTable::add(self, slot, col, n);
+    }
+}
+
+/// The simulation shared by Cachegrind's tool and Callgrind's: the cache
+/// and branch models and, per block, what one execution does to them,
+/// worked out once. Rows and columns are the caller's: a block is described
+/// with one slot per instruction ([`describe`](Self::describe)), and each
+/// execution charges its misses to those slots through a [`Charge`], in the
+/// columns of [`EventSet`] (Cachegrind's order). Ir, Dr and Dw are not
+/// charged per execution: they follow from the runs and
+/// [`accesses`](Self::accesses).
+#[derive(Debug, Clone)]
+pub struct BlockSim {
+    cols: Columns,
+    set: EventSet,
+    caches: Option<CacheSim>,
+    branches: Option<BranchPredictor>,
+    /// Callgrind counts a modify (`add %eax,(%rdi)`) as a write, Cachegrind
+    /// as a read (spec §1.4): the model does the same either way.
+    modify_as_write: bool,
+    /// Per block id: its plan.
+    blocks: Vec<BlockPlan>,
+    /// The block whose run made the latest instruction fetches (see
+    /// `BlockPlan::repeats_free`).
+    last_run: Option<u32>,
+}
+
+impl BlockSim {
+    /// A simulation of `caches` (cold) if given and of the branch predictor
+    /// if `branch_sim`; a modify access is counted as a write if
+    /// `modify_as_write` (Callgrind), else as a read (Cachegrind).
+    pub fn new(caches: Option<CacheSim>, branch_sim: bool, modify_as_write: bool) -> BlockSim {
+        let set = EventSet::new(caches.is_some(), branch_sim);
+        BlockSim {
+            cols: Columns::of(set),
+            set,
+            caches,
+            branches: branch_sim.then(BranchPredictor::new),
+            modify_as_write,
+            blocks: Vec::new(),
+            last_run: None,
+        }
+    }
+
+    /// The events charged, in column order.
+    pub fn events(&self) -> EventSet {
+        self.set
+    }
+
+    /// The simulated caches, if any.
+    pub fn caches(&self) -> Option<&CacheSim> {
+        self.caches.as_ref()
+    }
+
+    /// Describes block `id` (`info`), whose instructions are charged to
+    /// `slots`.
+    pub fn describe(&mut self, id: BlockId, info: &BlockInfo, slots: Box<[usize]>) {
+        let i1 = self.caches.as_ref().map(|c| {
+            let i1 = c.i1();
+            let lines_held = u64::from(i1.sets()) * u64::from(i1.assoc);
+            (u64::from(i1.line_size), lines_held)
+        });
+        let plan = BlockPlan::new(info, slots, self.cols, i1, self.modify_as_write);
+        let i = id.0 as usize;
+        if self.blocks.len() <= i {
+            self.blocks.resize_with(i + 1, Default::default);
+        }
+        self.blocks[i] = plan;
+    }
+
+    /// Whether block `id` was described.
+    pub fn described(&self, id: BlockId) -> bool {
+        self.blocks
+            .get(id.0 as usize)
+            .is_some_and(|p| !p.slots.is_empty())
+    }
+
+    /// Per instruction of block `id`: the reads (with modifies, unless they
+    /// count as writes) and writes one execution makes.
+    pub fn accesses(&self, id: BlockId) -> &[(u16, u16)] {
+        self.blocks.get(id.0 as usize).map_or(&[], |p| &p.accesses)
+    }
+
+    /// Simulates one execution of block `id` with its data addresses
+    /// `addrs`, charging misses to `out` (`I1mr`/`ILmr`, `D1mr`/`DLmr`,
+    /// `D1mw`/`DLmw` of each instruction's slot). Returns false if the block
+    /// was never described (nothing simulated).
+    #[inline]
+    pub fn run(&mut self, id: BlockId, addrs: &[u64], out: &mut impl Charge) -> bool {
+        let Some(plan) = self.blocks.get_mut(id.0 as usize) else {
+            return false;
+        };
+        plan.runs += 1;
+        let repeat = plan.repeats_free && self.last_run == Some(id.0);
+        self.last_run = Some(id.0);
+        let Some(sim) = &mut self.caches else {
+            return true;
+        };
+        let cols = self.cols;
+        // Data operations take the block's addresses in order.
+        let mut addrs = addrs.iter();
+        for op in plan.ops.iter() {
+            match *op {
+                PlanOp::Fetch { .. } if repeat => {}
+                PlanOp::Fetch { slot, addr, len } => {
+                    let outcome = sim.instr(addr, u32::from(len));
+                    if outcome.l1_miss() {
+                        // Ir itself is counted per block.
+                        out.add(slot as usize, cols.instr + 1, 1);
+                        if outcome.ll_miss() {
+                            out.add(slot as usize, cols.instr + 2, 1);
+                        }
+                    }
+                }
+                PlanOp::Data { slot, size, first } => {
+                    let Some(&addr) = addrs.next() else {
+                        return true;
+                    };
+                    let outcome = sim.data(addr, size);
+                    if outcome.l1_miss() {
+                        out.add(slot as usize, first as usize + 1, 1);
+                        if outcome.ll_miss() {
+                            out.add(slot as usize, first as usize + 2, 1);
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// One instruction fetch outside a described block's run (a trace's
+    /// fetch, a rep instruction's final check): its outcome, if caches are
+    /// simulated.
+    #[inline]
+    pub fn fetch(&mut self, addr: u64, len: u32) -> Option<Outcome> {
+        self.last_run = None;
+        self.caches.as_mut().map(|sim| sim.instr(addr, len))
+    }
+
+    /// One data access outside a block's run, if caches are simulated.
+    #[inline]
+    pub fn data(&mut self, addr: u64, size: u32) -> Option<Outcome> {
+        self.caches.as_mut().map(|sim| sim.data(addr, size))
+    }
+
+    /// A conditional branch: whether it was mispredicted, if branches are
+    /// simulated.
+    #[inline]
+    pub fn cond(&mut self, pc: u64, taken: bool) -> Option<bool> {
+        self.branches.as_mut().map(|bp| bp.cond(pc, taken))
+    }
+
+    /// An indirect branch: whether it was mispredicted, if branches are
+    /// simulated.
+    #[inline]
+    pub fn indirect(&mut self, pc: u64, target: u64) -> Option<bool> {
+        self.branches.as_mut().map(|bp| bp.indirect(pc, target))
+    }
+
+    /// The first column of the `[refs, L1 misses, LL misses]` group of an
+    /// access of `kind` (Dr or Dw).
+    pub fn data_column(&self, kind: AccessKind) -> usize {
+        match kind {
+            AccessKind::Read => self.cols.read,
+            AccessKind::Modify if !self.modify_as_write => self.cols.read,
+            AccessKind::Modify | AccessKind::Write => self.cols.write,
+        }
+    }
+
+    /// The columns of Ir's group, of Dr's and of Dw's, of `Bc`/`Bcm` and of
+    /// `Bi`/`Bim` (0 for a group not collected).
+    pub fn columns(&self) -> [usize; 5] {
+        let c = self.cols;
+        [c.instr, c.read, c.write, c.cond, c.indirect]
+    }
+
+    /// Cold caches and predictor, as after Callgrind's instrumentation
+    /// switch.
+    pub fn clear(&mut self) {
+        if let Some(c) = &self.caches {
+            self.caches = Some(CacheSim::new(c.i1(), c.d1(), c.ll()));
+        }
+        if self.branches.is_some() {
+            self.branches = Some(BranchPredictor::new());
+        }
+        self.last_run = None;
+    }
+}
+
 /// Cachegrind as a [`Tool`]: Ir from instruction fetches, and, when
 /// simulated, the I1/D1/LL events (spec §1) and the branch events (§3),
 /// each charged to its instruction's row of a [`CostTable`].
@@ -77,38 +279,27 @@ fn charge_branch(row: &mut [u64], first: usize, mispredicted: bool) {
 pub struct CachegrindTool {
     table: CostTable,
     cols: Columns,
-    caches: Option<CacheSim>,
-    branches: Option<BranchPredictor>,
+    sim: BlockSim,
     /// Slot of the latest fetched instruction, which data references and
     /// branch records belong to.
     current: Option<usize>,
-    /// Per block id: the slots of its instructions, made when the block
-    /// was described, as Cachegrind makes its cost centres at translation
-    /// (so an instruction translated but never run still has a row), and
-    /// what one execution reported by [`Tool::block_run`] simulates.
-    blocks: Vec<BlockPlan>,
     /// The block entered last and how many of its instructions have been
     /// fetched since: fetches inside it need no address lookup.
     in_block: Option<(usize, usize)>,
-    /// The block whose [`Tool::block_run`] made the latest instruction
-    /// fetches (see `BlockPlan::repeats_free`).
-    last_run: Option<u32>,
 }
 
 impl CachegrindTool {
     /// A tool that simulates `caches` (cold) if given, and the branch
     /// predictor if `branch_sim`; Ir is always counted.
     pub fn new(caches: Option<CacheSim>, branch_sim: bool) -> CachegrindTool {
-        let set = EventSet::new(caches.is_some(), branch_sim);
+        let sim = BlockSim::new(caches, branch_sim, false);
+        let set = sim.events();
         CachegrindTool {
             table: CostTable::new(set),
             cols: Columns::of(set),
-            caches,
-            branches: branch_sim.then(BranchPredictor::new),
+            sim,
             current: None,
-            blocks: Vec::new(),
             in_block: None,
-            last_run: None,
         }
     }
 
@@ -118,8 +309,8 @@ impl CachegrindTool {
     /// [`table`](Self::table) or [`totals`](Self::totals) after block runs.
     pub fn finish(&mut self) {
         let cols = self.cols;
-        let cache = self.caches.is_some();
-        for plan in &mut self.blocks {
+        let cache = self.sim.caches.is_some();
+        for plan in &mut self.sim.blocks {
             let runs = std::mem::take(&mut plan.runs);
             if runs == 0 {
                 continue;
@@ -154,7 +345,7 @@ impl CachegrindTool {
     /// simulated caches, as Cachegrind describes them) and its columns.
     pub fn new_profile(&self, cmd: &str) -> profile::Profile {
         let mut p = self.events().new_profile(cmd);
-        if let Some(sim) = &self.caches {
+        if let Some(sim) = &self.sim.caches {
             p.desc = vec![
                 format!("I1 cache:         {}", sim.i1().desc()),
                 format!("D1 cache:         {}", sim.d1().desc()),
@@ -169,7 +360,7 @@ impl CachegrindTool {
     #[inline(always)]
     fn fetch_slot(&mut self, addr: u64) -> usize {
         if let Some((block, pos)) = &mut self.in_block {
-            match self.blocks[*block].slots.get(*pos) {
+            match self.sim.blocks[*block].slots.get(*pos) {
                 Some(&slot) if self.table.addr(slot) == addr => {
                     *pos += 1;
                     return slot;
@@ -236,6 +427,7 @@ impl BlockPlan {
         slots: Box<[usize]>,
         cols: Columns,
         i1: Option<(u64, u64)>,
+        modify_as_write: bool,
     ) -> BlockPlan {
         let i1_line = i1.map(|(line, _)| line);
         let line = i1_line.unwrap_or(64);
@@ -259,15 +451,17 @@ impl BlockPlan {
             last_line = Some(last);
             let (mut reads, mut writes) = (0u16, 0u16);
             for m in info.mem_operands(n) {
-                let first = match m.kind {
-                    AccessKind::Read | AccessKind::Modify => {
-                        reads += 1;
-                        cols.read
-                    }
-                    AccessKind::Write => {
-                        writes += 1;
-                        cols.write
-                    }
+                let write = match m.kind {
+                    AccessKind::Read => false,
+                    AccessKind::Modify => modify_as_write,
+                    AccessKind::Write => true,
+                };
+                let first = if write {
+                    writes += 1;
+                    cols.write
+                } else {
+                    reads += 1;
+                    cols.read
                 };
                 ops.push(PlanOp::Data {
                     slot: slot as u32,
@@ -292,8 +486,8 @@ impl BlockPlan {
 
 impl Tool for CachegrindTool {
     fn needs(&self) -> Needs {
-        let cache = self.caches.is_some();
-        let branch = self.branches.is_some();
+        let cache = self.sim.caches.is_some();
+        let branch = self.sim.branches.is_some();
         Needs {
             instr_fetches: cache,
             data_refs: cache,
@@ -309,59 +503,19 @@ impl Tool for CachegrindTool {
             .iter()
             .map(|i| self.table.slot(i.addr))
             .collect();
-        let i1 = self.caches.as_ref().map(|c| {
-            let i1 = c.i1();
-            let lines_held = u64::from(i1.sets()) * u64::from(i1.assoc);
-            (u64::from(i1.line_size), lines_held)
-        });
-        let plan = BlockPlan::new(info, slots, self.cols, i1);
-        let i = id.0 as usize;
-        if self.blocks.len() <= i {
-            self.blocks.resize_with(i + 1, Default::default);
-        }
-        self.blocks[i] = plan;
+        self.sim.describe(id, info, slots);
     }
 
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
-        let Some(plan) = self.blocks.get_mut(id.0 as usize) else {
+        debug_assert_eq!(addrs.len(), info.mem_count());
+        self.in_block = None;
+        if !self.sim.run(id, addrs, &mut self.table) {
             // Never described: take the general path (it looks slots up).
             let mut records = Vec::new();
             events::expand_block_run(id, info, addrs, &mut records);
             return self.records(&records);
-        };
-        plan.runs += 1;
-        self.in_block = None;
-        self.current = plan.slots.last().copied();
-        let repeat = plan.repeats_free && self.last_run == Some(id.0);
-        self.last_run = Some(id.0);
-        let Some(sim) = &mut self.caches else { return };
-        // Data operations take the block's addresses in order.
-        debug_assert_eq!(addrs.len(), info.mem_count());
-        let mut addrs = addrs.iter();
-        for op in plan.ops.iter() {
-            match *op {
-                PlanOp::Fetch { .. } if repeat => {}
-                PlanOp::Fetch { slot, addr, len } => {
-                    let outcome = sim.instr(addr, u32::from(len));
-                    if outcome.l1_miss() {
-                        let row = self.table.row_mut(slot as usize);
-                        // Ir itself is counted per block in `finish`.
-                        row[self.cols.instr + 1] += 1;
-                        row[self.cols.instr + 2] += u64::from(outcome.ll_miss());
-                    }
-                }
-                PlanOp::Data { slot, size, first } => {
-                    let Some(&addr) = addrs.next() else { return };
-                    let outcome = sim.data(addr, size);
-                    if outcome.l1_miss() {
-                        let row = self.table.row_mut(slot as usize);
-                        let first = first as usize;
-                        row[first + 1] += 1;
-                        row[first + 2] += u64::from(outcome.ll_miss());
-                    }
-                }
-            }
         }
+        self.current = self.sim.blocks[id.0 as usize].slots.last().copied();
     }
 
     #[inline(always)]
@@ -370,42 +524,32 @@ impl Tool for CachegrindTool {
         match record {
             Record::Block(id) => self.in_block = Some((id.0 as usize, 0)),
             Record::Instr(f) => {
-                self.last_run = None;
                 let slot = self.fetch_slot(f.addr);
                 self.current = Some(slot);
-                match &mut self.caches {
-                    Some(sim) => {
-                        let outcome = sim.instr(f.addr, f.len);
-                        charge(self.table.row_mut(slot), cols.instr, outcome);
-                    }
+                match self.sim.fetch(f.addr, f.len) {
+                    Some(outcome) => charge(self.table.row_mut(slot), cols.instr, outcome),
                     None => self.table.add(slot, cols.ir, 1),
                 }
             }
             Record::Data(d) => {
-                if let Some(sim) = &mut self.caches {
-                    let outcome = sim.data(d.addr, d.size);
+                if let Some(outcome) = self.sim.data(d.addr, d.size) {
                     let slot = match self.current {
                         Some(cur) => cur,
                         None => self.table.slot(0),
                     };
                     // A modify is one access, counted as a read (spec §1.4).
-                    let first = match d.kind {
-                        AccessKind::Read | AccessKind::Modify => cols.read,
-                        AccessKind::Write => cols.write,
-                    };
+                    let first = self.sim.data_column(d.kind);
                     charge(self.table.row_mut(slot), first, outcome);
                 }
             }
             Record::CondBranch(b) => {
-                if let Some(bp) = &mut self.branches {
-                    let mispredicted = bp.cond(b.pc, b.taken);
+                if let Some(mispredicted) = self.sim.cond(b.pc, b.taken) {
                     let slot = self.branch_slot(b.pc);
                     charge_branch(self.table.row_mut(slot), cols.cond, mispredicted);
                 }
             }
             Record::Indirect(t) => {
-                if let Some(bp) = &mut self.branches {
-                    let mispredicted = bp.indirect(t.pc, t.target);
+                if let Some(mispredicted) = self.sim.indirect(t.pc, t.target) {
                     let slot = self.branch_slot(t.pc);
                     charge_branch(self.table.row_mut(slot), cols.indirect, mispredicted);
                 }

@@ -21,7 +21,7 @@ mod centres;
 mod set;
 mod table;
 
-pub use cachegrind::CachegrindTool;
+pub use cachegrind::{BlockSim, CachegrindTool, Charge};
 pub use centres::CostCentres;
 pub use set::{Event, EventCounts, EventSet};
 pub use table::CostTable;

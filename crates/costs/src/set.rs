@@ -110,6 +110,31 @@ impl EventSet {
         }
     }
 
+    /// The events in Callgrind's column order (`Ir Dr Dw I1mr D1mr D1mw
+    /// ILmr DLmr DLmw Bc Bcm Bi Bim`, those collected), each with its
+    /// column in this set (Cachegrind's order).
+    pub fn callgrind_order(self) -> Vec<(Event, usize)> {
+        const ORDER: [Event; 13] = [
+            Event::Ir,
+            Event::Dr,
+            Event::Dw,
+            Event::I1mr,
+            Event::D1mr,
+            Event::D1mw,
+            Event::ILmr,
+            Event::DLmr,
+            Event::DLmw,
+            Event::Bc,
+            Event::Bcm,
+            Event::Bi,
+            Event::Bim,
+        ];
+        ORDER
+            .iter()
+            .filter_map(|&e| self.index(e).map(|i| (e, i)))
+            .collect()
+    }
+
     /// How many columns.
     pub fn len(self) -> usize {
         self.events().len()
@@ -202,6 +227,24 @@ mod tests {
         for (i, e) in Event::ALL.iter().enumerate() {
             assert_eq!(*e as usize, i, "{}", e.name());
         }
+    }
+
+    #[test]
+    fn callgrind_order() {
+        let names = |c, b| {
+            EventSet::new(c, b)
+                .callgrind_order()
+                .iter()
+                .map(|(e, _)| e.name())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(names(false, false), "Ir");
+        assert_eq!(names(false, true), "Ir Bc Bcm Bi Bim");
+        assert_eq!(names(true, false), "Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw");
+        let all = EventSet::new(true, true).callgrind_order();
+        assert_eq!(all[1], (Event::Dr, 3));
+        assert_eq!(all[3], (Event::I1mr, 1));
     }
 
     #[test]

@@ -325,6 +325,9 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
                     // The thread's last block made the request: no branch
                     // of it to resolve with the next.
                     p.last.remove(&thread);
+                    if p.needs.calls_returns {
+                        p.tool.thread(thread);
+                    }
                     p.tool.client_request(&request);
                 }
             }

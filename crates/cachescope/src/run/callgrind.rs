@@ -12,16 +12,19 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use callstack::{CallTool, Classify, CodeClass, Section};
+use callstack::{CallTool, Classify, CodeClass, FnConfig, Section};
+use costs::BlockSim;
 use engine::{ProcessProfile, StreamTool, ToolFactory};
-use events::{BlockId, BlockInfo, Needs, Record, SignalEvent, Tool};
+use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Tool};
 use profile::output::{write_output, OutputError};
 use symbols::{Mapping, NameOptions, SectionKind, Symbolizer, UNKNOWN};
 
 use super::attribute;
 use super::cgopts::CallgrindOptions;
 use super::options::RunOptions;
+use super::skip::glob_match;
 use super::CgSink;
+use cachesim::CacheSim;
 
 thread_local! {
     /// The consumer thread's symbolizer (see the module documentation).
@@ -29,10 +32,27 @@ thread_local! {
 }
 
 /// Names blocks' functions as Callgrind does (`fn.c`): the debug name,
-/// else the code's offset in its object (`0x%016x`, ` [PLT]` in the PLT).
-#[derive(Clone, Copy)]
+/// else the code's offset in its object (`0x%016x`, ` [PLT]` in the PLT);
+/// and matches Callgrind's per-function options against the name (globs)
+/// and object (`--obj-skip`: the path).
+#[derive(Clone)]
 struct SymbolClassifier {
     names: NameOptions,
+    patterns: Arc<CallgrindOptions>,
+}
+
+impl SymbolClassifier {
+    fn config(&self, function: &str, object: &str) -> FnConfig {
+        let o = &self.patterns;
+        let any = |list: &[String]| list.iter().any(|p| glob_match(p, function));
+        FnConfig {
+            toggle_collect: any(&o.toggle_collect),
+            dump_before: any(&o.dump_before),
+            dump_after: any(&o.dump_after),
+            zero_before: any(&o.zero_before),
+            skip: any(&o.fn_skip) || o.obj_skip.iter().any(|p| p == object),
+        }
+    }
 }
 
 impl Classify for SymbolClassifier {
@@ -40,10 +60,12 @@ impl Classify for SymbolClassifier {
         let addr = info.start();
         let unknown = || Arc::<str>::from(UNKNOWN);
         let Some(origin) = info.origin() else {
+            let function = format!("{addr:#018x}");
             return CodeClass {
+                config: self.config(&function, UNKNOWN),
                 object: unknown(),
                 file: unknown(),
-                function: Arc::from(format!("{addr:#018x}")),
+                function: Arc::from(function),
                 entry: false,
                 section: Section::Other,
             };
@@ -75,10 +97,12 @@ impl Classify for SymbolClassifier {
             };
             Arc::from(format!("{:#018x}{plt}", facts.offset))
         };
+        let object = facts
+            .object
+            .map_or_else(unknown, |p| Arc::from(p.to_string_lossy().as_ref()));
         CodeClass {
-            object: facts
-                .object
-                .map_or_else(unknown, |p| Arc::from(p.to_string_lossy().as_ref())),
+            config: self.config(&function, &object),
+            object,
             file: Arc::from(&*facts.location.file),
             function,
             entry: named && facts.entry,
@@ -87,7 +111,7 @@ impl Classify for SymbolClassifier {
     }
 
     fn fork(&self) -> Box<dyn Classify> {
-        Box::new(*self)
+        Box::new(self.clone())
     }
 }
 
@@ -119,6 +143,9 @@ impl Tool for LiveCallTool {
     fn signal(&mut self, event: SignalEvent) {
         self.0.signal(event);
     }
+    fn client_request(&mut self, request: &ClientRequest) {
+        self.0.client_request(request);
+    }
 }
 
 impl StreamTool for LiveCallTool {
@@ -130,13 +157,26 @@ impl StreamTool for LiveCallTool {
     }
 }
 
-/// A fresh call tool per process image.
-pub fn factory(opts: &RunOptions, cg: &CallgrindOptions) -> ToolFactory {
+/// A fresh call tool per process image, simulating `caches` if given
+/// and branches with `--branch-sim=yes`.
+pub fn factory(opts: &RunOptions, cg: &CallgrindOptions, caches: Option<CacheSim>) -> ToolFactory {
     let calls = cg.calls.clone();
     let names = opts.names;
+    let branch_sim = opts.sim.branch_sim;
+    let patterns = Arc::new(cg.clone());
     Arc::new(move || {
-        let classify = Box::new(SymbolClassifier { names });
-        Box::new(LiveCallTool(CallTool::new(calls.clone(), classify)))
+        let classify = Box::new(SymbolClassifier {
+            names,
+            patterns: patterns.clone(),
+        });
+        let tool = if caches.is_some() || branch_sim {
+            // Callgrind counts a modify as a write.
+            let sim = BlockSim::new(caches.clone(), branch_sim, true);
+            CallTool::with_sim(calls.clone(), classify, sim)
+        } else {
+            CallTool::new(calls.clone(), classify)
+        };
+        Box::new(LiveCallTool(tool))
     })
 }
 
@@ -170,11 +210,18 @@ impl CgSink<'_> {
             self.cmd.clone()
         };
         let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
-        let mut profile = callgrind::Profile {
+        let mut dumps = tool.take_dumps();
+        dumps.push(tool.final_dump());
+        // One name table for the whole run: Callgrind's name ids go on from
+        // one dump to the next (each file still gives each name in full).
+        let mut names = callgrind::Names::default();
+        let desc = cache_desc(&tool);
+        let header = |names: callgrind::Names| callgrind::Profile {
             version: Some("1".into()),
             creator: Some(format!("cachescope-{}", super::VERSION)),
             pid: Some(pid.to_string()),
-            cmd: Some(cmd),
+            cmd: Some(cmd.clone()),
+            names,
             ..callgrind::Profile::default()
         };
         let symbols = &mut self.symbols;
@@ -182,25 +229,73 @@ impl CgSink<'_> {
             let l = symbols.locate(&mappings, addr);
             (l.file, l.line)
         };
-        let mut part = tool.part(&mut profile, cg.output, None, &mut locate);
-        part.number = Some(1);
-        part.desc = vec![
-            "I1 cache: ".into(),
-            "D1 cache: ".into(),
-            "LL cache: ".into(),
-            format!("Timerange: Basic block 0 - {}", tool.block_runs()),
-            "Trigger: Program termination".into(),
-        ];
-        let total = part.totals.as_ref().map_or(0, |t| t[0]);
-        profile.parts.push(part);
-        self.write_exports(
-            cg,
-            pid,
-            &tool,
-            &mappings,
-            profile.cmd.as_deref().unwrap_or(""),
-        );
-        match write_output(&path, 0o600, |w| profile.write_to(w, cg.write)) {
+        let count = dumps.len();
+        let mut collected: Vec<u64> = Vec::new();
+        let mut events: Vec<String> = Vec::new();
+        let mut files: Vec<(std::path::PathBuf, callgrind::Profile)> = Vec::new();
+        for (i, dump) in dumps.iter().enumerate() {
+            let mut profile = header(std::mem::take(&mut names));
+            let mut part = tool.part_of(&dump.costs, &mut profile, cg.output, None, &mut locate);
+            let n = i + 1;
+            part.number = Some(n as u64);
+            // A combined file describes the caches once, in its first part.
+            if !cg.combine_dumps || i == 0 {
+                part.desc.clone_from(&desc);
+            }
+            part.desc.push(format!(
+                "Timerange: Basic block {} - {}",
+                dump.timerange.0, dump.timerange.1
+            ));
+            part.desc.push(format!("Trigger: {}", dump.trigger));
+            if let Some(t) = &part.totals {
+                collected.resize(t.len(), 0);
+                collected.iter_mut().zip(t).for_each(|(c, v)| *c += v);
+            }
+            events = part.event_names().iter().map(|e| e.to_string()).collect();
+            // Callgrind's names: `<file>.<n>` for a dump, `<file>` for the
+            // last (at the program's end), one file with --combine-dumps.
+            let name = if cg.combine_dumps || n == count {
+                path.clone()
+            } else {
+                let mut p = path.clone().into_os_string();
+                p.push(format!(".{n}"));
+                p.into()
+            };
+            match files.last_mut() {
+                Some((last, p)) if *last == name => {
+                    p.parts.push(part);
+                    p.names = profile.names.clone();
+                    names = profile.names;
+                }
+                _ => {
+                    profile.parts.push(part);
+                    names = profile.names.clone();
+                    files.push((name, profile));
+                }
+            }
+        }
+        // The exports show the calling contexts of the last period (since
+        // the last dump or zero), as the unsuffixed file does.
+        self.write_exports(cg, pid, &tool, &mappings, &cmd);
+        for (path, profile) in &files {
+            self.write_callgrind(pid, path, profile, cg);
+        }
+        if self.opts.verbosity > 0 {
+            for l in summary_lines(&events, &collected, &self.opts.sim) {
+                self.log.umsg(pid, &l);
+            }
+        }
+    }
+
+    /// Writes one `callgrind.out` file, or says why it could not.
+    fn write_callgrind(
+        &mut self,
+        pid: i32,
+        path: &std::path::Path,
+        profile: &callgrind::Profile,
+        cg: &CallgrindOptions,
+    ) {
+        match write_output(path, 0o600, |w| profile.write_to(w, cg.write)) {
             Ok(()) => {}
             Err(OutputError::Open(_)) => {
                 self.log.umsg(
@@ -221,11 +316,22 @@ impl CgSink<'_> {
                 );
             }
         }
-        if self.opts.verbosity > 0 {
-            for l in summary_lines(total) {
-                self.log.umsg(pid, &l);
-            }
-        }
+    }
+}
+
+/// The `desc:` lines of the simulated caches (empty values without).
+fn cache_desc(tool: &CallTool) -> Vec<String> {
+    match tool.sim().and_then(BlockSim::caches) {
+        Some(c) => vec![
+            format!("I1 cache: {}", c.i1().desc()),
+            format!("D1 cache: {}", c.d1().desc()),
+            format!("LL cache: {}", c.ll().desc()),
+        ],
+        None => vec![
+            "I1 cache: ".into(),
+            "D1 cache: ".into(),
+            "LL cache: ".into(),
+        ],
     }
 }
 
@@ -238,14 +344,135 @@ fn mapping(m: &engine::ModuleRecord) -> Mapping {
     }
 }
 
-/// Callgrind's summary at exit (without cache or branch simulation).
-fn summary_lines(ir: u64) -> Vec<String> {
-    vec![
-        "Events    : Ir".to_string(),
-        format!("Collected : {ir}"),
+/// Callgrind's summary at exit: the events, what was collected (the sum
+/// of every dump's totals) and, from those, the lines of Cachegrind's
+/// summary in Callgrind's layout (`rd +`, its widths).
+fn summary_lines(
+    events: &[String],
+    collected: &[u64],
+    sim: &crate::simopts::SimOptions,
+) -> Vec<String> {
+    use crate::summary::{comma_width, commas, vg_float};
+    let get = |name: &str| {
+        events
+            .iter()
+            .position(|e| e == name)
+            .and_then(|i| collected.get(i).copied())
+            .unwrap_or(0)
+    };
+    let mut out = vec![
+        format!("Events    : {}", events.join(" ")),
+        format!(
+            "Collected : {}",
+            collected
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
         String::new(),
-        format!("I   refs:      {}", crate::summary::commas(ir, 0)),
-    ]
+    ];
+    let ir = get("Ir");
+    let l1 = comma_width(ir);
+    let (mut l2, mut l3) = (0, 0);
+    if sim.cache_sim {
+        l2 = comma_width(get("Dr"));
+        l3 = comma_width(get("Dw"));
+    }
+    if sim.branch_sim {
+        l2 = l2.max(comma_width(get("Bc")));
+        l3 = l3.max(comma_width(get("Bi")));
+    }
+    out.push(format!("I   refs:      {}", commas(ir, l1)));
+    let pct = |m: u64, refs: u64| m as f64 * 100.0 / refs.max(1) as f64;
+    let three = |label: &str, a: u64, b: u64, c: u64, rd: &str, wr: &str| {
+        format!(
+            "{label}{}  ({} {rd} + {} {wr})",
+            commas(a, l1),
+            commas(b, l2),
+            commas(c, l3)
+        )
+    };
+    let rate = |label: &str, a: f64, b: f64, c: f64, mid: &str, tail: &str| {
+        format!(
+            "{label}{}% ({}%{mid}+ {}%{tail}",
+            vg_float(a, 1, l1),
+            vg_float(b, 1, l2),
+            vg_float(c, 1, l3)
+        )
+    };
+    if sim.cache_sim {
+        let (i1, il) = (get("I1mr"), get("ILmr"));
+        out.push(format!("I1  misses:    {}", commas(i1, l1)));
+        out.push(format!("LLi misses:    {}", commas(il, l1)));
+        out.push(format!("I1  miss rate: {}%", vg_float(pct(i1, ir), 2, l1)));
+        out.push(format!("LLi miss rate: {}%", vg_float(pct(il, ir), 2, l1)));
+        out.push(String::new());
+        let (dr, dw) = (get("Dr"), get("Dw"));
+        let (d1r, d1w, dlr, dlw) = (get("D1mr"), get("D1mw"), get("DLmr"), get("DLmw"));
+        out.push(three("D   refs:      ", dr + dw, dr, dw, "rd", "wr"));
+        out.push(three("D1  misses:    ", d1r + d1w, d1r, d1w, "rd", "wr"));
+        out.push(three("LLd misses:    ", dlr + dlw, dlr, dlw, "rd", "wr"));
+        let d = dr + dw;
+        out.push(rate(
+            "D1  miss rate: ",
+            pct(d1r + d1w, d),
+            pct(d1r, dr),
+            pct(d1w, dw),
+            "   ",
+            "  )",
+        ));
+        out.push(rate(
+            "LLd miss rate: ",
+            pct(dlr + dlw, d),
+            pct(dlr, dr),
+            pct(dlw, dw),
+            "   ",
+            "  )",
+        ));
+        out.push(String::new());
+        let (refs_r, refs_w) = (i1 + d1r, d1w);
+        let (miss_r, miss_w) = (il + dlr, dlw);
+        out.push(three(
+            "LL refs:       ",
+            refs_r + refs_w,
+            refs_r,
+            refs_w,
+            "rd",
+            "wr",
+        ));
+        out.push(three(
+            "LL misses:     ",
+            miss_r + miss_w,
+            miss_r,
+            miss_w,
+            "rd",
+            "wr",
+        ));
+        out.push(rate(
+            "LL miss rate:  ",
+            pct(miss_r + miss_w, ir + d),
+            pct(miss_r, ir + dr),
+            pct(miss_w, dw),
+            "   ",
+            "  )",
+        ));
+    }
+    if sim.branch_sim {
+        let (bc, bcm, bi, bim) = (get("Bc"), get("Bcm"), get("Bi"), get("Bim"));
+        out.push(String::new());
+        out.push(three("Branches:      ", bc + bi, bc, bi, "cond", "ind"));
+        out.push(three("Mispredicts:   ", bcm + bim, bcm, bim, "cond", "ind"));
+        out.push(rate(
+            "Mispred rate:  ",
+            pct(bcm + bim, bc + bi),
+            pct(bcm, bc),
+            pct(bim, bi),
+            "     ",
+            "   )",
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -254,8 +481,9 @@ mod tests {
 
     #[test]
     fn summary_reads_like_callgrind() {
+        let events = ["Ir".to_string()];
         assert_eq!(
-            summary_lines(131_164),
+            summary_lines(&events, &[131_164], &crate::simopts::SimOptions::new(false)),
             [
                 "Events    : Ir",
                 "Collected : 131164",

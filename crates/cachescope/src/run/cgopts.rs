@@ -21,6 +21,23 @@ pub struct CallgrindOptions {
     pub exports: Vec<(export::Kind, String)>,
     /// `--export-inline`: inline frames in the exports.
     pub export_inline: bool,
+    /// `--instr-atstart` (default yes).
+    pub instr_atstart: bool,
+    /// `--combine-dumps`: every dump a part of one file (default no: a
+    /// file per dump, `.1`, `.2`, ...).
+    pub combine_dumps: bool,
+    /// `--toggle-collect=GLOB`, several allowed.
+    pub toggle_collect: Vec<String>,
+    /// `--dump-before=GLOB`.
+    pub dump_before: Vec<String>,
+    /// `--dump-after=GLOB`.
+    pub dump_after: Vec<String>,
+    /// `--zero-before=GLOB`.
+    pub zero_before: Vec<String>,
+    /// `--fn-skip=GLOB`.
+    pub fn_skip: Vec<String>,
+    /// `--obj-skip=PATH`.
+    pub obj_skip: Vec<String>,
 }
 
 impl Default for CallgrindOptions {
@@ -32,6 +49,14 @@ impl Default for CallgrindOptions {
             write: callgrind::WriteOptions::default(),
             exports: Vec::new(),
             export_inline: false,
+            instr_atstart: true,
+            combine_dumps: false,
+            toggle_collect: Vec::new(),
+            dump_before: Vec::new(),
+            dump_after: Vec::new(),
+            zero_before: Vec::new(),
+            fn_skip: Vec::new(),
+            obj_skip: Vec::new(),
         }
     }
 }
@@ -88,6 +113,22 @@ impl CallgrindOptions {
                 },
                 _ => bad("expected --export=KIND:FILE".to_string()),
             },
+            "--collect-atstart" => flag(value, &mut self.calls.collect_atstart),
+            "--instr-atstart" => flag(value, &mut self.instr_atstart),
+            "--combine-dumps" => flag(value, &mut self.combine_dumps),
+            "--toggle-collect" | "--dump-before" | "--dump-after" | "--zero-before"
+            | "--fn-skip" | "--obj-skip" => {
+                let list = match name {
+                    "--toggle-collect" => &mut self.toggle_collect,
+                    "--dump-before" => &mut self.dump_before,
+                    "--dump-after" => &mut self.dump_after,
+                    "--zero-before" => &mut self.zero_before,
+                    "--fn-skip" => &mut self.fn_skip,
+                    _ => &mut self.obj_skip,
+                };
+                list.push(value.to_string());
+                Ok(true)
+            }
             "--separate-recs" => match value.parse::<u32>() {
                 Ok(n) if n >= 1 => {
                     self.calls.separate_recs = n;
@@ -126,6 +167,23 @@ mod tests {
         assert!(!o.write.compress_strings && !o.write.compress_pos);
         assert_eq!((o.calls.separate_recs, o.out_file.as_str()), (5, "cg.%p"));
         assert_eq!(o.parse_arg("--cache-sim=yes"), Ok(false));
+        for a in [
+            "--toggle-collect=a::*",
+            "--toggle-collect=b",
+            "--collect-atstart=no",
+            "--instr-atstart=no",
+            "--combine-dumps=yes",
+            "--dump-before=f",
+            "--dump-after=g",
+            "--zero-before=h",
+            "--fn-skip=x*",
+            "--obj-skip=/lib/libc.so.6",
+        ] {
+            assert_eq!(o.parse_arg(a), Ok(true), "{a}");
+        }
+        assert_eq!(o.toggle_collect, ["a::*", "b"]);
+        assert!(!o.calls.collect_atstart && !o.instr_atstart && o.combine_dumps);
+        assert_eq!((o.dump_before.len(), o.obj_skip.len()), (1, 1));
         assert_eq!(o.parse_arg("-q"), Ok(false));
         let e = o.parse_arg("--dump-instr=maybe").unwrap_err();
         assert_eq!(e[0], "Bad option: --dump-instr=maybe");

@@ -118,10 +118,9 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
     sink.preamble(me);
     let tool = match (&opts.tool, &sink.trace) {
         (RunTool::Lackey(l), Some(out)) => Some(lackey::factory(l, out.clone())),
-        (RunTool::Callgrind(cg), _) => Some(callgrind::factory(opts, cg)),
         _ => {
-            // The simulated caches, as Cachegrind resolves them at start-up
-            // (its warnings come after the preamble).
+            // The simulated caches, as Cachegrind (and Callgrind) resolve
+            // them at start-up (their warnings come after the preamble).
             let log = &mut sink.log;
             let Ok(caches) = simopts::setup_caches(&opts.sim, |m| match m {
                 cachesim::Message::Umsg(t) => log.umsg(me, t),
@@ -129,9 +128,22 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
             }) else {
                 return ExitCode::from(1);
             };
-            (opts.sim.cache_sim || opts.sim.branch_sim)
-                .then(|| live::cachegrind(caches, opts.sim.branch_sim))
+            match &opts.tool {
+                RunTool::Callgrind(cg) => Some(callgrind::factory(opts, cg, caches)),
+                _ => (opts.sim.cache_sim || opts.sim.branch_sim)
+                    .then(|| live::cachegrind(caches, opts.sim.branch_sim)),
+            }
         }
+    };
+    let requests = match &opts.tool {
+        RunTool::Callgrind(cg) => engine::RequestConfig {
+            tool: engine::RequestTool::Callgrind,
+            instr_at_start: cg.instr_atstart,
+        },
+        _ => engine::RequestConfig {
+            tool: engine::RequestTool::Cachegrind,
+            instr_at_start: opts.instr_at_start,
+        },
     };
     let config = LaunchConfig {
         program: opts.program.clone(),
@@ -139,10 +151,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         trace_children: opts.trace_children,
         stats: opts.stats,
         tool,
-        requests: engine::RequestConfig {
-            tool: engine::RequestTool::Cachegrind,
-            instr_at_start: opts.instr_at_start,
-        },
+        requests,
         smc_check: opts.smc_check,
     };
     // Signals sent to us (timeout's SIGTERM, kill, Ctrl-C) are the

@@ -190,12 +190,6 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             _ => return Err(unknown(arg)),
         }
     }
-    if matches!(opts.tool, RunTool::Callgrind(_)) && (opts.sim.cache_sim || opts.sim.branch_sim) {
-        return Err(UsageError(vec![
-            "--cache-sim=yes and --branch-sim=yes are not supported yet with --tool=callgrind"
-                .to_string(),
-        ]));
-    }
     let Some(program) = args.get(i) else {
         return Err(UsageError(vec![
             "no program specified".to_string(),
@@ -414,7 +408,6 @@ mod tests {
             err(&["--dump-instr=yes", "ls"]),
             vec!["Unknown option: --dump-instr=yes", USE_HELP]
         );
-        assert!(err(&["--tool=callgrind", "--cache-sim=yes", "ls"])[0].contains("not supported"));
     }
 
     #[test]
