@@ -183,10 +183,13 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
             ("--show-below-main", Some(v)) => opts.names.rename_below_main = !yes_no(arg, v)?,
             ("--instr-at-start", Some(v)) => opts.instr_at_start = yes_no(arg, v)?,
             // Accepted for wrappers' sake; they change nothing here:
-            // Cachegrind reports no errors, and scheduling is the kernel's
-            // (threads run truly in parallel, with exact counts).
+            // Cachegrind reports no errors, scheduling is the kernel's
+            // (threads run truly in parallel, with exact counts), and there
+            // is no gdbserver to attach to (gungraun passes --vgdb=no).
             ("--error-exitcode", Some(v)) if v.parse::<i32>().is_ok() => {}
             ("--fair-sched", Some("yes" | "no" | "try")) => {}
+            ("--vgdb", Some("yes" | "no" | "full")) => {}
+            ("--vgdb-error", Some(v)) if v.parse::<u64>().is_ok() => {}
             _ => return Err(unknown(arg)),
         }
     }
@@ -363,6 +366,7 @@ mod tests {
             "--log-file=log.%p",
             "--error-exitcode=0",
             "--fair-sched=try",
+            "--vgdb=no",
             "-v",
             "-v",
             "./prog",
