@@ -148,7 +148,13 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
                 }
             }
             RunTool::Callgrind(c) => {
-                if opts.sim.parse_arg(arg)? || c.parse_arg(arg).map_err(UsageError)? {
+                // Callgrind still takes --cache-sim's old name, which many
+                // scripts use.
+                let sim_arg = match arg.strip_prefix("--simulate-cache=") {
+                    Some(v) => format!("--cache-sim={v}"),
+                    None => arg.to_string(),
+                };
+                if opts.sim.parse_arg(&sim_arg)? || c.parse_arg(arg).map_err(UsageError)? {
                     continue;
                 }
             }
@@ -408,6 +414,11 @@ mod tests {
         };
         assert!(c.output.dump_instr);
         assert_eq!(run(&["ls"]).tool, RunTool::Cachegrind);
+        assert!(
+            run(&["--tool=callgrind", "--simulate-cache=yes", "ls"])
+                .sim
+                .cache_sim
+        );
         assert_eq!(
             err(&["--dump-instr=yes", "ls"]),
             vec!["Unknown option: --dump-instr=yes", USE_HELP]
