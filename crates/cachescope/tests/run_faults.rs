@@ -5,7 +5,8 @@
 //! register and return (the instruction runs again), set RIP past it, or
 //! jump out, `backtrace()` walks the client's frames, and without a handler
 //! the process dies of the signal. Output and exit as natively, in counting
-//! and in trace mode.
+//! and in trace mode. And the engine's own code raises none: with EFLAGS.AC
+//! set, checked generated code at an odd address runs (no misaligned read).
 
 mod run_support;
 
@@ -17,7 +18,16 @@ fn synchronous_signals_see_the_native_context() {
     let dir = TempDir::new("faults");
     let exe = dir.join("faults");
     compile("gcc", &["-O1", "-g", "-rdynamic"], "faults.c", &exe);
-    for mode in ["fix", "skip", "icall", "fpe", "trap", "backtrace", "die"] {
+    for mode in [
+        "fix",
+        "skip",
+        "icall",
+        "fpe",
+        "trap",
+        "backtrace",
+        "die",
+        "ac",
+    ] {
         let nat = native(dir.path(), exe.as_os_str(), &[mode], None);
         let text = String::from_utf8_lossy(&nat.stdout).into_owned();
         match mode {

@@ -176,8 +176,10 @@ impl Tracer<'_> {
     fn log_delivery(&self, tid: i32, sig: i32) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
         let r = get_regs(tid)?;
+        let code = sys::get_siginfo(tid).map_or(0, |i| i.code());
+        let bytes = space.borrow_mut().mem().read(r.rip, 16).unwrap_or_default();
         eprintln!(
-            "[engine] deliver {sig} at rip {:#x} (guest block {:x?}) rsp {:#x} addr {:#x} regs {r:x?}",
+            "[engine] deliver {sig} (code {code}, bytes {bytes:02x?}) at rip {:#x} (guest block {:x?}) rsp {:#x} addr {:#x} regs {r:x?}",
             r.rip,
             space.borrow().guest_block_of(r.rip),
             r.rsp,
