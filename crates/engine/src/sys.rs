@@ -418,8 +418,13 @@ impl SigInfo {
         self.i32_at(20)
     }
 
-    /// Sets `si_addr`, the faulting address of a fault signal (the
-    /// union's first field, like `si_pid`).
+    /// `si_addr`, the faulting address of a fault signal (the union's
+    /// first field, like `si_pid`).
+    pub fn addr(&self) -> u64 {
+        u64::from_le_bytes(self.0[16..24].try_into().expect("8 bytes"))
+    }
+
+    /// Sets `si_addr`.
     pub fn set_addr(&mut self, addr: u64) {
         self.0[16..24].copy_from_slice(&addr.to_le_bytes());
     }

@@ -101,6 +101,36 @@ pub struct SyscallSite {
     pub guest_next: u64,
 }
 
+/// Where the guest's general-purpose registers are while the host code
+/// standing for one guest instruction runs (see [`GuestSite`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteRegs {
+    /// Each in its own register.
+    Guest,
+    /// RCX holds an indirect branch's target; the guest's RCX is in its
+    /// spill slot (`layout::S_RCX`).
+    RcxSpilled,
+    /// Trace mode: the block's borrowed registers (the record's address,
+    /// and the one for data addresses) hold the tool's values; the guest's
+    /// are in `layout::S_BORROW_R` and `layout::S_BORROW_A`.
+    Borrowed(Register, Option<Register>),
+}
+
+/// The start of the host code that stands for one guest instruction: the
+/// host instructions from here to the next site are the ones that may
+/// fault on its behalf (the instruction itself, copied or re-encoded, or
+/// for a control transfer the target load and the return-address push).
+/// A fault there is the guest instruction's fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestSite {
+    /// Host address of the first host instruction.
+    pub host: u64,
+    /// Guest address of the instruction.
+    pub guest: u64,
+    /// Where the guest's registers are meanwhile.
+    pub regs: SiteRegs,
+}
+
 /// The code and metadata of one translated block.
 #[derive(Debug, Clone, Default)]
 pub struct Translation {
@@ -138,6 +168,9 @@ pub struct Translation {
     pub sigills: Vec<(u64, u64)>,
     /// Guest return addresses pushed by calls of this block.
     pub call_returns: Vec<u64>,
+    /// The host code of each guest instruction that may fault, in order
+    /// (what a synchronous signal's context is mapped back with).
+    pub sites: Vec<GuestSite>,
     /// Direct successors (for eager translation).
     pub successors: Vec<u64>,
     /// Trace mode: the block's metadata.
@@ -433,6 +466,8 @@ struct Builder<'a> {
     /// The last `jmp rel32` exit: (offset of the jump in the code, host
     /// address past it, guest target).
     tail_jmp: Option<(usize, u64, u64)>,
+    /// Where the guest's registers are at this point of the code.
+    regs: SiteRegs,
 }
 
 impl Builder<'_> {
@@ -473,8 +508,19 @@ impl Builder<'_> {
         self.t.successors.push(guest_target);
     }
 
+    /// Marks the start of the host code standing for guest instruction
+    /// `ip`, with the registers where `regs` says.
+    fn site(&mut self, ip: u64, regs: SiteRegs) {
+        self.t.sites.push(GuestSite {
+            host: self.e.here(),
+            guest: ip,
+            regs,
+        });
+    }
+
     /// Copies (or re-encodes) an ordinary instruction.
     fn copy(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
+        self.site(i.ip(), self.regs);
         if i.is_ip_rel_memory_operand() {
             self.reencode(i, i)?;
         } else {
@@ -573,12 +619,14 @@ impl Builder<'_> {
                 self.exit_jmp(next);
             }
             FlowControl::Call => {
+                self.site(i.ip(), self.regs);
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 self.exit_jmp(i.near_branch_target());
             }
             FlowControl::IndirectCall => {
                 self.e.spill_rax_rcx();
+                self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
                 self.push_literal(next);
                 self.t.call_returns.push(next);
@@ -586,6 +634,7 @@ impl Builder<'_> {
             }
             FlowControl::IndirectBranch => {
                 self.e.spill_rax_rcx();
+                self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
                 self.lookup();
             }
@@ -596,6 +645,7 @@ impl Builder<'_> {
                     0
                 };
                 self.e.spill_rax_rcx();
+                self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.e.pop_return(pop);
                 self.lookup();
             }
@@ -718,6 +768,7 @@ pub fn translate(
         },
         ctx,
         tail_jmp: None,
+        regs: SiteRegs::Guest,
     };
     b.t.body = b.e.here();
     b.smc_check(&items, code, guest);
@@ -1063,6 +1114,7 @@ mod tests {
             t: Translation::default(),
             ctx: &mut ctx,
             tail_jmp: None,
+            regs: SiteRegs::Guest,
         };
         // xbegin +0x10
         let i = Decoder::with_ip(

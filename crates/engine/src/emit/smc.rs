@@ -1,7 +1,7 @@
 //! The self-modifying-code check a block from memory that may change starts
 //! with (`--smc-check`): its guest bytes, compared with the bytes it was
 //! translated from (immediates in the check itself), 8 at a time where the
-//! block allows. A mismatch leaves through the chunk's SMC stub with the
+//! block allows, every read aligned. A mismatch leaves through the chunk's SMC stub with the
 //! block's guest address, and the tool translates the code that is there
 //! now.
 //!
@@ -17,24 +17,21 @@ use crate::layout;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 /// The pieces (offset, size in bytes) one compare each covers of `len`
-/// guest bytes: 8-byte words, the last one overlapping the one before when
-/// `len` is not a multiple of 8; 4, 2 and 1 bytes for blocks shorter than 8.
-/// Never a byte outside the block (its neighbours may be data that changes).
-pub fn pieces(len: u64) -> Vec<(u64, u64)> {
-    if len >= 8 {
-        let mut v: Vec<(u64, u64)> = (0..len / 8).map(|k| (k * 8, 8)).collect();
-        if !len.is_multiple_of(8) {
-            v.push((len - 8, 8));
-        }
-        return v;
-    }
+/// guest bytes at `addr`: each naturally aligned (8-byte words where the
+/// block allows, 4, 2 and 1 bytes at its edges). Never a byte outside the
+/// block (its neighbours may be data that changes), and never a misaligned
+/// read: a client that sets EFLAGS.AC (the JVM's CPU probe does, for a few
+/// instructions) would take an alignment-check SIGBUS on it.
+pub fn pieces(addr: u64, len: u64) -> Vec<(u64, u64)> {
     let mut v = Vec::new();
     let mut at = 0;
-    for size in [4, 2, 1] {
-        if len - at >= size {
-            v.push((at, size));
-            at += size;
-        }
+    while at < len {
+        let size = [8, 4, 2, 1]
+            .into_iter()
+            .find(|&s| (addr + at).is_multiple_of(s) && at + s <= len)
+            .expect("a byte always fits");
+        v.push((at, size));
+        at += size;
     }
     v
 }
@@ -54,7 +51,7 @@ impl Emitter {
         self.save_flags_to_ax();
         self.store_gs(rcx, layout::S_RCX);
         let (changed, same): (Label, Label) = (self.new_label(), self.new_label());
-        let all = pieces(bytes.len() as u64);
+        let all = pieces(guest, bytes.len() as u64);
         for (n, &(off, size)) in all.iter().enumerate() {
             let b = &bytes[off as usize..(off + size) as usize];
             let addr = guest + off;
@@ -105,27 +102,32 @@ mod tests {
     use crate::emit::tests::disasm_at;
 
     #[test]
-    fn pieces_cover_exactly_the_block() {
-        assert_eq!(pieces(16), [(0, 8), (8, 8)]);
-        assert_eq!(pieces(13), [(0, 8), (5, 8)]);
-        assert_eq!(pieces(8), [(0, 8)]);
-        assert_eq!(pieces(7), [(0, 4), (4, 2), (6, 1)]);
-        assert_eq!(pieces(5), [(0, 4), (4, 1)]);
-        assert_eq!(pieces(1), [(0, 1)]);
-        for len in 1..40 {
-            let mut seen = vec![false; len as usize];
-            for (off, size) in pieces(len) {
-                assert!(off + size <= len, "{len}: past the end");
-                seen[off as usize..(off + size) as usize].fill(true);
+    fn pieces_cover_exactly_the_block_aligned() {
+        assert_eq!(pieces(0x1000, 16), [(0, 8), (8, 8)]);
+        assert_eq!(pieces(0x1000, 13), [(0, 8), (8, 4), (12, 1)]);
+        assert_eq!(pieces(0x1003, 8), [(0, 1), (1, 4), (5, 2), (7, 1)]);
+        assert_eq!(pieces(0x1000, 7), [(0, 4), (4, 2), (6, 1)]);
+        assert_eq!(pieces(0x1001, 1), [(0, 1)]);
+        for addr in 0x1000..0x1010 {
+            for len in 1..40 {
+                let mut seen = vec![false; len as usize];
+                for (off, size) in pieces(addr, len) {
+                    assert!(off + size <= len, "{addr:#x} {len}: past the end");
+                    assert!(
+                        (addr + off).is_multiple_of(size),
+                        "{addr:#x} {len}: misaligned"
+                    );
+                    seen[off as usize..(off + size) as usize].fill(true);
+                }
+                assert!(seen.iter().all(|&s| s), "{addr:#x} {len}: a byte missed");
             }
-            assert!(seen.iter().all(|&s| s), "{len}: a byte missed");
         }
     }
 
     #[test]
     fn the_check_compares_every_byte_and_keeps_flags_and_registers() {
         let guest = 0x40_1000;
-        let bytes: Vec<u8> = (1..=11).collect();
+        let bytes: Vec<u8> = (1..=16).collect();
         let mut e = Emitter::new(0x50_0000);
         e.smc_check(guest, &bytes, 0x50_8000);
         assert!(e.is_complete());
@@ -137,8 +139,8 @@ mod tests {
         assert_eq!(d[4], "mov rcx,807060504030201h");
         assert_eq!(d[5], "cmp [401000h],rcx");
         assert!(d[6].starts_with("jne "), "{d:#?}");
-        assert_eq!(d[7], "mov rcx,0B0A090807060504h");
-        assert_eq!(d[8], "cmp [401003h],rcx");
+        assert_eq!(d[7], "mov rcx,100F0E0D0C0B0A09h");
+        assert_eq!(d[8], "cmp [401008h],rcx");
         assert!(d[9].starts_with("je "), "{d:#?}");
         // Changed: flags back, guest address in RCX, to the stub.
         assert_eq!(

@@ -31,6 +31,7 @@ mod invalidate;
 mod links;
 mod lookups;
 mod modules;
+mod sites;
 mod trace;
 
 pub(crate) use trace::{Tracing, MARK_SIGNAL, MARK_SIGRETURN};
@@ -47,6 +48,8 @@ use links::Links;
 use lookups::Lookups;
 use modules::Modules;
 use rustc_hash::FxHashMap as HashMap;
+pub use sites::GuestPoint;
+use sites::HostSites;
 use std::collections::VecDeque;
 
 /// Performs one syscall inside the stopped client thread: `(nr, args)` ->
@@ -78,6 +81,8 @@ pub struct Space {
     /// Guest addresses of the instructions that raise SIGILL, by the host
     /// address of the `ud2` standing for each.
     sigills: HashMap<u64, u64>,
+    /// The guest instructions of translated code, by host address.
+    sites: HostSites,
     /// Whether blocks are translated instrumented (counted or traced):
     /// off between `CACHEGRIND_STOP_INSTRUMENTATION` and `_START`.
     instrumented: bool,
@@ -120,6 +125,7 @@ impl Space {
             syscalls: HashMap::default(),
             requests: HashMap::default(),
             sigills: HashMap::default(),
+            sites: HostSites::default(),
             instrumented: true,
             stack_ids: 0,
             fresh: Vec::new(),
@@ -149,6 +155,7 @@ impl Space {
             syscalls: self.syscalls.clone(),
             requests: self.requests.clone(),
             sigills: self.sigills.clone(),
+            sites: self.sites.clone(),
             instrumented: self.instrumented,
             stack_ids: self.stack_ids,
             fresh: Vec::new(),
@@ -213,6 +220,14 @@ impl Space {
     /// address `rip`, if it is one of ours.
     pub fn sigill_site(&self, rip: u64) -> Option<u64> {
         self.sigills.get(&rip).copied()
+    }
+
+    /// The guest instruction whose translated code holds host address
+    /// `host`, and where the guest's registers are there, if `host` is in
+    /// the code of a guest instruction (not in a stub or the engine's own
+    /// code between instructions).
+    pub fn guest_point(&self, host: u64) -> Option<GuestPoint> {
+        self.sites.lookup(host)
     }
 
     /// Whether host address `host` is in the code cache (else it is the
@@ -389,6 +404,8 @@ impl Space {
             self.requests.insert(s.stop_rip, *s);
         }
         self.sigills.extend(t.sigills.iter().copied());
+        self.sites
+            .insert(host, t.code.len() as u64, guest, t.guest_end, &t.sites);
         if let Some(tr) = &mut self.tracing {
             for site in &t.flush_sites {
                 let n = site.id as usize;

@@ -163,7 +163,7 @@ fn answer_exit(
 }
 
 /// The field of `regs` holding 64-bit general-purpose register `r`.
-fn gpr(regs: &mut Regs, r: iced_x86::Register) -> &mut u64 {
+pub(super) fn gpr(regs: &mut Regs, r: iced_x86::Register) -> &mut u64 {
     use iced_x86::Register as R;
     match r {
         R::RAX => &mut regs.rax,

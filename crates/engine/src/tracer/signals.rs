@@ -5,11 +5,15 @@
 //! slots, the interrupted code's slots are saved at delivery and restored
 //! at the handler's rt_sigreturn.
 //!
-//! A SIGILL raised by the `ud2` that stands for a guest instruction the
-//! processor cannot run is delivered with the guest's address (in the
-//! frame's RIP and in `si_addr`), as natively; a handler that returns then
-//! returns to guest code, which the tracer sees at the end of its
-//! rt_sigreturn and sends to its translation.
+//! A synchronous signal raised by a guest instruction in translated code
+//! (a fault, a trap, the SIGILL of the `ud2` standing for an instruction
+//! the processor cannot run) is delivered with the guest's context, as
+//! natively: RIP (and `si_addr` where it is the instruction's address) is
+//! the guest instruction's, and registers the translation borrowed hold
+//! their guest values again (`Space::guest_point`). Whatever frame a
+//! handler returns through, a guest RIP in it (the faulting instruction,
+//! one the handler chose) is sent to its translation at the rt_sigreturn
+//! stop, so the code after a handler always runs translated.
 //!
 //! Signals sent to the *tool* (by `timeout`, `kill`, a terminal) go on to
 //! the client's main process once [`SignalForwarding`] is installed: under
@@ -18,11 +22,13 @@
 //! and the client; the duplicate is recognised by its sender and dropped
 //! here, so the client sees each signal once, with its real sender.
 
+use super::exits::gpr;
 use super::inject::Injection;
 use super::{cont_syscall, debug_enabled, get_regs, set_regs, syscalls, wait_for, Tracer};
 use crate::layout;
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
+use crate::translate::SiteRegs;
 use crate::EngineError;
 use std::time::{Duration, Instant};
 
@@ -31,6 +37,13 @@ const SIGACTION_SCRATCH: u64 = 0x800;
 /// Most spill sets kept per thread (handlers that longjmp'd out never
 /// return).
 const MAX_NESTED: usize = 64;
+/// Where the interrupted RIP is in a signal frame, from the stack pointer
+/// at its rt_sigreturn (the frame's `ucontext`: flags, link, `stack_t`,
+/// then the `sigcontext` registers r8-r15, rdi, rsi, rbp, rbx, rdx, rax,
+/// rcx, rsp, rip).
+const FRAME_RIP: u64 = 8 + 8 + 24 + 16 * 8;
+/// `si_code` of a signal the kernel raised for a trap such as `int3`.
+const SI_KERNEL: i32 = 0x80;
 
 impl Tracer<'_> {
     /// Waits for the next syscall stop of `tid` (of process `tgid`), which
@@ -66,17 +79,14 @@ impl Tracer<'_> {
         if sig == 0 {
             return self.resume(tid, 0);
         }
-        let guest_rip = sig == libc::SIGILL && self.place_sigill(tid)?;
+        if is_synchronous(sig) {
+            self.place_fault(tid, sig)?;
+        }
         if has_handler(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
             self.save_spills(tid)?;
             self.mark_trace(tid, MARK_SIGNAL)?;
-            if guest_rip {
-                if let Some(t) = self.tasks.get_mut(&tid) {
-                    t.guest_frames += 1;
-                }
-            }
             if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
                 self.log_delivery(tid, sig)?;
             }
@@ -86,21 +96,54 @@ impl Tracer<'_> {
         Ok(())
     }
 
-    /// A SIGILL stop of `tid`: if our `ud2` for a guest instruction raised
-    /// it, the client is shown that instruction's address, as natively.
-    /// Returns whether it was ours.
-    fn place_sigill(&mut self, tid: i32) -> Result<bool, EngineError> {
+    /// The delivery stop of a synchronous signal `sig` of `tid`: when a
+    /// guest instruction in translated code raised it, the thread is given
+    /// that instruction's context before the kernel builds the frame: RIP
+    /// the guest address (after the instruction for a trap, which natively
+    /// reports the next one), `si_addr` likewise where it is the
+    /// instruction's address (SIGILL, SIGFPE; a fault's data address stays),
+    /// borrowed registers their guest values. Returns whether it did.
+    fn place_fault(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let mut regs = get_regs(tid)?;
-        let Some(guest) = space.borrow().sigill_site(regs.rip) else {
+        let Ok(mut info) = sys::get_siginfo(tid) else {
             return Ok(false);
         };
-        regs.rip = guest;
-        set_regs(tid, &regs)?;
-        if let Ok(mut info) = sys::get_siginfo(tid) {
+        if info.code() <= 0 {
+            // Sent by a process (kill, tgkill, sigqueue): nothing to map.
+            return Ok(false);
+        }
+        let host = regs.rip;
+        let (guest, regs_at) = if let Some(g) = space.borrow().sigill_site(host) {
+            (g, SiteRegs::Guest)
+        } else {
+            let trap = sig == libc::SIGTRAP && info.code() == SI_KERNEL;
+            let probe = if trap { host.wrapping_sub(1) } else { host };
+            let Some(p) = space.borrow().guest_point(probe) else {
+                return Ok(false);
+            };
+            (if trap { p.next } else { p.guest }, p.regs)
+        };
+        let area = regs.gs_base;
+        let slot = |space: &std::cell::RefCell<crate::space::Space>, off: u32| {
+            space.borrow_mut().mem().read_u64(area + u64::from(off))
+        };
+        match regs_at {
+            SiteRegs::Guest => {}
+            SiteRegs::RcxSpilled => regs.rcx = slot(&space, layout::S_RCX)?,
+            SiteRegs::Borrowed(r, a) => {
+                *gpr(&mut regs, r) = slot(&space, layout::S_BORROW_R)?;
+                if let Some(a) = a {
+                    *gpr(&mut regs, a) = slot(&space, layout::S_BORROW_A)?;
+                }
+            }
+        }
+        if info.addr() == host {
             info.set_addr(guest);
             let _ = sys::set_siginfo(tid, &info);
         }
+        regs.rip = guest;
+        set_regs(tid, &regs)?;
         Ok(true)
     }
 
@@ -133,8 +176,10 @@ impl Tracer<'_> {
     fn log_delivery(&self, tid: i32, sig: i32) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
         let r = get_regs(tid)?;
+        let code = sys::get_siginfo(tid).map_or(0, |i| i.code());
+        let bytes = space.borrow_mut().mem().read(r.rip, 16).unwrap_or_default();
         eprintln!(
-            "[engine] deliver {sig} at rip {:#x} (guest block {:x?}) rsp {:#x} addr {:#x} regs {r:x?}",
+            "[engine] deliver {sig} (code {code}, bytes {bytes:02x?}) at rip {:#x} (guest block {:x?}) rsp {:#x} addr {:#x} regs {r:x?}",
             r.rip,
             space.borrow().guest_block_of(r.rip),
             r.rsp,
@@ -167,62 +212,49 @@ impl Tracer<'_> {
             space.borrow_mut().mem().write(regs.gs_base, &saved);
         }
         self.mark_trace(tid, MARK_SIGRETURN)?;
+        self.frame_to_translation(tid, regs)?;
         regs.rip = site.stop_rip + 2;
         regs.rax = sysno;
         regs.orig_rax = u64::MAX;
         set_regs(tid, &regs)?;
-        let guest_frame = self.tasks.get_mut(&tid).is_some_and(|t| {
-            let had = t.guest_frames > 0;
-            t.guest_frames = t.guest_frames.saturating_sub(1);
-            had
-        });
-        if guest_frame {
-            return self.sigreturn_to_guest(tid);
-        }
         self.resume(tid, 0)?;
         Ok(())
     }
 
-    /// Runs the rt_sigreturn `tid` is about to make to its end: a frame
-    /// may return to a guest address (a SIGILL handler that returns, or
-    /// skips the instruction), which is sent to its translation.
-    fn sigreturn_to_guest(&mut self, tid: i32) -> Result<(), EngineError> {
+    /// The frame `tid`'s rt_sigreturn (stopped with `regs`) is about to
+    /// restore: a guest RIP in it (a synchronous signal's, or one the
+    /// handler set) becomes the address of its translation, so the code
+    /// after the handler runs translated. One that cannot be translated is
+    /// left as it is: the client then faults there, as natively.
+    fn frame_to_translation(&mut self, tid: i32, regs: Regs) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
-        let tgid = self.tasks[&tid].tgid;
-        space.borrow_mut().mem().flush()?;
-        // The stops: the skipped magic call's exit, the sigreturn's entry,
-        // then its exit (with the restored registers).
-        let mut entered = false;
-        cont_syscall(tid)?;
-        let mut regs = loop {
-            if !self.await_syscall_stop(tgid, tid)? {
-                return Ok(());
-            }
-            let r = get_regs(tid)?;
-            if entered {
-                break r;
-            }
-            entered = r.orig_rax == syscalls::RT_SIGRETURN as u64;
-            cont_syscall(tid)?;
+        let at = regs.rsp.wrapping_add(FRAME_RIP);
+        let Ok(rip) = space.borrow_mut().mem().read_u64(at) else {
+            return Ok(());
         };
-        if !space.borrow().in_code_cache(regs.rip) {
-            let multi = self.threads_sharing(&space) > 1;
-            let gadget = space.borrow().core + layout::GADGET;
-            let mut inj = Injection::new(tid, gadget, regs);
-            let body = {
-                let mut sp = space.borrow_mut();
-                sp.mem().set_multi(multi);
-                sp.ensure(regs.rip, &mut inj.injector())?
-            };
-            let patches = space.borrow_mut().mem().take_live();
-            if !patches.is_empty() {
-                inj.apply_live_patches(&mut space.borrow_mut(), &patches)?;
-            }
-            self.requeue_signals(tgid, inj);
-            regs.rip = body;
-            set_regs(tid, &regs)?;
+        if space.borrow().in_code_cache(rip) {
+            return Ok(());
         }
-        self.resume(tid, 0)
+        let tgid = self.tasks[&tid].tgid;
+        let multi = self.threads_sharing(&space) > 1;
+        let gadget = space.borrow().core + layout::GADGET;
+        let mut inj = Injection::new(tid, gadget, regs);
+        let body = {
+            let mut sp = space.borrow_mut();
+            sp.mem().set_multi(multi);
+            sp.ensure(rip, &mut inj.injector())
+        };
+        let patches = space.borrow_mut().mem().take_live();
+        if !patches.is_empty() {
+            inj.apply_live_patches(&mut space.borrow_mut(), &patches)?;
+        }
+        self.requeue_signals(tgid, inj);
+        match body {
+            Ok(body) => space.borrow_mut().mem().write(at, &body.to_le_bytes()),
+            Err(e) if debug_enabled() => eprintln!("[engine] sigreturn to {rip:#x}: {}", e.0),
+            Err(_) => {}
+        }
+        Ok(())
     }
 
     /// `rt_sigaction(sig, act, oldact)`: a handler is replaced by a
@@ -476,6 +508,14 @@ fn process_signal_pending(tgid: i32, sig: i32) -> bool {
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         })
         .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0)
+}
+
+/// Signals the processor raises for the instruction that is running.
+fn is_synchronous(sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL | libc::SIGTRAP
+    )
 }
 
 /// Whether thread `tid` has a handler for `sig` (from /proc).

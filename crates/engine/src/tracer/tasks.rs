@@ -32,9 +32,6 @@ pub(super) struct Task {
     /// Spill slots saved when a signal handler was entered, restored at its
     /// rt_sigreturn (the handler's translated code reuses the slots).
     pub(super) sig_spills: Vec<Vec<u8>>,
-    /// Signal frames with a guest address to return to (SIGILLs given the
-    /// client's address) whose handler has not returned yet.
-    pub(super) guest_frames: u32,
 }
 
 /// A traced process.
@@ -78,7 +75,6 @@ impl Tracer<'_> {
                 tgid,
                 area,
                 sig_spills: Vec::new(),
-                guest_frames: 0,
             },
         );
     }

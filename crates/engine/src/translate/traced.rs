@@ -307,10 +307,12 @@ pub(super) fn translate_traced(
         },
         ctx,
         tail_jmp: None,
+        regs: SiteRegs::Guest,
     };
     b.t.body = b.e.here();
     b.smc_check(&items, code, guest);
     b.e.trace_enter(r, a, id, words);
+    b.regs = SiteRegs::Borrowed(r, a);
     let check_at = match counter_position(&items) {
         Placement::DeadFlags(n) => Some(n),
         _ => None,
@@ -347,6 +349,7 @@ pub(super) fn translate_traced(
                 block_info.push(*ip, 19, &[]);
                 end = ip + 19;
                 b.e.trace_leave(r, a);
+                b.regs = SiteRegs::Guest;
                 left = true;
                 b.client_request(end);
             }
@@ -356,6 +359,7 @@ pub(super) fn translate_traced(
                 block_info.push(*ip, *len, &[]);
                 end = ip + u64::from(*len);
                 b.e.trace_leave(r, a);
+                b.regs = SiteRegs::Guest;
                 b.illegal(*ip);
             }
             Item::Insn(i) => {
@@ -395,6 +399,7 @@ pub(super) fn translate_traced(
                         b.e.trace_store(r, words - 1, Register::RSP);
                     }
                     b.e.trace_leave(r, a);
+                    b.regs = SiteRegs::Guest;
                     b.terminator(i, code, guest)?;
                 }
             }
@@ -474,6 +479,34 @@ mod tests {
             .unwrap_or_else(|| panic!("{d:#?}"));
         let store = d.iter().position(|l| l == "mov [rsi+8],rax").unwrap();
         assert!(lea < store, "{d:#?}");
+    }
+
+    #[test]
+    fn each_guest_instruction_has_a_site_with_its_registers() {
+        // mov rax,[rdi] ; mov [rsi+8],rax ; ret
+        let t = traced(&[0x48, 0x8b, 0x07, 0x48, 0x89, 0x46, 0x08, 0xc3]);
+        let guests: Vec<u64> = t.sites.iter().map(|s| s.guest).collect();
+        assert_eq!(guests, [0x1000, 0x1003, 0x1007]);
+        let SiteRegs::Borrowed(r, a) = t.sites[0].regs else {
+            panic!("{:?}", t.sites)
+        };
+        assert_eq!(t.sites[1].regs, t.sites[0].regs);
+        for reg in [Some(r), a].into_iter().flatten() {
+            assert!(![Register::RAX, Register::RDI, Register::RSI].contains(&reg));
+        }
+        // The return's target load runs with the borrowed registers given
+        // back and RCX spilled; each site starts its instruction's code.
+        assert_eq!(t.sites[2].regs, SiteRegs::RcxSpilled);
+        let at = |n: usize| (t.sites[n].host - t.host) as usize;
+        let d = crate::emit::tests::disasm_at(&t.code[at(0)..at(1)], 0);
+        assert_eq!(d[0], "mov rax,[rdi]");
+        let d = crate::emit::tests::disasm_at(&t.code[at(2)..], 0);
+        assert_eq!(d[0], "mov rcx,[rsp]");
+        // Counting mode: the guest's registers are its own.
+        let mut ctx = Ctx::default();
+        let t = translate(&[0x48, 0x8b, 0x07, 0xc3], 0x1000, 0x40_0000, &mut ctx).unwrap();
+        assert_eq!(t.sites[0].regs, SiteRegs::Guest);
+        assert_eq!(t.sites[1].regs, SiteRegs::RcxSpilled);
     }
 
     #[test]
