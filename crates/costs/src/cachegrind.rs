@@ -168,14 +168,28 @@ impl BlockSim {
     /// was never described (nothing simulated).
     #[inline]
     pub fn run(&mut self, id: BlockId, addrs: &[u64], out: &mut impl Charge) -> bool {
+        self.run_plan(id, addrs, out).is_some()
+    }
+
+    /// [`run`](Self::run), giving the slot of the block's last instruction
+    /// if it has one (kept in its plan, which is in the cache already), or
+    /// `None` if the block is beyond those described.
+    #[inline(always)]
+    fn run_plan(
+        &mut self,
+        id: BlockId,
+        addrs: &[u64],
+        out: &mut impl Charge,
+    ) -> Option<Option<usize>> {
         let Some(plan) = self.blocks.get_mut(id.0 as usize) else {
-            return false;
+            return None;
         };
+        let last_slot = plan.last_slot;
         plan.runs += 1;
         let repeat = plan.repeats_free && self.last_run == Some(id.0);
         self.last_run = Some(id.0);
         let Some(sim) = &mut self.caches else {
-            return true;
+            return Some(last_slot);
         };
         let cols = self.cols;
         // Data operations take the block's addresses in order.
@@ -195,7 +209,7 @@ impl BlockSim {
                 }
                 PlanOp::Data { slot, size, first } => {
                     let Some(&addr) = addrs.next() else {
-                        return true;
+                        return Some(last_slot);
                     };
                     let outcome = sim.data(addr, size);
                     if outcome.l1_miss() {
@@ -207,7 +221,7 @@ impl BlockSim {
                 }
             }
         }
-        true
+        Some(last_slot)
     }
 
     /// One instruction fetch outside a described block's run (a trace's
@@ -400,6 +414,8 @@ enum PlanOp {
 struct BlockPlan {
     /// The slots of its instructions.
     slots: Box<[usize]>,
+    /// The last of them, which a branch ending the block is charged to.
+    last_slot: Option<usize>,
     /// Per instruction: reads (and modifies) and writes per execution.
     accesses: Box<[(u16, u16)]>,
     /// Fetches and data accesses in execution order. A fetch that lies
@@ -475,6 +491,7 @@ impl BlockPlan {
             ops.clear();
         }
         BlockPlan {
+            last_slot: slots.last().copied(),
             slots,
             accesses: accesses.into(),
             ops: ops.into(),
@@ -509,13 +526,15 @@ impl Tool for CachegrindTool {
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         debug_assert_eq!(addrs.len(), info.mem_count());
         self.in_block = None;
-        if !self.sim.run(id, addrs, &mut self.table) {
-            // Never described: take the general path (it looks slots up).
-            let mut records = Vec::new();
-            events::expand_block_run(id, info, addrs, &mut records);
-            return self.records(&records);
+        match self.sim.run_plan(id, addrs, &mut self.table) {
+            Some(last) => self.current = last,
+            None => {
+                // Never described: take the general path (it looks slots up).
+                let mut records = Vec::new();
+                events::expand_block_run(id, info, addrs, &mut records);
+                self.records(&records);
+            }
         }
-        self.current = self.sim.blocks[id.0 as usize].slots.last().copied();
     }
 
     #[inline(always)]
