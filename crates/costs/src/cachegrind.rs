@@ -181,9 +181,7 @@ impl BlockSim {
         addrs: &[u64],
         out: &mut impl Charge,
     ) -> Option<Option<usize>> {
-        let Some(plan) = self.blocks.get_mut(id.0 as usize) else {
-            return None;
-        };
+        let plan = self.blocks.get_mut(id.0 as usize)?;
         let last_slot = plan.last_slot;
         plan.runs += 1;
         let repeat = plan.repeats_free && self.last_run == Some(id.0);
