@@ -171,23 +171,23 @@ impl BlockSim {
         self.run_plan(id, addrs, out).is_some()
     }
 
-    /// [`run`](Self::run), giving the slot of the block's last instruction
-    /// if it has one (kept in its plan, which is in the cache already), or
-    /// `None` if the block is beyond those described.
+    /// [`run`](Self::run), giving the slot and address of the block's last
+    /// instruction if it has one (kept in its plan, which is in the cache
+    /// already), or `None` if the block is beyond those described.
     #[inline(always)]
     fn run_plan(
         &mut self,
         id: BlockId,
         addrs: &[u64],
         out: &mut impl Charge,
-    ) -> Option<Option<usize>> {
+    ) -> Option<Option<(usize, u64)>> {
         let plan = self.blocks.get_mut(id.0 as usize)?;
-        let last_slot = plan.last_slot;
+        let last = plan.last;
         plan.runs += 1;
         let repeat = plan.repeats_free && self.last_run == Some(id.0);
         self.last_run = Some(id.0);
         let Some(sim) = &mut self.caches else {
-            return Some(last_slot);
+            return Some(last);
         };
         let cols = self.cols;
         // Data operations take the block's addresses in order.
@@ -207,7 +207,7 @@ impl BlockSim {
                 }
                 PlanOp::Data { slot, size, first } => {
                     let Some(&addr) = addrs.next() else {
-                        return Some(last_slot);
+                        return Some(last);
                     };
                     let outcome = sim.data(addr, size);
                     if outcome.l1_miss() {
@@ -219,7 +219,7 @@ impl BlockSim {
                 }
             }
         }
-        Some(last_slot)
+        Some(last)
     }
 
     /// One instruction fetch outside a described block's run (a trace's
@@ -292,9 +292,10 @@ pub struct CachegrindTool {
     table: CostTable,
     cols: Columns,
     sim: BlockSim,
-    /// Slot of the latest fetched instruction, which data references and
-    /// branch records belong to.
-    current: Option<usize>,
+    /// Slot and address of the latest fetched instruction, which data
+    /// references and branch records belong to (the address at hand, a
+    /// branch record is matched without loading the table's).
+    current: Option<(usize, u64)>,
     /// The block entered last and how many of its instructions have been
     /// fetched since: fetches inside it need no address lookup.
     in_block: Option<(usize, usize)>,
@@ -389,7 +390,7 @@ impl CachegrindTool {
     #[inline(always)]
     fn branch_slot(&mut self, pc: u64) -> usize {
         match self.current {
-            Some(cur) if self.table.addr(cur) == pc => cur,
+            Some((cur, addr)) if addr == pc => cur,
             _ => self.table.slot(pc),
         }
     }
@@ -412,8 +413,9 @@ enum PlanOp {
 struct BlockPlan {
     /// The slots of its instructions.
     slots: Box<[usize]>,
-    /// The last of them, which a branch ending the block is charged to.
-    last_slot: Option<usize>,
+    /// The last of them and its address: a branch ending the block is
+    /// charged to it.
+    last: Option<(usize, u64)>,
     /// Per instruction: reads (and modifies) and writes per execution.
     accesses: Box<[(u16, u16)]>,
     /// Fetches and data accesses in execution order. A fetch that lies
@@ -489,7 +491,10 @@ impl BlockPlan {
             ops.clear();
         }
         BlockPlan {
-            last_slot: slots.last().copied(),
+            last: slots
+                .last()
+                .copied()
+                .zip(info.instrs().last().map(|i| i.addr)),
             slots,
             accesses: accesses.into(),
             ops: ops.into(),
@@ -542,7 +547,7 @@ impl Tool for CachegrindTool {
             Record::Block(id) => self.in_block = Some((id.0 as usize, 0)),
             Record::Instr(f) => {
                 let slot = self.fetch_slot(f.addr);
-                self.current = Some(slot);
+                self.current = Some((slot, f.addr));
                 match self.sim.fetch(f.addr, f.len) {
                     Some(outcome) => charge(self.table.row_mut(slot), cols.instr, outcome),
                     None => self.table.add(slot, cols.ir, 1),
@@ -551,7 +556,7 @@ impl Tool for CachegrindTool {
             Record::Data(d) => {
                 if let Some(outcome) = self.sim.data(d.addr, d.size) {
                     let slot = match self.current {
-                        Some(cur) => cur,
+                        Some((cur, _)) => cur,
                         None => self.table.slot(0),
                     };
                     // A modify is one access, counted as a read (spec §1.4).
