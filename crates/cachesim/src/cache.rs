@@ -6,7 +6,7 @@ use crate::config::CacheConfig;
 
 /// A simulated cache. The tag store is one flat array of `sets × assoc`
 /// block numbers, each set ordered most recently used first.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Cache {
     config: CacheConfig,
     tags: Box<[u64]>,
@@ -21,6 +21,35 @@ pub struct Cache {
     /// touched) would also remember that line's way here. Starts at 0:
     /// every tag is 0, so block 0 is the most recently used of set 0.
     last: u64,
+}
+
+/// Tags per page of the tag array (4 KiB pages).
+const PAGE_TAGS: usize = 512;
+
+impl Clone for Cache {
+    /// A copy with the same state. Only the pages of tags that hold a
+    /// non-zero tag are written: the rest of the copy stays zeroed memory
+    /// that the OS has not yet given pages for. A cold LL of 512 MB (64 MiB
+    /// of tags, which every process's tool starts from a copy of) costs no
+    /// memory until used, where a plain copy made all of it resident.
+    fn clone(&self) -> Cache {
+        let mut tags = vec![0u64; self.tags.len()].into_boxed_slice();
+        for (to, from) in tags.chunks_mut(PAGE_TAGS).zip(self.tags.chunks(PAGE_TAGS)) {
+            // Reading a page never written maps the shared zero page: the
+            // scan itself makes nothing resident.
+            if from.iter().any(|&t| t != 0) {
+                to.copy_from_slice(from);
+            }
+        }
+        Cache {
+            config: self.config,
+            tags,
+            assoc: self.assoc,
+            set_mask: self.set_mask,
+            line_bits: self.line_bits,
+            last: self.last,
+        }
+    }
 }
 
 impl Cache {
@@ -249,6 +278,22 @@ mod tests {
                 assert_eq!(set_of(&c, i as u64), *set);
             }
         }
+    }
+
+    /// A copy has the same state, touched pages or not, and goes on
+    /// independently.
+    #[test]
+    fn clone_keeps_the_state() {
+        let mut c = Cache::new(CacheConfig::new(1 << 20, 2, 64));
+        for addr in [0x40, 0x1000_0040, 0x7_0000, 0x2_0000_0000] {
+            c.access_is_miss(addr, 8);
+        }
+        let mut d = c.clone();
+        assert_eq!(d.tags, c.tags);
+        assert_eq!(d.last, c.last);
+        assert!(!d.access_is_miss(0x7_0000, 8));
+        assert!(d.access_is_miss(0x9_0000, 8));
+        assert!(c.access_is_miss(0x9_0000, 8));
     }
 
     #[test]
