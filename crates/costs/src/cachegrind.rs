@@ -168,14 +168,26 @@ impl BlockSim {
     /// was never described (nothing simulated).
     #[inline]
     pub fn run(&mut self, id: BlockId, addrs: &[u64], out: &mut impl Charge) -> bool {
-        let Some(plan) = self.blocks.get_mut(id.0 as usize) else {
-            return false;
-        };
+        self.run_plan(id, addrs, out).is_some()
+    }
+
+    /// [`run`](Self::run), giving the slot and address of the block's last
+    /// instruction if it has one (kept in its plan, which is in the cache
+    /// already), or `None` if the block is beyond those described.
+    #[inline(always)]
+    fn run_plan(
+        &mut self,
+        id: BlockId,
+        addrs: &[u64],
+        out: &mut impl Charge,
+    ) -> Option<Option<(usize, u64)>> {
+        let plan = self.blocks.get_mut(id.0 as usize)?;
+        let last = plan.last;
         plan.runs += 1;
         let repeat = plan.repeats_free && self.last_run == Some(id.0);
         self.last_run = Some(id.0);
         let Some(sim) = &mut self.caches else {
-            return true;
+            return Some(last);
         };
         let cols = self.cols;
         // Data operations take the block's addresses in order.
@@ -195,7 +207,7 @@ impl BlockSim {
                 }
                 PlanOp::Data { slot, size, first } => {
                     let Some(&addr) = addrs.next() else {
-                        return true;
+                        return Some(last);
                     };
                     let outcome = sim.data(addr, size);
                     if outcome.l1_miss() {
@@ -207,7 +219,7 @@ impl BlockSim {
                 }
             }
         }
-        true
+        Some(last)
     }
 
     /// One instruction fetch outside a described block's run (a trace's
@@ -280,9 +292,10 @@ pub struct CachegrindTool {
     table: CostTable,
     cols: Columns,
     sim: BlockSim,
-    /// Slot of the latest fetched instruction, which data references and
-    /// branch records belong to.
-    current: Option<usize>,
+    /// Slot and address of the latest fetched instruction, which data
+    /// references and branch records belong to (the address at hand, a
+    /// branch record is matched without loading the table's).
+    current: Option<(usize, u64)>,
     /// The block entered last and how many of its instructions have been
     /// fetched since: fetches inside it need no address lookup.
     in_block: Option<(usize, usize)>,
@@ -377,7 +390,7 @@ impl CachegrindTool {
     #[inline(always)]
     fn branch_slot(&mut self, pc: u64) -> usize {
         match self.current {
-            Some(cur) if self.table.addr(cur) == pc => cur,
+            Some((cur, addr)) if addr == pc => cur,
             _ => self.table.slot(pc),
         }
     }
@@ -400,6 +413,9 @@ enum PlanOp {
 struct BlockPlan {
     /// The slots of its instructions.
     slots: Box<[usize]>,
+    /// The last of them and its address: a branch ending the block is
+    /// charged to it.
+    last: Option<(usize, u64)>,
     /// Per instruction: reads (and modifies) and writes per execution.
     accesses: Box<[(u16, u16)]>,
     /// Fetches and data accesses in execution order. A fetch that lies
@@ -475,6 +491,10 @@ impl BlockPlan {
             ops.clear();
         }
         BlockPlan {
+            last: slots
+                .last()
+                .copied()
+                .zip(info.instrs().last().map(|i| i.addr)),
             slots,
             accesses: accesses.into(),
             ops: ops.into(),
@@ -509,13 +529,15 @@ impl Tool for CachegrindTool {
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         debug_assert_eq!(addrs.len(), info.mem_count());
         self.in_block = None;
-        if !self.sim.run(id, addrs, &mut self.table) {
-            // Never described: take the general path (it looks slots up).
-            let mut records = Vec::new();
-            events::expand_block_run(id, info, addrs, &mut records);
-            return self.records(&records);
+        match self.sim.run_plan(id, addrs, &mut self.table) {
+            Some(last) => self.current = last,
+            None => {
+                // Never described: take the general path (it looks slots up).
+                let mut records = Vec::new();
+                events::expand_block_run(id, info, addrs, &mut records);
+                self.records(&records);
+            }
         }
-        self.current = self.sim.blocks[id.0 as usize].slots.last().copied();
     }
 
     #[inline(always)]
@@ -525,7 +547,7 @@ impl Tool for CachegrindTool {
             Record::Block(id) => self.in_block = Some((id.0 as usize, 0)),
             Record::Instr(f) => {
                 let slot = self.fetch_slot(f.addr);
-                self.current = Some(slot);
+                self.current = Some((slot, f.addr));
                 match self.sim.fetch(f.addr, f.len) {
                     Some(outcome) => charge(self.table.row_mut(slot), cols.instr, outcome),
                     None => self.table.add(slot, cols.ir, 1),
@@ -534,7 +556,7 @@ impl Tool for CachegrindTool {
             Record::Data(d) => {
                 if let Some(outcome) = self.sim.data(d.addr, d.size) {
                     let slot = match self.current {
-                        Some(cur) => cur,
+                        Some((cur, _)) => cur,
                         None => self.table.slot(0),
                     };
                     // A modify is one access, counted as a read (spec §1.4).

@@ -50,7 +50,7 @@ mod translate;
 mod vprintf;
 
 pub use clientreq::{RequestConfig, RequestTool};
-pub use stream::{FinishedTool, StreamTool, ToolFactory};
+pub use stream::{Decoder, FinishedTool, StreamTool, ToolFactory};
 
 use std::collections::HashMap;
 use std::ffi::OsString;
