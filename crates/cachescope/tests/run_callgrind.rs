@@ -427,3 +427,22 @@ fn separate_threads() {
     assert_eq!(shape(&a), shape(&b));
     assert_eq!(shape(&a).len(), 6);
 }
+
+/// `--fn-skip=GLOB`: skipped functions have no context of their own,
+/// their costs go to the caller's call site and what they call is called
+/// from there; the fixture's self Ir, calls and inclusive Ir equal
+/// Callgrind's. (`--obj-skip`, CodSpeed's option, is not in Valgrind 3.19:
+/// no oracle.)
+#[test]
+fn fn_skip() {
+    let (_dir, ours, theirs) =
+        both_with("calls.c", &["-O0"], &["--fn-skip=is_*", "--fn-skip=qsort"]);
+    let suffix = "fixtures/callgrind/calls.c";
+    let (a, b) = (read(&ours), read(&theirs));
+    let (mut ga, mut gb) = (graph(&a, suffix), graph(&b, suffix));
+    for g in [&mut ga, &mut gb] {
+        g.arcs_in.retain(|(_, callee), _| callee != "main");
+    }
+    assert!(!gb.selfs.contains_key("is_odd") && gb.selfs.contains_key("main"));
+    assert_eq!(ga, gb);
+}
