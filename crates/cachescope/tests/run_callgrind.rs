@@ -370,3 +370,79 @@ fn toggle_collect_and_combined_dumps() {
         assert_eq!(ga, gb);
     }
 }
+
+/// `--separate-threads=yes`: the same files as Callgrind's (`-01`, `-02`
+/// and the empty unsuffixed one), each a part with its `thread:` line, and
+/// in each the fixture's self Ir, calls and inclusive Ir equal; with
+/// `--combine-dumps=yes`, one file with a part per thread.
+#[test]
+fn separate_threads() {
+    let (_dir, ours, theirs) = both_with("threads_late.c", &["-O0"], &["--separate-threads=yes"]);
+    let (us, them) = (dump_files(&ours), dump_files(&theirs));
+    assert_eq!(
+        us.keys().collect::<Vec<_>>(),
+        them.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(us.keys().collect::<Vec<_>>(), ["", "-01", "-02"]);
+    assert_eq!(std::fs::metadata(&us[""]).unwrap().len(), 0);
+    let suffix = "fixtures/callgrind/threads_late.c";
+    for k in ["-01", "-02"] {
+        let (a, b) = (read(&us[k]), read(&them[k]));
+        let heads = |p: &Profile| -> Vec<_> {
+            p.parts
+                .iter()
+                .map(|part| (part.number, part.thread, part.summary == part.totals))
+                .collect()
+        };
+        assert_eq!(heads(&a), heads(&b), "file {k}");
+        let (mut ga, mut gb) = (graph(&a, suffix), graph(&b, suffix));
+        for g in [&mut ga, &mut gb] {
+            g.arcs_in.retain(|(_, callee), _| callee != "main");
+        }
+        assert!(!gb.selfs.is_empty(), "file {k}");
+        assert_eq!(ga, gb, "file {k}");
+    }
+    let (_dir, ours, theirs) = both_with(
+        "threads_late.c",
+        &["-O0"],
+        &["--separate-threads=yes", "--combine-dumps=yes"],
+    );
+    let (us, them) = (dump_files(&ours), dump_files(&theirs));
+    assert_eq!(us.keys().collect::<Vec<_>>(), [""]);
+    assert_eq!(
+        us.keys().collect::<Vec<_>>(),
+        them.keys().collect::<Vec<_>>()
+    );
+    // Callgrind repeats the file header before each thread's part.
+    let text = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let (a, b) = (text(&ours), text(&theirs));
+    let shape = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| {
+                l.starts_with("# callgrind") || l.starts_with("part:") || l.starts_with("thread:")
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(shape(&a), shape(&b));
+    assert_eq!(shape(&a).len(), 6);
+}
+
+/// `--fn-skip=GLOB`: skipped functions have no context of their own,
+/// their costs go to the caller's call site and what they call is called
+/// from there; the fixture's self Ir, calls and inclusive Ir equal
+/// Callgrind's. (`--obj-skip`, CodSpeed's option, is not in Valgrind 3.19:
+/// no oracle.)
+#[test]
+fn fn_skip() {
+    let (_dir, ours, theirs) =
+        both_with("calls.c", &["-O0"], &["--fn-skip=is_*", "--fn-skip=qsort"]);
+    let suffix = "fixtures/callgrind/calls.c";
+    let (a, b) = (read(&ours), read(&theirs));
+    let (mut ga, mut gb) = (graph(&a, suffix), graph(&b, suffix));
+    for g in [&mut ga, &mut gb] {
+        g.arcs_in.retain(|(_, callee), _| callee != "main");
+    }
+    assert!(!gb.selfs.contains_key("is_odd") && gb.selfs.contains_key("main"));
+    assert_eq!(ga, gb);
+}

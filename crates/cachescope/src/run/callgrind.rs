@@ -230,55 +230,75 @@ impl CgSink<'_> {
             (l.file, l.line)
         };
         let count = dumps.len();
+        // With --separate-threads=yes, each dump is a part per thread.
+        let threads: Vec<Option<u32>> = if cg.separate_threads {
+            tool.threads().into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
         let mut collected: Vec<u64> = Vec::new();
         let mut events: Vec<String> = Vec::new();
-        let mut files: Vec<(std::path::PathBuf, callgrind::Profile)> = Vec::new();
+        // Each file's contents: whole profiles one after the other (a
+        // combined file of several threads repeats the file header for
+        // each thread of the first dump, as Callgrind does).
+        let mut files: Vec<(std::path::PathBuf, Vec<callgrind::Profile>)> = Vec::new();
         for (i, dump) in dumps.iter().enumerate() {
-            let mut profile = header(std::mem::take(&mut names));
-            let mut part = tool.part_of(&dump.costs, &mut profile, cg.output, None, &mut locate);
             let n = i + 1;
-            part.number = Some(n as u64);
-            // A combined file describes the caches once, in its first part.
-            if !cg.combine_dumps || i == 0 {
-                part.desc.clone_from(&desc);
-            }
-            part.desc.push(format!(
-                "Timerange: Basic block {} - {}",
-                dump.timerange.0, dump.timerange.1
-            ));
-            part.desc.push(format!("Trigger: {}", dump.trigger));
-            if let Some(t) = &part.totals {
-                collected.resize(t.len(), 0);
-                collected.iter_mut().zip(t).for_each(|(c, v)| *c += v);
-            }
-            events = part.event_names().iter().map(|e| e.to_string()).collect();
-            // Callgrind's names: `<file>.<n>` for a dump, `<file>` for the
-            // last (at the program's end), one file with --combine-dumps.
-            let name = if cg.combine_dumps || n == count {
-                path.clone()
-            } else {
-                let mut p = path.clone().into_os_string();
-                p.push(format!(".{n}"));
-                p.into()
-            };
-            match files.last_mut() {
-                Some((last, p)) if *last == name => {
-                    p.parts.push(part);
-                    p.names = profile.names.clone();
-                    names = profile.names;
+            for &thread in &threads {
+                let mut profile = header(std::mem::take(&mut names));
+                let mut part =
+                    tool.part_of(&dump.costs, &mut profile, cg.output, thread, &mut locate);
+                part.number = Some(n as u64);
+                part.thread = thread.map(u64::from);
+                if thread.is_some() {
+                    // Callgrind's summary of a thread's part: that thread's
+                    // costs since its last dump, which is what it wrote.
+                    part.summary.clone_from(&part.totals);
                 }
-                _ => {
-                    profile.parts.push(part);
-                    names = profile.names.clone();
-                    files.push((name, profile));
+                // A combined file describes the caches once, in its first
+                // part (of each thread).
+                if !cg.combine_dumps || i == 0 {
+                    part.desc.clone_from(&desc);
+                }
+                part.desc.push(format!(
+                    "Timerange: Basic block {} - {}",
+                    dump.timerange.0, dump.timerange.1
+                ));
+                part.desc.push(format!("Trigger: {}", dump.trigger));
+                if let Some(t) = &part.totals {
+                    collected.resize(t.len(), 0);
+                    collected.iter_mut().zip(t).for_each(|(c, v)| *c += v);
+                }
+                events = part.event_names().iter().map(|e| e.to_string()).collect();
+                let name = dump_file_name(&path, cg, n, count, thread);
+                let last = files.last_mut().filter(|(f, _)| *f == name);
+                match last.and_then(|(_, chunks)| chunks.last_mut().filter(|_| n > 1)) {
+                    Some(p) => {
+                        p.parts.push(part);
+                        p.names = profile.names.clone();
+                        names = profile.names;
+                    }
+                    None => {
+                        profile.parts.push(part);
+                        names = profile.names.clone();
+                        match files.last_mut() {
+                            Some((f, chunks)) if *f == name => chunks.push(profile),
+                            _ => files.push((name, vec![profile])),
+                        }
+                    }
                 }
             }
+        }
+        if cg.separate_threads && !cg.combine_dumps {
+            // Callgrind creates the unsuffixed file at start (checking it
+            // can write there) and leaves it empty.
+            files.insert(0, (path.clone(), Vec::new()));
         }
         // The exports show the calling contexts of the last period (since
         // the last dump or zero), as the unsuffixed file does.
         self.write_exports(cg, pid, &tool, &mappings, &cmd);
-        for (path, profile) in &files {
-            self.write_callgrind(pid, path, profile, cg);
+        for (path, chunks) in &files {
+            self.write_callgrind(pid, path, chunks, cg);
         }
         if self.opts.verbosity > 0 {
             for l in summary_lines(&events, &collected, &self.opts.sim) {
@@ -292,10 +312,12 @@ impl CgSink<'_> {
         &mut self,
         pid: i32,
         path: &std::path::Path,
-        profile: &callgrind::Profile,
+        chunks: &[callgrind::Profile],
         cg: &CallgrindOptions,
     ) {
-        match write_output(path, 0o600, |w| profile.write_to(w, cg.write)) {
+        let write =
+            |w: &mut dyn std::io::Write| chunks.iter().try_for_each(|p| p.write_to(w, cg.write));
+        match write_output(path, 0o600, write) {
             Ok(()) => {}
             Err(OutputError::Open(_)) => {
                 self.log.umsg(
@@ -317,6 +339,27 @@ impl CgSink<'_> {
             }
         }
     }
+}
+
+/// The file a dump of `thread` goes to, as Callgrind names it: `<file>.<n>`
+/// for dump `n` of `count` (the last, at the program's end, unsuffixed),
+/// one file with --combine-dumps; then `-<tid>` (two digits at least) with
+/// --separate-threads=yes.
+fn dump_file_name(
+    path: &std::path::Path,
+    cg: &CallgrindOptions,
+    n: usize,
+    count: usize,
+    thread: Option<u32>,
+) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    if !cg.combine_dumps && n != count {
+        p.push(format!(".{n}"));
+    }
+    if let (Some(t), false) = (thread, cg.combine_dumps) {
+        p.push(format!("-{t:02}"));
+    }
+    p.into()
 }
 
 /// The `desc:` lines of the simulated caches (empty values without).

@@ -38,6 +38,8 @@ pub struct CallgrindOptions {
     pub fn_skip: Vec<String>,
     /// `--obj-skip=PATH`.
     pub obj_skip: Vec<String>,
+    /// `--separate-threads`: a file (or part) per thread (default no).
+    pub separate_threads: bool,
 }
 
 impl Default for CallgrindOptions {
@@ -57,6 +59,7 @@ impl Default for CallgrindOptions {
             zero_before: Vec::new(),
             fn_skip: Vec::new(),
             obj_skip: Vec::new(),
+            separate_threads: false,
         }
     }
 }
@@ -116,6 +119,7 @@ impl CallgrindOptions {
             "--collect-atstart" => flag(value, &mut self.calls.collect_atstart),
             "--instr-atstart" => flag(value, &mut self.instr_atstart),
             "--combine-dumps" => flag(value, &mut self.combine_dumps),
+            "--separate-threads" => flag(value, &mut self.separate_threads),
             "--toggle-collect" | "--dump-before" | "--dump-after" | "--zero-before"
             | "--fn-skip" | "--obj-skip" => {
                 let list = match name {
@@ -178,11 +182,13 @@ mod tests {
             "--zero-before=h",
             "--fn-skip=x*",
             "--obj-skip=/lib/libc.so.6",
+            "--separate-threads=yes",
         ] {
             assert_eq!(o.parse_arg(a), Ok(true), "{a}");
         }
         assert_eq!(o.toggle_collect, ["a::*", "b"]);
         assert!(!o.calls.collect_atstart && !o.instr_atstart && o.combine_dumps);
+        assert!(o.separate_threads);
         assert_eq!((o.dump_before.len(), o.obj_skip.len()), (1, 1));
         assert_eq!(o.parse_arg("-q"), Ok(false));
         let e = o.parse_arg("--dump-instr=maybe").unwrap_err();

@@ -287,6 +287,18 @@ pub fn usage(name: &str) -> String {
          \x20   --compress-pos=no|yes      compress positions in profile dump? [yes]\n\
          \x20   --separate-recs=<n>        separate function recursions up to level [2]\n\
          \x20   --skip-plt=no|yes          ignore calls to/from PLT sections? [yes]\n\
+         \x20   --fn-skip=<function>       ignore calls to/from function (glob)\n\
+         \x20   --obj-skip=<object>        ignore calls to/from the object (its path)\n\
+         \x20   --separate-threads=no|yes  separate data per thread [no]\n\
+         \x20   --cache-sim=no|yes         do cache simulation [no]\n\
+         \x20   --branch-sim=no|yes        do branch prediction simulation [no]\n\
+         \x20   --dump-before=<func>       dump when entering function\n\
+         \x20   --zero-before=<func>       zero all costs when entering function\n\
+         \x20   --dump-after=<func>        dump when leaving function\n\
+         \x20   --combine-dumps=no|yes     concatenate dumps into one file [no]\n\
+         \x20   --instr-atstart=no|yes     do instrumentation at callgrind start [yes]\n\
+         \x20   --collect-atstart=no|yes   collect at process/thread start [yes]\n\
+         \x20   --toggle-collect=<func>    toggle collection on enter/leave function\n\
          \x20   --export=<kind>:<file>     also write an export of the calling contexts:\n\
          \x20                              folded, svg, speedscope, firefox, stacktree\n\
          \x20   --export-inline=no|yes     inline frames from DWARF in exports [no]\n\
@@ -404,6 +416,43 @@ mod tests {
             ]
         );
         assert_eq!(err(&["--tool=memcheck", "ls"]).len(), 1);
+    }
+
+    #[test]
+    fn the_help_lists_every_callgrind_option() {
+        let text = usage("cachescope");
+        let mut cg = CallgrindOptions::default();
+        for a in [
+            "--callgrind-out-file=f",
+            "--dump-instr=yes",
+            "--dump-line=yes",
+            "--compress-strings=yes",
+            "--compress-pos=yes",
+            "--separate-recs=2",
+            "--skip-plt=yes",
+            "--fn-skip=f",
+            "--obj-skip=o",
+            "--separate-threads=yes",
+            "--dump-before=f",
+            "--zero-before=f",
+            "--dump-after=f",
+            "--combine-dumps=yes",
+            "--instr-atstart=yes",
+            "--collect-atstart=yes",
+            "--toggle-collect=f",
+            "--export=folded:f",
+            "--export-inline=yes",
+        ] {
+            assert_eq!(cg.parse_arg(a), Ok(true), "{a}");
+            let name = a.split('=').next().unwrap();
+            assert!(
+                text.contains(&format!("   {name}=")),
+                "{name} not in --help"
+            );
+        }
+        for name in ["--cache-sim", "--branch-sim"] {
+            assert!(text.matches(&format!("   {name}=")).count() >= 2, "{name}");
+        }
     }
 
     #[test]
