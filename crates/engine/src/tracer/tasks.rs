@@ -162,6 +162,10 @@ impl Tracer<'_> {
         let birth = if tgid == ptgid { Birth::Thread } else { birth };
         match birth {
             Birth::Thread => {
+                // Trace mode: the creator's records so far go to the tool
+                // before any of the new thread's can (a call-graph tool
+                // numbers threads in the order it first sees them).
+                pspace.borrow_mut().hand_over_trace(parea);
                 // The new thread still has its creator's GS base: give it
                 // its own area, mapped by a syscall injected into it.
                 let base = get_regs(tid)?;
