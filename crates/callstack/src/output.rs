@@ -185,8 +185,9 @@ impl CallTool {
                     long_name: None,
                 })
                 .collect(),
-            summary: Some(permute(&costs.summary)),
-            totals: Some(total),
+            // Callgrind leaves trailing zero costs out of these lines too.
+            summary: Some(trim_zeros(permute(&costs.summary))),
+            totals: Some(trim_zeros(total)),
             blocks: builder.finish(),
             ..Part::default()
         }
@@ -196,4 +197,13 @@ impl CallTool {
     pub fn block_runs(&self) -> u64 {
         self.block_runs
     }
+}
+
+/// `costs` without its trailing zeros (Callgrind's `summary:` and
+/// `totals:` lines end at the last non-zero cost), the first one kept.
+fn trim_zeros(mut costs: Vec<u64>) -> Vec<u64> {
+    while costs.len() > 1 && costs.last() == Some(&0) {
+        costs.pop();
+    }
+    costs
 }

@@ -123,7 +123,13 @@ impl CallgrindOptions {
             "--toggle-collect" | "--dump-before" | "--dump-after" | "--zero-before"
             | "--fn-skip" | "--obj-skip" => {
                 let list = match name {
-                    "--toggle-collect" => &mut self.toggle_collect,
+                    "--toggle-collect" => {
+                        // As Callgrind's option parser does: a toggle makes
+                        // collection start off (a later --collect-atstart
+                        // still decides).
+                        self.calls.collect_atstart = false;
+                        &mut self.toggle_collect
+                    }
                     "--dump-before" => &mut self.dump_before,
                     "--dump-after" => &mut self.dump_after,
                     "--zero-before" => &mut self.zero_before,
@@ -216,5 +222,15 @@ mod tests {
         assert!(e[1].starts_with("unknown export kind 'pdf'"), "{}", e[1]);
         assert!(o.parse_arg("--export=folded").is_err());
         assert!(o.parse_arg("--export=folded:").is_err());
+    }
+
+    #[test]
+    fn a_toggle_starts_collection_off_unless_a_later_option_says_otherwise() {
+        let mut o = CallgrindOptions::default();
+        assert!(o.calls.collect_atstart);
+        assert_eq!(o.parse_arg("--toggle-collect=*::bench::*"), Ok(true));
+        assert!(!o.calls.collect_atstart);
+        assert_eq!(o.parse_arg("--collect-atstart=yes"), Ok(true));
+        assert!(o.calls.collect_atstart);
     }
 }
