@@ -52,7 +52,6 @@ mod vprintf;
 pub use clientreq::{RequestConfig, RequestTool};
 pub use stream::{Decoder, FinishedTool, StreamTool, ToolFactory};
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -268,13 +267,17 @@ impl EngineStats {
     }
 }
 
+/// Executed-instruction counts by guest instruction address (a fast hash:
+/// a large program has hundreds of thousands of addresses to count at exit).
+pub type InstrCounts = rustc_hash::FxHashMap<u64, u64>;
+
 /// The counts gathered for one client process (all its threads).
 #[derive(Debug, Clone, Default)]
 pub struct ProcessProfile {
     /// The client's pid (used for `%p` in output names).
     pub pid: i32,
     /// Executed-instruction count per guest instruction address (Ir).
-    pub instr_counts: HashMap<u64, u64>,
+    pub instr_counts: InstrCounts,
     /// Every executable mapping that code was translated from.
     pub modules: Vec<ModuleRecord>,
     /// What `--stats=yes` reports (gathered only when asked for).
@@ -296,7 +299,7 @@ pub struct UnmappedCode {
     /// The mapping the instructions ran from.
     pub module: Option<ModuleRecord>,
     /// Executed-instruction count per guest instruction address.
-    pub instr_counts: HashMap<u64, u64>,
+    pub instr_counts: InstrCounts,
 }
 
 /// Which of Valgrind's message streams a [`Message`] belongs to.

@@ -2,8 +2,6 @@
 //! per-`(file, fn, line)` profile, and a run's event counts into the
 //! stderr summary's totals.
 
-use std::collections::HashMap;
-
 use costs::{CachegrindTool, CostCentres, CostTable, Event, EventCounts, EventSet};
 use engine::{ModuleRecord, ProcessProfile};
 use profile::Profile;
@@ -53,7 +51,7 @@ pub(crate) fn mapping(m: &ModuleRecord) -> Mapping {
 }
 
 /// The engine's per-address instruction counts as a cost table.
-fn ir_table(events: EventSet, counts: &HashMap<u64, u64>) -> CostTable {
+fn ir_table(events: EventSet, counts: &engine::InstrCounts) -> CostTable {
     let mut table = CostTable::new(events);
     table.add_counts(Event::Ir, counts.iter().map(|(&addr, &n)| (addr, n)));
     table
@@ -139,7 +137,7 @@ mod tests {
         });
         let mut gone = engine::UnmappedCode {
             module: None,
-            instr_counts: HashMap::new(),
+            instr_counts: Default::default(),
         };
         gone.instr_counts.insert(0x1000, 3);
         pp.unmapped.push(gone);

@@ -27,7 +27,7 @@ pub(super) struct Block {
 }
 
 /// The block table (see the module doc).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct Blocks {
     /// Reachable translations by guest address.
     live: HashMap<u64, Block>,
@@ -35,6 +35,19 @@ pub(super) struct Blocks {
     starts: BTreeSet<u64>,
     /// Blocks whose code was unmapped: unreachable, still counted.
     retired: Vec<Block>,
+}
+
+impl Default for Blocks {
+    /// Room for the blocks of a small program from the start: a program
+    /// translates tens of thousands, and each doubling of the table moves
+    /// every block.
+    fn default() -> Self {
+        Blocks {
+            live: HashMap::with_capacity_and_hasher(1 << 14, Default::default()),
+            starts: BTreeSet::new(),
+            retired: Vec::new(),
+        }
+    }
 }
 
 impl Blocks {

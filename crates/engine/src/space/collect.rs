@@ -6,8 +6,8 @@
 use super::blocks::Block;
 use super::Space;
 use crate::layout::CHUNK_SIZE;
-use crate::{EngineStats, ProcessProfile, UnmappedCode};
-use std::collections::HashMap;
+use crate::{EngineStats, InstrCounts, ProcessProfile, UnmappedCode};
+use rustc_hash::FxHashMap as HashMap;
 
 impl Space {
     /// The profile of process `pid` (whose memory is still there).
@@ -29,7 +29,7 @@ impl Space {
             return ProcessProfile {
                 pid,
                 stats: self.count_lookups.then(|| self.stats_at_exit()),
-                instr_counts: HashMap::new(),
+                instr_counts: InstrCounts::default(),
                 modules: self.modules.records().to_vec(),
                 unmapped: Vec::new(),
                 tool: tool.map(crate::FinishedTool),
@@ -44,7 +44,7 @@ impl Space {
             blocks_executed,
             ..self.stats_at_exit()
         });
-        let add = |map: &mut HashMap<u64, u64>, b: &Block| {
+        let add = |map: &mut InstrCounts, b: &Block| {
             let n = counts.get(b.counter);
             if n != 0 {
                 for &a in &b.counted {
@@ -58,11 +58,11 @@ impl Space {
                 }
             }
         };
-        let mut instr_counts = HashMap::new();
+        let mut instr_counts = InstrCounts::default();
         for b in self.blocks.live() {
             add(&mut instr_counts, b);
         }
-        let mut unmapped: HashMap<usize, HashMap<u64, u64>> = HashMap::new();
+        let mut unmapped: HashMap<usize, InstrCounts> = HashMap::default();
         for b in self.blocks.retired() {
             add(unmapped.entry(b.module).or_default(), b);
         }
