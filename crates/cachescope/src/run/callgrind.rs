@@ -209,7 +209,7 @@ impl CgSink<'_> {
         } else {
             self.cmd.clone()
         };
-        let mappings: Vec<Mapping> = proc_profile.modules.iter().map(mapping).collect();
+        let mappings = attribute::mappings(&proc_profile);
         let mut dumps = tool.take_dumps();
         dumps.push(tool.final_dump());
         // One name table for the whole run: Callgrind's name ids go on from
@@ -375,15 +375,6 @@ fn cache_desc(tool: &CallTool) -> Vec<String> {
             "D1 cache: ".into(),
             "LL cache: ".into(),
         ],
-    }
-}
-
-fn mapping(m: &engine::ModuleRecord) -> Mapping {
-    Mapping {
-        path: m.path.clone(),
-        start: m.start,
-        end: m.end,
-        file_offset: m.file_offset,
     }
 }
 
