@@ -470,6 +470,36 @@ struct Builder<'a> {
     regs: SiteRegs,
 }
 
+impl<'a> Builder<'a> {
+    /// A builder for the block at `guest` (bytes `code`, decoded into
+    /// `items`) emitted at `host`, counted by `counter` (0: none). Its body
+    /// starts here, with the block's self-modifying-code check if it gets
+    /// one.
+    fn start(
+        ctx: &'a mut dyn TransCtx,
+        host: u64,
+        counter: u32,
+        items: &[Item],
+        code: &[u8],
+        guest: u64,
+    ) -> Builder<'a> {
+        let mut b = Builder {
+            e: Emitter::new(host),
+            t: Translation {
+                host,
+                counter,
+                ..Default::default()
+            },
+            ctx,
+            tail_jmp: None,
+            regs: SiteRegs::Guest,
+        };
+        b.t.body = b.e.here();
+        b.smc_check(items, code, guest);
+        b
+    }
+}
+
 impl Builder<'_> {
     /// Ends the translation of a block whose guest code ends at `end`: a
     /// final `jmp rel32` exit becomes the tail (its target may be placed
@@ -759,19 +789,7 @@ pub fn translate(
     }
     let (items, stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
     let counter = if instrumented { ctx.alloc_counter() } else { 0 };
-    let mut b = Builder {
-        e: Emitter::new(host),
-        t: Translation {
-            host,
-            counter,
-            ..Default::default()
-        },
-        ctx,
-        tail_jmp: None,
-        regs: SiteRegs::Guest,
-    };
-    b.t.body = b.e.here();
-    b.smc_check(&items, code, guest);
+    let mut b = Builder::start(ctx, host, counter, &items, code, guest);
     let placement = if instrumented {
         counter_position(&items)
     } else {

@@ -299,18 +299,8 @@ pub(super) fn translate_traced(
     let a = (n_access > 0 && rep.is_none()).then_some(a_reg);
     let id = ctx.alloc_block_id();
     let mut block_info = BlockInfo::new(guest, terminator);
-    let mut b = Builder {
-        e: Emitter::new(host),
-        t: Translation {
-            host,
-            ..Default::default()
-        },
-        ctx,
-        tail_jmp: None,
-        regs: SiteRegs::Guest,
-    };
-    b.t.body = b.e.here();
-    b.smc_check(&items, code, guest);
+    // Trace mode counts through the stream: no execution counter.
+    let mut b = Builder::start(ctx, host, 0, &items, code, guest);
     b.e.trace_enter(r, a, id, words);
     b.regs = SiteRegs::Borrowed(r, a);
     let check_at = match counter_position(&items) {
