@@ -534,6 +534,14 @@ impl Emitter {
         self.magic_syscall(nr);
     }
 
+    /// The bytes of [`Emitter::exit_stub`], which are the same wherever
+    /// they are placed.
+    pub fn exit_stub_code(nr: u32) -> Vec<u8> {
+        let mut e = Emitter::new(0);
+        e.exit_stub(nr);
+        e.bytes
+    }
+
     /// The shared miss stub: target in RCX (RAX/RCX already spilled).
     pub fn miss_stub(&mut self, nr: u32) {
         self.store_gs(Register::RCX, layout::S_TARGET);
@@ -635,6 +643,13 @@ impl Emitter {
 pub(crate) mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+
+    #[test]
+    fn an_exit_stub_is_the_same_bytes_anywhere() {
+        let mut far = Emitter::new(0x7f00_1234_5000);
+        far.exit_stub(layout::MAGIC_LINK);
+        assert_eq!(far.bytes, Emitter::exit_stub_code(layout::MAGIC_LINK));
+    }
 
     /// Intel-syntax lines of `bytes` at `base` (for tests here and in
     /// `translate`).

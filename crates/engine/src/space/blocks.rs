@@ -29,8 +29,13 @@ pub(super) struct Block {
 /// The block table (see the module doc).
 #[derive(Debug, Clone)]
 pub(super) struct Blocks {
-    /// Reachable translations by guest address.
-    live: HashMap<u64, Block>,
+    /// Reachable translations, in no order, with their guest addresses.
+    /// The map holds indices, not blocks: a python run translates 120,000
+    /// blocks, and growing a map of whole blocks moved each of them at
+    /// every doubling.
+    live: Vec<(u64, Block)>,
+    /// Index in `live` by guest address.
+    index: HashMap<u64, u32>,
     /// The keys of `live`, in order.
     starts: BTreeSet<u64>,
     /// Blocks whose code was unmapped: unreachable, still counted.
@@ -38,12 +43,12 @@ pub(super) struct Blocks {
 }
 
 impl Default for Blocks {
-    /// Room for the blocks of a small program from the start: a program
-    /// translates tens of thousands, and each doubling of the table moves
-    /// every block.
+    /// Room for the blocks of a mid-sized program from the start (each
+    /// doubling of the index rehashes every entry).
     fn default() -> Self {
         Blocks {
-            live: HashMap::with_capacity_and_hasher(1 << 14, Default::default()),
+            live: Vec::with_capacity(1 << 14),
+            index: HashMap::with_capacity_and_hasher(1 << 16, Default::default()),
             starts: BTreeSet::new(),
             retired: Vec::new(),
         }
@@ -53,12 +58,12 @@ impl Default for Blocks {
 impl Blocks {
     /// Whether `guest` has a reachable translation.
     pub fn contains(&self, guest: u64) -> bool {
-        self.live.contains_key(&guest)
+        self.index.contains_key(&guest)
     }
 
     /// The reachable translation of `guest`, if it has one.
     pub fn get(&self, guest: u64) -> Option<&Block> {
-        self.live.get(&guest)
+        self.index.get(&guest).map(|&i| &self.live[i as usize].1)
     }
 
     /// Host address of the translation of `guest`, if it has one.
@@ -68,8 +73,15 @@ impl Blocks {
 
     /// Records the translation of `guest`.
     pub fn insert(&mut self, guest: u64, block: Block) {
-        self.live.insert(guest, block);
-        self.starts.insert(guest);
+        match self.index.get(&guest) {
+            Some(&i) => self.live[i as usize].1 = block,
+            None => {
+                let i = u32::try_from(self.live.len()).expect("fewer than 2^32 blocks");
+                self.index.insert(guest, i);
+                self.live.push((guest, block));
+                self.starts.insert(guest);
+            }
+        }
     }
 
     /// The blocks with code in `[start, end)` (blocks are at most
@@ -78,15 +90,19 @@ impl Blocks {
         self.starts
             .range(start.saturating_sub(max_guest_bytes)..end)
             .copied()
-            .filter(|g| self.live[g].guest_end > start)
+            .filter(|g| self.get(*g).is_some_and(|b| b.guest_end > start))
             .collect()
     }
 
     /// Makes the translation of `guest` unreachable (its counts stay);
     /// returns its body.
     pub fn retire(&mut self, guest: u64) -> u64 {
-        let b = self.live.remove(&guest).expect("a live block");
+        let i = self.index.remove(&guest).expect("a live block") as usize;
         self.starts.remove(&guest);
+        let (_, b) = self.live.swap_remove(i);
+        if let Some(&(moved, _)) = self.live.get(i) {
+            self.index.insert(moved, i as u32);
+        }
         let body = b.body;
         self.retired.push(b);
         body
@@ -99,7 +115,7 @@ impl Blocks {
 
     /// The reachable blocks.
     pub fn live(&self) -> impl Iterator<Item = &Block> {
-        self.live.values()
+        self.live.iter().map(|(_, b)| b)
     }
 
     /// The retired blocks.
@@ -114,6 +130,43 @@ impl Blocks {
             .iter()
             .filter(|(_, b)| b.body <= host)
             .max_by_key(|(_, b)| b.body)
-            .map(|(&g, _)| g)
+            .map(|&(g, _)| g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(body: u64) -> Block {
+        Block {
+            body,
+            guest_end: body + 1,
+            module: 0,
+            counter: 0,
+            counted: Vec::new(),
+            reps: Vec::new(),
+            checked: None,
+        }
+    }
+
+    #[test]
+    fn retiring_a_block_keeps_the_others_reachable_by_address() {
+        let mut blocks = Blocks::default();
+        for g in 1..=4 {
+            blocks.insert(g * 0x10, block(g * 0x100));
+        }
+        assert_eq!(blocks.retire(0x10), 0x100);
+        assert_eq!(blocks.retire(0x30), 0x300);
+        assert!(!blocks.contains(0x10) && !blocks.contains(0x30));
+        assert_eq!(blocks.body(0x20), Some(0x200));
+        assert_eq!(blocks.body(0x40), Some(0x400));
+        assert_eq!(blocks.starts(), vec![0x20, 0x40]);
+        assert_eq!(blocks.live().count(), 2);
+        assert_eq!(blocks.retired().len(), 2);
+        // A new translation of a retired address is a new live block.
+        blocks.insert(0x10, block(0x500));
+        assert_eq!(blocks.body(0x10), Some(0x500));
+        assert_eq!(blocks.containing_host(0x450), Some(0x40));
     }
 }

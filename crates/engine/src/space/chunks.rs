@@ -15,6 +15,7 @@ use crate::emit::Emitter;
 use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
 use crate::EngineError;
 use rustc_hash::FxHashMap as HashMap;
+use std::sync::OnceLock;
 
 /// Aux bytes one block may need at most (literals, exit stubs).
 const AUX_PER_BLOCK: u64 = 8 << 10;
@@ -277,7 +278,14 @@ impl CodeCache {
         if let Some(&s) = self.stubs.get(&(ci, target)) {
             return s;
         }
-        let (at, stop) = self.put_aux(ci, mem, |e| e.exit_stub(layout::MAGIC_LINK));
+        // Position-independent (GS-relative stores, a syscall): encoded
+        // once, copied for each target (a third of the cost of making a
+        // stub was encoding it twice).
+        static CODE: OnceLock<Vec<u8>> = OnceLock::new();
+        let code = CODE.get_or_init(|| Emitter::exit_stub_code(layout::MAGIC_LINK));
+        let at = self.chunks[ci].aux(code.len() as u64);
+        mem.write(at, code);
+        let stop = at + code.len() as u64;
         self.stub_targets.insert(stop, target);
         self.stubs.insert((ci, target), at);
         at
