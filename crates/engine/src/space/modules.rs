@@ -38,13 +38,25 @@ pub(super) struct Modules {
     recorded: HashMap<(u64, u64, u64, String), usize>,
     /// How many of `records` have been handed out as new.
     announced: usize,
+    /// The record [`Modules::record`] returned last.
+    last_recorded: Option<usize>,
     /// Guest code pages already read, by address.
     pages: HashMap<u64, Vec<u8>>,
 }
 
 impl Modules {
+    /// Reads the memory map afresh, in address order (as `/proc/PID/maps`
+    /// lists it; test memories may not).
+    fn read_maps(&mut self, mem: &mut dyn ClientMemory) -> Result<(), EngineError> {
+        self.maps = mem.maps()?;
+        self.maps.sort_unstable_by_key(|m| m.start);
+        Ok(())
+    }
+
     fn find(&self, addr: u64) -> Option<&Mapping> {
-        self.maps.iter().find(|m| m.start <= addr && addr < m.end)
+        // In address order (see `read_maps`).
+        let i = self.maps.partition_point(|m| m.end <= addr);
+        self.maps.get(i).filter(|m| m.start <= addr)
     }
 
     /// The mapping that holds `addr`, which the client is about to run (an
@@ -59,7 +71,7 @@ impl Modules {
                 return Ok(m.clone());
             }
         }
-        self.maps = mem.maps()?;
+        self.read_maps(mem)?;
         match self.find(addr) {
             Some(m) if m.exec => Ok(m.clone()),
             Some(_) => Err(EngineError(format!(
@@ -87,6 +99,22 @@ impl Modules {
     /// The index in [`Modules::records`] of mapping `m`, recorded now if
     /// it is new.
     pub fn record(&mut self, m: &Mapping) -> usize {
+        // Consecutive translations are mostly from one module: no key to
+        // build and hash for them.
+        if let Some(&i) = self.last_recorded.as_ref() {
+            let r = &self.records[i];
+            if (r.start, r.end, r.file_offset) == (m.start, m.end, m.offset)
+                && r.path.as_os_str() == std::ffi::OsStr::new(&m.path)
+            {
+                return i;
+            }
+        }
+        let i = self.record_slow(m);
+        self.last_recorded = Some(i);
+        i
+    }
+
+    fn record_slow(&mut self, m: &Mapping) -> usize {
         let key = (m.start, m.end, m.offset, m.path.clone());
         if let Some(&i) = self.recorded.get(&key) {
             return i;
@@ -161,7 +189,7 @@ impl Modules {
     pub fn stack_floor(&mut self, mem: &mut dyn ClientMemory) -> Result<u64, EngineError> {
         let stack = |maps: &[Mapping]| maps.iter().find(|m| m.path == "[stack]").map(|m| m.end);
         if stack(&self.maps).is_none() {
-            self.maps = mem.maps()?;
+            self.read_maps(mem)?;
         }
         Ok(stack(&self.maps).map_or(u64::MAX, |end| end.saturating_sub(STACK_GAP)))
     }
@@ -173,6 +201,7 @@ impl Modules {
         self.maps.clear();
         self.drop_pages(start, end);
         self.recorded.retain(|k, _| k.1 <= start || k.0 >= end);
+        self.last_recorded = None;
     }
 }
 

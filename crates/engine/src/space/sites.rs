@@ -39,7 +39,9 @@ struct BlockSites {
     /// Trace mode's borrowed registers (64-bit GPR numbers, 0xff for
     /// none).
     borrowed: [u8; 2],
-    sites: Box<[Packed]>,
+    /// Where its sites are in [`HostSites::sites`].
+    first: u32,
+    count: u32,
 }
 
 /// The guest's view of a host address inside a translation.
@@ -58,6 +60,9 @@ pub struct GuestPoint {
 #[derive(Debug, Clone, Default)]
 pub(super) struct HostSites {
     by_host: BTreeMap<u64, BlockSites>,
+    /// The sites of all translations, each one's in a row (one vector
+    /// rather than an allocation per block; a replaced translation's stay).
+    sites: Vec<Packed>,
 }
 
 const NO_REG: u8 = 0xff;
@@ -83,30 +88,38 @@ impl HostSites {
         sites: &[GuestSite],
     ) {
         let mut borrowed = [NO_REG; 2];
-        let packed: Option<Vec<Packed>> = sites
-            .iter()
-            .map(|s| {
-                let regs = match s.regs {
-                    SiteRegs::Guest => GUEST,
-                    SiteRegs::RcxSpilled => RCX_SPILLED,
-                    SiteRegs::Borrowed(r, a) => {
-                        borrowed = [reg_number(r), a.map_or(NO_REG, reg_number)];
-                        BORROWED
-                    }
-                };
-                Some(Packed {
-                    host: u16::try_from(s.host.checked_sub(host)?).ok()?,
-                    guest: u16::try_from(s.guest.checked_sub(guest)?).ok()?,
-                    regs,
-                })
-            })
-            .collect();
-        // (Blocks are far smaller than 64 KiB either side; one that is not
-        // is left unmapped rather than mapped wrongly.)
-        let (Some(packed), Ok(host_len)) = (packed, u32::try_from(host_len)) else {
+        let first = self.sites.len();
+        for s in sites {
+            let regs = match s.regs {
+                SiteRegs::Guest => GUEST,
+                SiteRegs::RcxSpilled => RCX_SPILLED,
+                SiteRegs::Borrowed(r, a) => {
+                    borrowed = [reg_number(r), a.map_or(NO_REG, reg_number)];
+                    BORROWED
+                }
+            };
+            let offsets = s
+                .host
+                .checked_sub(host)
+                .and_then(|h| u16::try_from(h).ok())
+                .zip(
+                    s.guest
+                        .checked_sub(guest)
+                        .and_then(|g| u16::try_from(g).ok()),
+                );
+            // (Blocks are far smaller than 64 KiB either side; one that is
+            // not is left unmapped rather than mapped wrongly.)
+            let Some((host, guest)) = offsets else {
+                self.sites.truncate(first);
+                return;
+            };
+            self.sites.push(Packed { host, guest, regs });
+        }
+        let (Ok(first), Ok(host_len)) = (u32::try_from(first), u32::try_from(host_len)) else {
+            self.sites.truncate(first);
             return;
         };
-        if packed.is_empty() {
+        if sites.is_empty() {
             return;
         }
         self.by_host.insert(
@@ -116,7 +129,8 @@ impl HostSites {
                 guest_end,
                 host_len,
                 borrowed,
-                sites: packed.into_boxed_slice(),
+                first,
+                count: sites.len() as u32,
             },
         );
     }
@@ -129,14 +143,13 @@ impl HostSites {
         if off >= u64::from(b.host_len) {
             return None;
         }
-        let n = b
-            .sites
+        let sites = &self.sites[b.first as usize..][..b.count as usize];
+        let n = sites
             .partition_point(|s| u64::from(s.host) <= off)
             .checked_sub(1)?;
-        let s = b.sites[n];
+        let s = sites[n];
         let guest = b.guest + u64::from(s.guest);
-        let next = b
-            .sites
+        let next = sites
             .get(n + 1)
             .map_or(b.guest_end, |t| b.guest + u64::from(t.guest));
         let regs = match s.regs {
