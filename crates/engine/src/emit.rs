@@ -113,10 +113,14 @@ fn based(base: Register, disp: i32) -> MemoryOperand {
 impl Emitter {
     /// An empty buffer that will live at host address `base`.
     pub fn new(base: u64) -> Self {
+        let mut encoder = Encoder::new(64);
+        // Room for the longest instruction from the start: the buffer is
+        // reused for every instruction (see `encode`).
+        encoder.set_buffer(Vec::with_capacity(16));
         Emitter {
             base,
             bytes: Vec::with_capacity(512),
-            encoder: Encoder::new(64),
+            encoder,
             labels: Vec::new(),
             fixups: Vec::new(),
         }
@@ -165,11 +169,15 @@ impl Emitter {
         assert!(self.labels[l.0].is_none(), "label bound twice");
         let at = self.here();
         self.labels[l.0] = Some(at);
-        let (ready, waiting): (Vec<Fixup>, Vec<Fixup>) =
-            self.fixups.drain(..).partition(|f| f.label == l);
-        self.fixups = waiting;
-        for f in ready {
-            self.set_displacement(f.end, f.size, at);
+        // In place (no vectors made per label: blocks bind several).
+        let mut k = 0;
+        while k < self.fixups.len() {
+            if self.fixups[k].label == l {
+                let f = self.fixups.swap_remove(k);
+                self.set_displacement(f.end, f.size, at);
+            } else {
+                k += 1;
+            }
         }
     }
 

@@ -281,7 +281,7 @@ pub fn describe(i: &Instruction) -> String {
 /// ends after each instruction that writes memory (see `translate::smc`).
 fn decode_block(code: &[u8], guest: u64, checked: bool) -> Result<(Vec<Item>, Stop), TransError> {
     let mut stores = checked.then(smc::Stores::new);
-    let mut items = Vec::new();
+    let mut items = Vec::with_capacity(16);
     let mut dec = Decoder::with_ip(64, code, guest, DecoderOptions::NONE);
     loop {
         let pos = dec.position();
@@ -392,7 +392,7 @@ enum Placement {
 
 /// A 64-bit GPR that `i` overwrites as a whole without reading it, if any.
 fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<Register> {
-    let used = info.info(i).used_registers().to_vec();
+    let used = info.info(i).used_registers();
     let full = |r: Register| r.full_register();
     used.iter().find_map(|u| {
         let r = u.register();
