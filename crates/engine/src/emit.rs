@@ -78,6 +78,12 @@ pub struct Emitter {
     encoder: Encoder,
     labels: Vec<Option<u64>>,
     fixups: Vec<Fixup>,
+    /// Counter updates emitted as a load, an increment and a store: the
+    /// host range from the load to past the store of each. A signal that
+    /// interrupts one between the two is delivered as if at the load (see
+    /// `space::sites`), or a handler running the same block would lose its
+    /// counts to the store of the stale value.
+    pub counter_updates: Vec<(u64, u64)>,
 }
 
 /// The value of a rel32 field at host address `field` that makes its branch
@@ -123,6 +129,7 @@ impl Emitter {
             encoder,
             labels: Vec::new(),
             fixups: Vec::new(),
+            counter_updates: Vec::new(),
         }
     }
 
@@ -372,9 +379,11 @@ impl Emitter {
 
     /// Flag-free counter increment through register `r`, which is dead.
     pub fn add_counter_via(&mut self, r: Register, off: u32) {
+        let load = self.here();
         self.load_gs(r, off);
         self.inc_flag_free(r);
         self.store_gs(r, off);
+        self.counter_updates.push((load, self.here()));
     }
 
     /// Flag-preserving counter increment: through RAX, spilled to its slot.
@@ -588,12 +597,14 @@ impl Emitter {
     /// count, known before it runs) to the counter at `ctr`. Flag-free.
     pub fn count_rep(&mut self, ctr: u32) {
         self.store_gs(Register::RAX, layout::S_RAX);
+        let load = self.here();
         self.load_gs(Register::RAX, ctr);
         self.lea(
             Register::RAX,
             MemoryOperand::with_base_index_scale_displ_size(Register::RAX, Register::RCX, 1, 1, 1),
         );
         self.store_gs(Register::RAX, ctr);
+        self.counter_updates.push((load, self.here()));
         self.load_gs(Register::RAX, layout::S_RAX);
     }
 
@@ -632,9 +643,11 @@ impl Emitter {
         self.bind(extra);
         self.inc_flag_free(rax);
         self.bind(add);
+        let load = self.here();
         self.load_gs(rdx, ctr);
         self.lea(rdx, MemoryOperand::with_base_index(rdx, rax));
         self.store_gs(rdx, ctr);
+        self.counter_updates.push((load, self.here()));
         self.load_gs(rdx, layout::S_RDX);
         self.load_gs(rax, layout::S_RAX);
     }

@@ -173,6 +173,9 @@ pub struct Translation {
     pub sites: Vec<GuestSite>,
     /// Direct successors (for eager translation).
     pub successors: Vec<u64>,
+    /// Host ranges of the counter updates that take several instructions
+    /// (see [`Emitter::counter_updates`]).
+    pub counter_updates: Vec<(u64, u64)>,
     /// Trace mode: the block's metadata.
     pub meta: Option<BlockMeta>,
     /// Trace mode: where its buffer checks resume after a flush.
@@ -514,6 +517,7 @@ impl Builder<'_> {
         debug_assert!(self.e.is_complete());
         self.t.guest_end = end;
         self.t.code = std::mem::take(&mut self.e.bytes);
+        self.t.counter_updates = std::mem::take(&mut self.e.counter_updates);
     }
 
     fn exit_jmp(&mut self, guest_target: u64) {

@@ -230,6 +230,12 @@ impl Space {
         self.sites.lookup(host)
     }
 
+    /// The host address a thread interrupted at `host` inside a counter
+    /// update should resume at (see `HostSites::interrupted_counter_update`).
+    pub fn interrupted_counter_update(&self, host: u64) -> Option<u64> {
+        self.sites.interrupted_counter_update(host)
+    }
+
     /// Whether host address `host` is in the code cache (else it is the
     /// client's own code).
     pub fn in_code_cache(&self, host: u64) -> bool {
@@ -406,6 +412,8 @@ impl Space {
         self.sigills.extend(t.sigills.iter().copied());
         self.sites
             .insert(host, t.code.len() as u64, guest, t.guest_end, &t.sites);
+        self.sites
+            .insert_counter_updates(host, t.code.len() as u64, &t.counter_updates);
         if let Some(tr) = &mut self.tracing {
             for site in &t.flush_sites {
                 let n = site.id as usize;

@@ -63,6 +63,9 @@ pub(super) struct HostSites {
     /// The sites of all translations, each one's in a row (one vector
     /// rather than an allocation per block; a replaced translation's stay).
     sites: Vec<Packed>,
+    /// Multi-instruction counter updates: the end of each (past its store)
+    /// by the host address of its load.
+    counter_updates: BTreeMap<u64, u64>,
 }
 
 const NO_REG: u8 = 0xff;
@@ -135,6 +138,30 @@ impl HostSites {
         );
     }
 
+    /// Records the multi-instruction counter updates of a translation
+    /// occupying `[host, host + host_len)` (any earlier ones there go).
+    pub fn insert_counter_updates(&mut self, host: u64, host_len: u64, updates: &[(u64, u64)]) {
+        let stale: Vec<u64> = self
+            .counter_updates
+            .range(host..host + host_len)
+            .map(|(&load, _)| load)
+            .collect();
+        for load in stale {
+            self.counter_updates.remove(&load);
+        }
+        self.counter_updates.extend(updates.iter().copied());
+    }
+
+    /// Where a thread interrupted at `host` should resume instead: the
+    /// load of a counter update it stopped inside, after the load and
+    /// before the store completed. Delivering a signal there lets the
+    /// update run again, whole, after the handler (whose runs of the same
+    /// block would otherwise be lost to the store of the stale value).
+    pub fn interrupted_counter_update(&self, host: u64) -> Option<u64> {
+        let (&load, &end) = self.counter_updates.range(..host).next_back()?;
+        (host < end).then_some(load)
+    }
+
     /// The guest instruction whose host code contains `host`, if `host` is
     /// in the code of a guest instruction of some translation.
     pub fn lookup(&self, host: u64) -> Option<GuestPoint> {
@@ -205,6 +232,26 @@ mod tests {
         assert_eq!((p.guest, p.regs), (0x2000, SiteRegs::Guest));
         assert_eq!(m.lookup(0x5050), None, "past the last translation");
         assert_eq!(m.lookup(0x4fff), None);
+    }
+
+    #[test]
+    fn a_thread_inside_a_counter_update_resumes_at_its_load() {
+        let mut m = HostSites::default();
+        m.insert_counter_updates(0x5000, 0x40, &[(0x5008, 0x5018), (0x5020, 0x5030)]);
+        assert_eq!(
+            m.interrupted_counter_update(0x5008),
+            None,
+            "load not run yet"
+        );
+        assert_eq!(m.interrupted_counter_update(0x500f), Some(0x5008));
+        assert_eq!(m.interrupted_counter_update(0x5017), Some(0x5008));
+        assert_eq!(m.interrupted_counter_update(0x5018), None, "store done");
+        assert_eq!(m.interrupted_counter_update(0x5025), Some(0x5020));
+        assert_eq!(m.interrupted_counter_update(0x4fff), None);
+        // A new translation at the same place replaces the old updates.
+        m.insert_counter_updates(0x5000, 0x40, &[(0x5010, 0x5014)]);
+        assert_eq!(m.interrupted_counter_update(0x5025), None);
+        assert_eq!(m.interrupted_counter_update(0x5012), Some(0x5010));
     }
 
     #[test]

@@ -85,6 +85,9 @@ impl Tracer<'_> {
         if has_handler(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
+            if !is_synchronous(sig) {
+                self.rewind_counter_update(tid)?;
+            }
             self.save_spills(tid)?;
             self.mark_trace(tid, MARK_SIGNAL)?;
             if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
@@ -93,6 +96,20 @@ impl Tracer<'_> {
         }
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig)?;
+        Ok(())
+    }
+
+    /// An asynchronous signal is about to be delivered to `tid`: if it
+    /// stopped inside a counter update (loaded, not yet stored), the
+    /// update is rewound to its load, so that it runs whole after the
+    /// handler and keeps the counts the handler adds meanwhile.
+    fn rewind_counter_update(&mut self, tid: i32) -> Result<(), EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let mut regs = get_regs(tid)?;
+        if let Some(load) = space.borrow().interrupted_counter_update(regs.rip) {
+            regs.rip = load;
+            set_regs(tid, &regs)?;
+        }
         Ok(())
     }
 
