@@ -30,6 +30,7 @@ use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
 use crate::translate::SiteRegs;
 use crate::EngineError;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Offset in the thread area of scratch memory for a rewritten sigaction.
@@ -82,7 +83,7 @@ impl Tracer<'_> {
         if is_synchronous(sig) {
             self.place_fault(tid, sig)?;
         }
-        if has_handler(tid, sig) {
+        if self.handler_runs(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
             if !is_synchronous(sig) {
@@ -97,6 +98,30 @@ impl Tracer<'_> {
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig)?;
         Ok(())
+    }
+
+    /// Whether the delivery of `sig` to `tid` runs a handler the client
+    /// installed, from the tool's record of its `rt_sigaction` calls (read
+    /// from `/proc` per signal, this was most of a signal's cost). A
+    /// one-shot handler (`SA_RESETHAND`) is reset by this delivery.
+    fn handler_runs(&mut self, tid: i32, sig: i32) -> bool {
+        let Some(proc) = self
+            .tasks
+            .get(&tid)
+            .and_then(|t| self.procs.get_mut(&t.tgid))
+        else {
+            return has_handler(tid, sig);
+        };
+        let runs = match proc.handlers.get(&sig) {
+            Some(h) if h.once => {
+                proc.handlers.remove(&sig);
+                true
+            }
+            Some(_) => true,
+            None => false,
+        };
+        debug_assert_eq!(runs, has_handler(tid, sig), "handler of signal {sig}");
+        runs
     }
 
     /// An asynchronous signal is about to be delivered to `tid`: if it
@@ -285,7 +310,7 @@ impl Tracer<'_> {
             .syscall_site(regs.rip)
             .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
         let (sig, act, oldact) = (regs.rdi as i32, regs.rsi, regs.rdx);
-        let mut change: Option<Option<u64>> = None;
+        let mut change: Option<Option<Handler>> = None;
         let mut r = regs;
         if act != 0 {
             let mut sp = space.borrow_mut();
@@ -299,7 +324,11 @@ impl Tracer<'_> {
                     let scratch = regs.gs_base + SIGACTION_SCRATCH;
                     sp.mem().write(scratch, &bytes);
                     r.rsi = scratch;
-                    change = Some(Some(handler));
+                    let flags = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+                    change = Some(Some(Handler {
+                        addr: handler,
+                        once: flags & u64::from(libc::SA_RESETHAND as u32) != 0,
+                    }));
                 } else {
                     change = Some(None);
                 }
@@ -323,9 +352,10 @@ impl Tracer<'_> {
                 // it stands (SA_RESETHAND reset it at a delivery).
                 let real = space.borrow_mut().mem().read_u64(oldact)?;
                 match proc.handlers.get(&sig) {
-                    Some(&h) if real > 1 => {
-                        space.borrow_mut().mem().write(oldact, &h.to_le_bytes())
-                    }
+                    Some(h) if real > 1 => space
+                        .borrow_mut()
+                        .mem()
+                        .write(oldact, &h.addr.to_le_bytes()),
                     Some(_) => {
                         proc.handlers.remove(&sig);
                     }
@@ -415,6 +445,16 @@ impl std::fmt::Debug for SignalForwarding {
 /// milliseconds; past this, they are taken for separate signals.
 const PAIRING_WINDOW: Duration = Duration::from_secs(1);
 
+/// A handler the client installed for a signal.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Handler {
+    /// The client's handler (the kernel has a trampoline into its
+    /// translation instead).
+    pub(super) addr: u64,
+    /// `SA_RESETHAND`: the kernel resets it to the default at delivery.
+    pub(super) once: bool,
+}
+
 /// A signal the tool received and forwarded.
 #[derive(Debug)]
 struct Forward {
@@ -432,8 +472,10 @@ struct Forward {
 #[derive(Debug, Default)]
 pub(super) struct Forwarded {
     forwards: Vec<Forward>,
-    /// Recent direct deliveries not yet paired with a forward.
-    direct: Vec<(sys::SigInfo, Instant)>,
+    /// Recent direct deliveries not yet paired with a forward, oldest
+    /// first (a client may take thousands of signals a second: expiry
+    /// pops from the front, a search happens only for a forward).
+    direct: VecDeque<(sys::SigInfo, Instant)>,
 }
 
 /// Same signal, same kind of origin, same sender.
@@ -460,8 +502,13 @@ impl Forwarded {
         }
         self.forwards
             .retain(|f| now.duration_since(f.at) < PAIRING_WINDOW);
-        self.direct
-            .retain(|(_, at)| now.duration_since(*at) < PAIRING_WINDOW);
+        while self
+            .direct
+            .front()
+            .is_some_and(|(_, at)| now.duration_since(*at) >= PAIRING_WINDOW)
+        {
+            self.direct.pop_front();
+        }
         let Ok(info) = sys::get_siginfo(tid) else {
             return sig;
         };
@@ -495,7 +542,7 @@ impl Forwarded {
             .iter()
             .position(|f| !f.paired && same_origin(&f.info, &info))
         else {
-            self.direct.push((info, now));
+            self.direct.push_back((info, now));
             return sig;
         };
         if self.forwards[i].delivered {

@@ -6,6 +6,7 @@
 //! thread of a process exits, the process's counts go to the sink.
 
 use super::inject::Injection;
+use super::signals::Handler;
 use super::{get_regs, os_err, set_regs, syscalls, Tracer};
 use crate::client_mem::ProcMemory;
 use crate::layout;
@@ -42,7 +43,7 @@ pub(super) struct Proc {
     pub(super) shares_parent: bool,
     /// Signals whose handler the client installed: the kernel has a
     /// code-cache trampoline instead; this is the client's own value.
-    pub(super) handlers: HashMap<i32, u64>,
+    pub(super) handlers: HashMap<i32, Handler>,
 }
 
 impl Tracer<'_> {
@@ -53,7 +54,7 @@ impl Tracer<'_> {
         pid: i32,
         space: Rc<RefCell<Space>>,
         shares_parent: bool,
-        handlers: HashMap<i32, u64>,
+        handlers: HashMap<i32, Handler>,
         area: u64,
     ) {
         self.procs.insert(
