@@ -551,6 +551,62 @@ impl Emitter {
         self.magic_syscall(nr);
     }
 
+    /// The injection gadget: the injected `syscall` (set up in the
+    /// registers), then its result into RDI and the `MAGIC_INJECT` exit.
+    pub fn injection_gadget() -> Vec<u8> {
+        let mut e = Emitter::new(0);
+        e.syscall();
+        e.mov(Register::RDI, Register::RAX);
+        e.magic_syscall(layout::MAGIC_INJECT);
+        e.bytes
+    }
+
+    /// The patch gadget (RDI = list of {address, value, size} entries of
+    /// 24 bytes, RSI = their number): applies each entry with one aligned
+    /// 4- or 8-byte store, so a thread running the patched code sees
+    /// either the old or the new value, never a torn one; then makes the
+    /// `MAGIC_INJECT` exit. (Writes through /proc or process_vm_writev copy
+    /// bytewise and can tear.) Position-independent.
+    pub fn patch_gadget() -> Vec<u8> {
+        let (rax, rcx, rdx, rsi, rdi) = (
+            Register::RAX,
+            Register::RCX,
+            Register::RDX,
+            Register::RSI,
+            Register::RDI,
+        );
+        let mut e = Emitter::new(0);
+        let (entry, store4, next) = (e.new_label(), e.new_label(), e.new_label());
+        e.bind(entry);
+        e.load(rax, based(rdi, 0));
+        e.load(rdx, based(rdi, 8));
+        e.insn(Instruction::with2(
+            Code::Mov_r32_rm32,
+            rcx.full_register32(),
+            based(rdi, 16),
+        ));
+        e.insn(Instruction::with2(
+            Code::Cmp_rm32_imm8,
+            rcx.full_register32(),
+            4,
+        ));
+        e.jcc_short(4, store4); // je
+        e.insn(Instruction::with2(Code::Mov_rm64_r64, based(rax, 0), rdx));
+        e.jmp_short(next);
+        e.bind(store4);
+        e.insn(Instruction::with2(
+            Code::Mov_rm32_r32,
+            based(rax, 0),
+            rdx.full_register32(),
+        ));
+        e.bind(next);
+        e.insn(Instruction::with2(Code::Add_rm64_imm8, rdi, 24));
+        e.insn(Instruction::with1(Code::Dec_rm64, rsi));
+        e.jcc_short(5, entry); // jne
+        e.magic_syscall(layout::MAGIC_INJECT);
+        e.bytes
+    }
+
     /// The bytes of [`Emitter::exit_stub`], which are the same wherever
     /// they are placed.
     pub fn exit_stub_code(nr: u32) -> Vec<u8> {
@@ -664,6 +720,39 @@ impl Emitter {
 pub(crate) mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+
+    #[test]
+    fn the_patch_gadget_stores_each_entry_by_its_size_and_loops() {
+        let code = Emitter::patch_gadget();
+        let insns: Vec<_> = Decoder::with_ip(64, &code, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        let find = |m: iced_x86::Mnemonic| insns.iter().find(|i| i.mnemonic() == m).unwrap();
+        assert_eq!(find(iced_x86::Mnemonic::Jne).near_branch_target(), 0x1000);
+        let store4 = find(iced_x86::Mnemonic::Je).near_branch_target();
+        let at = |ip: u64| insns.iter().find(|i| i.ip() == ip).unwrap();
+        assert_eq!(at(store4).code(), Code::Mov_rm32_r32);
+        let next = find(iced_x86::Mnemonic::Jmp).near_branch_target();
+        assert_eq!(at(next).code(), Code::Add_rm64_imm8);
+        assert_magic_exit(&insns[insns.len() - 2..]);
+    }
+
+    /// `mov eax, MAGIC_INJECT; syscall`.
+    fn assert_magic_exit(insns: &[iced_x86::Instruction]) {
+        assert_eq!(insns[0].code(), Code::Mov_r32_imm32);
+        assert_eq!(insns[0].immediate32(), layout::MAGIC_INJECT);
+        assert_eq!(insns[1].code(), Code::Syscall);
+    }
+
+    #[test]
+    fn the_injection_gadget_starts_with_the_injected_syscall() {
+        let code = Emitter::injection_gadget();
+        assert_eq!(disasm_at(&code[..5], 0), vec!["syscall", "mov rdi,rax"]);
+        let insns: Vec<_> = Decoder::with_ip(64, &code[5..], 0, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        assert_magic_exit(&insns);
+    }
 
     #[test]
     fn an_exit_stub_is_the_same_bytes_anywhere() {

@@ -10,6 +10,7 @@ use super::inject::Injection;
 use super::launch::is_x86_64_elf;
 use super::{cont_syscall, get_regs, set_regs, syscalls, wait_for, Tracer};
 use crate::client_mem::{ClientMemory, ProcMemory};
+use crate::emit::Emitter;
 use crate::layout::{self, CORE_CANDIDATES, CORE_SIZE};
 use crate::space::{Space, Tracing};
 use crate::sys::{self, WaitStatus};
@@ -71,7 +72,7 @@ impl Tracer<'_> {
         let regs = get_regs(pid)?;
         let mut mem = ProcMemory::open(pid)?;
         // The entry point is the gadget until the core region has one.
-        let gadget = layout::gadget_bytes();
+        let gadget = Emitter::injection_gadget();
         let saved = mem.read(regs.rip, gadget.len())?;
         mem.write(regs.rip, &gadget);
         mem.flush()?;
@@ -97,7 +98,7 @@ impl Tracer<'_> {
             EngineError("cannot map the engine's core region below 2 GiB in the client".into())
         })?;
         mem.write(core + layout::GADGET, &gadget);
-        mem.write(core + layout::PATCH_GADGET, &layout::patch_gadget_bytes());
+        mem.write(core + layout::PATCH_GADGET, &Emitter::patch_gadget());
         mem.write(core + layout::SYSTAB, &interest_table());
         let mut space = Space::new(Box::new(mem), core);
         space.count_lookups = self.cfg.stats;

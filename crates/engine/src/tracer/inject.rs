@@ -20,7 +20,7 @@ use crate::EngineError;
 /// Injections into one stopped thread.
 pub(super) struct Injection {
     tid: i32,
-    /// Address of the injection gadget (`layout::gadget_bytes`).
+    /// Address of the injection gadget (`Emitter::injection_gadget`).
     pub(super) gadget: u64,
     /// The thread's registers to run the gadget with (RIP and the
     /// syscall's registers replaced).
@@ -67,7 +67,7 @@ impl Injection {
 
     /// Applies `patches` (address, value, size) with atomic stores made by
     /// the thread itself, through the patch gadget (see
-    /// `layout::patch_gadget_bytes`).
+    /// `Emitter::patch_gadget`).
     pub(super) fn apply_live_patches(
         &mut self,
         space: &mut Space,
