@@ -10,7 +10,7 @@
 
 mod run_support;
 
-use run_support::{compile, native, require, under_cachescope, End, TempDir};
+use run_support::{compile, native, require, under_cachescope, CgOut, End, TempDir};
 
 #[test]
 fn synchronous_signals_see_the_native_context() {
@@ -57,4 +57,34 @@ fn synchronous_signals_see_the_native_context() {
             assert_eq!(ours.end, nat.end, "{mode} {sim:?}: {}", ours.stderr_text());
         }
     }
+}
+
+/// `fixtures/engine/repfault.c`: `rep movsb` and `repe cmpsb` that fault
+/// part-way and are left with `siglongjmp` count the iterations begun, as
+/// Cachegrind does (the whole RCX before), and nothing after them in their
+/// block; per function of the fixture, Ir equals Valgrind's.
+#[test]
+fn rep_instructions_left_by_siglongjmp_count_the_iterations_begun() {
+    require("gcc");
+    require("valgrind");
+    let dir = TempDir::new("repfault");
+    let exe = dir.join("repfault");
+    compile("gcc", &["-O1", "-g"], "repfault.c", &exe);
+    let nat = native(dir.path(), exe.as_os_str(), &[], None);
+    assert_eq!(nat.end, End::Code(0));
+    let ours = dir.join("cs.out");
+    let opt = format!("--cachegrind-out-file={}", ours.display());
+    let cs = under_cachescope(dir.path(), &["-q", &opt], exe.as_os_str(), &[], None);
+    assert_eq!((cs.end, &cs.stdout), (nat.end, &nat.stdout));
+    let theirs = dir.join("vg.out");
+    let vg = std::process::Command::new("valgrind")
+        .args(["--tool=cachegrind", "--cache-sim=no", "-q"])
+        .arg(format!("--cachegrind-out-file={}", theirs.display()))
+        .arg(&exe)
+        .output()
+        .expect("run valgrind");
+    assert_eq!(vg.stdout, nat.stdout);
+    let want = CgOut::read(&theirs).functions_in("repfault.c");
+    assert_eq!(want["copy_into_guard"], 3 * 1002, "{want:?}");
+    assert_eq!(CgOut::read(&ours).functions_in("repfault.c"), want);
 }

@@ -84,6 +84,8 @@ pub struct Emitter {
     /// `space::sites`), or a handler running the same block would lose its
     /// counts to the store of the stale value.
     pub counter_updates: Vec<(u64, u64)>,
+    /// The host address just past the block counter's update, once made.
+    pub counter_end: Option<u64>,
 }
 
 /// The value of a rel32 field at host address `field` that makes its branch
@@ -130,6 +132,7 @@ impl Emitter {
             labels: Vec::new(),
             fixups: Vec::new(),
             counter_updates: Vec::new(),
+            counter_end: None,
         }
     }
 
@@ -375,6 +378,7 @@ impl Emitter {
     /// `add qword gs:[off], 1`: a per-thread counter (clobbers flags).
     pub fn add_counter(&mut self, off: u32) {
         self.insn(Instruction::with2(Code::Add_rm64_imm8, gs(off), 1i32));
+        self.counter_end = Some(self.here());
     }
 
     /// Flag-free counter increment through register `r`, which is dead.
@@ -384,6 +388,7 @@ impl Emitter {
         self.inc_flag_free(r);
         self.store_gs(r, off);
         self.counter_updates.push((load, self.here()));
+        self.counter_end = Some(self.here());
     }
 
     /// Flag-preserving counter increment: through RAX, spilled to its slot.

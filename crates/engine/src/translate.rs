@@ -176,6 +176,9 @@ pub struct Translation {
     /// Host ranges of the counter updates that take several instructions
     /// (see [`Emitter::counter_updates`]).
     pub counter_updates: Vec<(u64, u64)>,
+    /// The host address just past the block counter's update (none when
+    /// the block has no counter).
+    pub counter_end: Option<u64>,
     /// Trace mode: the block's metadata.
     pub meta: Option<BlockMeta>,
     /// Trace mode: where its buffer checks resume after a flush.
@@ -374,6 +377,14 @@ fn is_cond_rep(i: &Instruction) -> bool {
     )
 }
 
+/// Whether the instruction at the start of `code` (at guest `ip`) is a
+/// `repe`/`repne` string instruction (counted after it runs), rather than
+/// a plain `rep` one (counted before).
+pub fn is_cond_rep_at(code: &[u8], ip: u64) -> bool {
+    let i = Decoder::with_ip(64, code, ip, DecoderOptions::NONE).decode();
+    is_rep(&i) && is_cond_rep(&i)
+}
+
 fn is_rep(i: &Instruction) -> bool {
     i.is_string_instruction() && (i.has_rep_prefix() || i.has_repne_prefix())
 }
@@ -518,6 +529,7 @@ impl Builder<'_> {
         self.t.guest_end = end;
         self.t.code = std::mem::take(&mut self.e.bytes);
         self.t.counter_updates = std::mem::take(&mut self.e.counter_updates);
+        self.t.counter_end = self.e.counter_end.take();
     }
 
     fn exit_jmp(&mut self, guest_target: u64) {

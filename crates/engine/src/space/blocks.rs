@@ -19,6 +19,12 @@ pub(super) struct Block {
     pub counter: u32,
     /// Guest addresses counted once per execution of the block.
     pub counted: Vec<u64>,
+    /// The host address just past the counter's update (0: no counter).
+    pub counter_end: u64,
+    /// Corrections to the count of each of `counted` (empty until a
+    /// fault leaves an execution of the block part-way: see
+    /// `Space::fault_in_block`).
+    pub deltas: Vec<i64>,
     /// Rep string instructions: (guest address, their own counter).
     pub reps: Vec<(u64, u32)>,
     /// For a block with a self-modifying-code check: the guest bytes it
@@ -64,6 +70,12 @@ impl Blocks {
     /// The reachable translation of `guest`, if it has one.
     pub fn get(&self, guest: u64) -> Option<&Block> {
         self.index.get(&guest).map(|&i| &self.live[i as usize].1)
+    }
+
+    /// The reachable translation of `guest`, to change.
+    pub fn get_mut(&mut self, guest: u64) -> Option<&mut Block> {
+        let i = *self.index.get(&guest)?;
+        Some(&mut self.live[i as usize].1)
     }
 
     /// Host address of the translation of `guest`, if it has one.
@@ -145,6 +157,8 @@ mod tests {
             module: 0,
             counter: 0,
             counted: Vec::new(),
+            counter_end: 0,
+            deltas: Vec::new(),
             reps: Vec::new(),
             checked: None,
         }

@@ -46,7 +46,11 @@ impl Space {
         });
         let add = |map: &mut InstrCounts, b: &Block| {
             let n = counts.get(b.counter);
-            if n != 0 {
+            if !b.deltas.is_empty() {
+                for (&a, &d) in b.counted.iter().zip(&b.deltas) {
+                    *map.entry(a).or_default() += n.wrapping_add_signed(d);
+                }
+            } else if n != 0 {
                 for &a in &b.counted {
                     *map.entry(a).or_default() += n;
                 }

@@ -38,7 +38,7 @@ pub(crate) use trace::{Tracing, MARK_SIGNAL, MARK_SIGRETURN};
 
 use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
-use crate::layout::MAX_BLOCK_BYTES;
+use crate::layout::{self, MAX_BLOCK_BYTES};
 use crate::translate::{self, SyscallSite, TransCtx};
 use crate::{EngineError, EngineStats, ModuleRecord, SmcCheck};
 use areas::Areas;
@@ -228,6 +228,76 @@ impl Space {
     /// code between instructions).
     pub fn guest_point(&self, host: u64) -> Option<GuestPoint> {
         self.sites.lookup(host)
+    }
+
+    /// A synchronous signal stopped a thread of area `area` at host `host`
+    /// with `rcx` its guest RCX: if the guest instruction there is a rep
+    /// string instruction with its own counter, the counter is made what
+    /// Cachegrind counts for the iterations begun so far (the faulting one
+    /// included), whatever the handler does next (leave with `siglongjmp`,
+    /// or return, and the instruction goes on as a new execution). A
+    /// plain `rep` added RCX + 1 before it ran: RCX (the iterations left)
+    /// comes off. A `repe`/`repne` adds its count after it runs: the
+    /// iterations begun, RCX before minus RCX now plus one, go on. And the
+    /// block's instructions after it are not counted for this execution
+    /// (VEX ends a superblock at a rep instruction: Cachegrind counts what
+    /// follows only when it runs; see [`Space::fault_in_block`]).
+    pub fn rep_faulted(&mut self, host: u64, rcx: u64, area: u64) -> Result<(), EngineError> {
+        let Some(p) = self.sites.lookup(host) else {
+            return Ok(());
+        };
+        let Some(&(_, ctr)) = self
+            .blocks
+            .get(p.block)
+            .and_then(|b| b.reps.iter().find(|&&(at, _)| at == p.guest))
+        else {
+            return Ok(());
+        };
+        let code = self.mem.read(p.guest, (p.next - p.guest) as usize)?;
+        let slot = area + u64::from(ctr);
+        let count = self.mem.read_u64(slot)?;
+        let count = if translate::is_cond_rep_at(&code, p.guest) {
+            let before = self.mem.read_u64(area + u64::from(layout::S_RCX0))?;
+            count.wrapping_add(before.wrapping_sub(rcx).wrapping_add(1))
+        } else {
+            count.wrapping_sub(rcx)
+        };
+        self.mem.write(slot, &count.to_le_bytes());
+        self.fault_in_block(host, p.guest);
+        Ok(())
+    }
+
+    /// A fault stopped a thread at host `host`, in the code of guest
+    /// instruction `guest`: this execution of the block counts its
+    /// instructions up to and including that one, once. The block counter
+    /// counts all of them at once; whatever the handler does next (leave
+    /// with `siglongjmp`, or return, and the code goes on from there as a
+    /// new block), the instructions after it would be counted once too
+    /// many if the counter had run, and the ones up to it never if it had
+    /// not. (Only for rep instructions, where this is Cachegrind's count;
+    /// elsewhere VEX's batching of Ir events within a superblock decides
+    /// what Cachegrind counts before a fault, docs/conformance.md.)
+    fn fault_in_block(&mut self, host: u64, guest: u64) {
+        let Some(p) = self.sites.lookup(host) else {
+            return;
+        };
+        let Some(b) = self.blocks.get_mut(p.block) else {
+            return;
+        };
+        if b.counter == 0 || b.counter_end == 0 {
+            return;
+        }
+        let counted_already = host >= b.counter_end;
+        if b.deltas.is_empty() {
+            b.deltas = vec![0; b.counted.len()];
+        }
+        for (&a, d) in b.counted.iter().zip(&mut b.deltas) {
+            match (counted_already, a > guest) {
+                (true, true) => *d -= 1,
+                (false, false) => *d += 1,
+                _ => {}
+            }
+        }
     }
 
     /// The host address a thread interrupted at `host` inside a counter
@@ -447,6 +517,8 @@ impl Space {
                 module,
                 counter: t.counter,
                 counted: t.counted,
+                counter_end: t.counter_end.unwrap_or(0),
+                deltas: Vec::new(),
                 reps: t.reps,
                 checked: smc_stub.map(|_| code[..(t.guest_end - guest) as usize].into()),
             },

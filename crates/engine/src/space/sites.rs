@@ -47,6 +47,8 @@ struct BlockSites {
 /// The guest's view of a host address inside a translation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuestPoint {
+    /// The guest address of the block whose translation this is.
+    pub block: u64,
     /// The guest instruction the host code stands for.
     pub guest: u64,
     /// The guest address after it.
@@ -184,7 +186,12 @@ impl HostSites {
             RCX_SPILLED => SiteRegs::RcxSpilled,
             _ => SiteRegs::Borrowed(reg_of(b.borrowed[0])?, reg_of(b.borrowed[1])),
         };
-        Some(GuestPoint { guest, next, regs })
+        Some(GuestPoint {
+            block: b.guest,
+            guest,
+            next,
+            regs,
+        })
     }
 }
 

@@ -156,15 +156,17 @@ impl Tracer<'_> {
             return Ok(false);
         }
         let host = regs.rip;
-        let (guest, regs_at) = if let Some(g) = space.borrow().sigill_site(host) {
-            (g, SiteRegs::Guest)
+        // `guest`: where the client's context says it stopped; the
+        // instruction that raised the signal is in host code at `probe`.
+        let (guest, regs_at, probe) = if let Some(g) = space.borrow().sigill_site(host) {
+            (g, SiteRegs::Guest, host)
         } else {
             let trap = sig == libc::SIGTRAP && info.code() == SI_KERNEL;
             let probe = if trap { host.wrapping_sub(1) } else { host };
             let Some(p) = space.borrow().guest_point(probe) else {
                 return Ok(false);
             };
-            (if trap { p.next } else { p.guest }, p.regs)
+            (if trap { p.next } else { p.guest }, p.regs, probe)
         };
         let area = regs.gs_base;
         let slot = |space: &std::cell::RefCell<crate::space::Space>, off: u32| {
@@ -180,6 +182,7 @@ impl Tracer<'_> {
                 }
             }
         }
+        space.borrow_mut().rep_faulted(probe, regs.rcx, area)?;
         if info.addr() == host {
             info.set_addr(guest);
             let _ = sys::set_siginfo(tid, &info);
