@@ -89,19 +89,16 @@ impl Tracer<'_> {
             .sum()
     }
 
-    /// A signal stop of a task the tracer does not know yet.
-    pub(super) fn on_unknown_task_stop(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
-        if sig == libc::SIGSTOP {
-            // A new task's first stop.
-            if let Some((parent, birth)) = self.announced.remove(&tid) {
-                self.start_task(tid, parent, birth)?;
-                self.resume(parent, 0)?;
-                return Ok(());
-            }
-            self.early.insert(tid);
+    /// The first stop of a new task (before its creator's event arrived,
+    /// or after).
+    pub(super) fn on_new_task_stop(&mut self, tid: i32) -> Result<(), EngineError> {
+        if let Some((parent, birth)) = self.announced.remove(&tid) {
+            self.start_task(tid, parent, birth)?;
+            self.resume(parent, 0)?;
             return Ok(());
         }
-        self.resume(tid, sig)
+        self.early.insert(tid);
+        Ok(())
     }
 
     pub(super) fn on_clone_event(&mut self, tid: i32, birth: Birth) -> Result<(), EngineError> {
