@@ -55,8 +55,7 @@ pub(super) fn launch(cfg: &LaunchConfig) -> Result<i32, EngineError> {
         ));
     }
     let client = sys::getpid();
-    let (ours, theirs) =
-        UnixStream::pair().map_err(|e| os_err("cannot start the tracer", e))?;
+    let (ours, theirs) = UnixStream::pair().map_err(|e| os_err("cannot start the tracer", e))?;
     match sys::fork_detached().map_err(|e| os_err("cannot start the tracer", e))? {
         Forked::Original => {
             drop(theirs);
@@ -121,7 +120,10 @@ fn become_tracer(mut link: UnixStream, client: i32) -> i32 {
         sys::exit_now(0);
     }
     let seized = sys::seize(client, OPTIONS);
-    let errno = seized.as_ref().err().map_or(0, |e| e.raw_os_error().unwrap_or(libc::EPERM));
+    let errno = seized
+        .as_ref()
+        .err()
+        .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EPERM));
     if link.write_all(&errno.to_ne_bytes()).is_err() || errno != 0 {
         sys::exit_now(0);
     }
