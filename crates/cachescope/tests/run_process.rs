@@ -4,7 +4,8 @@
 //! parent is the caller (a readiness signal to `getppid()` reaches it), its
 //! children's parent is the program, and a caller that waits for it finds
 //! its profile and summary complete the moment the wait returns, while a
-//! daemon it leaves behind does not hold that wait.
+//! daemon it leaves behind does not hold that wait. A vfork child is a
+//! process of its own, with its own profile, as under Valgrind.
 
 mod run_support;
 
@@ -263,4 +264,59 @@ fn job_control_stops_and_continues_the_program() {
     assert_eq!(r.end, End::Signal(15));
     let o = CgOut::read(&dir.join("cg.out"));
     assert!(o.functions_in("lifecycle.c")["spin"] > 100_000);
+}
+
+/// The profiles named `prefix.PID` in `dir`: the fixture's functions of
+/// each, keyed by whether the process ran `child_work`.
+fn vfork_profiles(dir: &TempDir, prefix: &str) -> Vec<std::collections::BTreeMap<String, u64>> {
+    let mut found: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.strip_prefix(prefix)
+                .and_then(|p| p.strip_prefix('.'))
+                .is_some_and(|p| p.parse::<u32>().is_ok())
+        })
+        .map(|n| CgOut::read(&dir.join(&n)).functions_in("vfork.c"))
+        .collect();
+    found.sort_by_key(|f| f.contains_key("child_work"));
+    found
+}
+
+#[test]
+fn a_vfork_child_has_its_own_counts_and_profile_as_under_valgrind() {
+    require("valgrind");
+    let dir = TempDir::new("vfork");
+    let exe = build(&dir, "vfork");
+    let nat = native(&dir.0, exe.as_os_str(), &[], None);
+    let r = under_cachescope(
+        &dir.0,
+        &["-q", "--cachegrind-out-file=cs.%p"],
+        exe.as_os_str(),
+        &[],
+        None,
+    );
+    assert_eq!(r.stdout, nat.stdout, "{}", r.stderr_text());
+    assert_eq!(r.end, nat.end);
+    let vg = under_valgrind(
+        &dir.0,
+        &["--cachegrind-out-file=vg.%p"],
+        exe.as_os_str(),
+        &[],
+        None,
+    );
+    assert_eq!(vg.stdout, nat.stdout);
+    let (ours, theirs) = (vfork_profiles(&dir, "cs"), vfork_profiles(&dir, "vg"));
+    assert_eq!(theirs.len(), 2, "Valgrind writes one profile per process");
+    assert_eq!(ours.len(), 2, "{}", r.stderr_text());
+    // The parent's profile has none of the child's work, the child's has
+    // it; per function of the fixture, the counts are Valgrind's.
+    assert!(!ours[0].contains_key("child_work"), "{:?}", ours[0]);
+    assert!(ours[1]["child_work"] > 300_000, "{:?}", ours[1]);
+    assert_eq!(ours, theirs);
+    // posix_spawn's clone(CLONE_VM | CLONE_VFORK) child, which execs.
+    let nat = native(&dir.0, exe.as_os_str(), &["spawn"], None);
+    let r = under_cachescope(&dir.0, &["-q"], exe.as_os_str(), &["spawn"], None);
+    assert_eq!(r.stdout, nat.stdout, "{}", r.stderr_text());
+    assert_eq!(r.end, nat.end);
 }

@@ -49,6 +49,9 @@ struct Tracer<'a> {
     announced: HashMap<i32, (i32, Birth)>,
     /// New tasks that stopped before their creator's event arrived.
     early: HashSet<i32>,
+    /// RDI and RSI of a vfork rewritten into a fork, by the task (parent,
+    /// then child) that gets them back at its next stop.
+    vfork_args: HashMap<i32, (u64, u64)>,
     /// Signals that arrived during an injection, re-sent afterwards
     /// as (tgid, tid, signal).
     requeue: Vec<(i32, i32, i32)>,
@@ -68,6 +71,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         procs: HashMap::new(),
         announced: HashMap::new(),
         early: HashSet::new(),
+        vfork_args: HashMap::new(),
         requeue: Vec::new(),
         outcome: None,
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
@@ -111,7 +115,7 @@ impl Tracer<'_> {
                     libc::PTRACE_EVENT_SECCOMP => self.on_magic(pid)?,
                     libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
                     libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
-                    libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Vfork)?,
+                    libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Fork)?,
                     libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
                     libc::PTRACE_EVENT_EXIT => {
                         self.on_thread_exit(pid);
