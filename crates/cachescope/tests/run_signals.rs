@@ -1,8 +1,9 @@
 //! End-to-end: no run loses its profile. A client killed by a signal (its
-//! own fault, abort, or a signal sent to it, to the tool, or to the whole
-//! process group) still gets its profile written and its summary printed,
-//! and cachescope then ends the way the client did, as Valgrind does.
-//! Signals sent to the tool reach the client once, with their real sender.
+//! own fault, abort, or a signal sent to the process the caller started,
+//! or to the whole process group) still gets its profile written and its
+//! summary printed, and the caller sees it end as natively, as under
+//! Valgrind: the process the caller started is the client. Signals reach
+//! the client once, with their real sender.
 
 mod run_support;
 
@@ -138,7 +139,7 @@ fn sigterm_to_cachescope_alone_reaches_the_client() {
 }
 
 #[test]
-fn other_signals_sent_to_cachescope_are_forwarded_too() {
+fn other_signals_sent_to_cachescope_reach_the_client_too() {
     for (sig, n) in [
         (Signal::SIGHUP, 1),
         (Signal::SIGQUIT, 3),
@@ -170,8 +171,8 @@ fn a_handled_sigterm_ends_as_the_handler_says() {
 
 #[test]
 fn a_group_signal_reaches_the_client_once_from_its_sender() {
-    // SIGINT to the group reaches cachescope and the client; the client
-    // must see it once, sent by us, as natively.
+    // SIGINT to the group must reach the client once, sent by us, as
+    // natively (the tracer, in a session of its own, is not in the group).
     let me = std::process::id();
     let expect = format!("signal 2 from {me}\n");
     for under in [false, true] {
@@ -190,7 +191,7 @@ fn a_group_signal_reaches_the_client_once_from_its_sender() {
             killpg(run.pid(), Signal::SIGINT).unwrap();
             assert_eq!(run.line(), expect, "under cachescope: {under}");
         }
-        // And once sent to cachescope alone: forwarded, sender kept.
+        // And once sent to the process we started alone.
         kill(run.pid(), Signal::SIGINT).unwrap();
         assert_eq!(run.line(), expect, "under cachescope: {under}");
         kill(run.pid(), Signal::SIGTERM).unwrap();

@@ -8,10 +8,10 @@
 //!
 //! How it works, in one paragraph per module:
 //!
-//! * `sys` (the only `unsafe` code): fork/exec of the client with
-//!   `PTRACE_TRACEME`, `ADDR_NO_RANDOMIZE`, and a seccomp filter that traps
-//!   only the engine's own magic syscall numbers (so a program that runs
-//!   detached is unaffected); ptrace and waitpid wrappers.
+//! * `sys` (the only `unsafe` code): the detached tracer's fork, the
+//!   client's preparation (`ADDR_NO_RANDOMIZE`, and a seccomp filter that
+//!   traps only the engine's own magic syscall numbers, so a program that
+//!   runs detached is unaffected) and exec; ptrace and waitpid wrappers.
 //! * `tracer`: the event loop. After the client's exec it injects syscalls
 //!   (through a `syscall; mov rdi, rax; mov eax, MAGIC; syscall` gadget) to
 //!   map the core region and a thread area, translates the entry block and
@@ -62,7 +62,7 @@ use std::path::PathBuf;
 pub mod memrefs_for_tests {
     pub use crate::memrefs::{data_accesses, Access, Accesses, AddrExpr};
 }
-pub use tracer::{find_program, ProgramError, SignalForwarding, Unrunnable};
+pub use tracer::{find_program, ProgramError, Unrunnable};
 
 /// What to run and how.
 #[derive(Clone)]
@@ -398,6 +398,22 @@ impl std::error::Error for EngineError {}
 
 /// Runs the client described by `config` to completion from translated code,
 /// reporting each process's profile to `sink` as it exits.
+///
+/// The calling process becomes the client: its pid is the client's, its
+/// parent sees the client's exit status (or killing signal) in `wait`, and
+/// signals sent to it are the client's. The engine runs in a detached copy
+/// of the caller (a new session, no longer anyone's child), forked here, in
+/// which this function returns once every traced process has ended, with
+/// how the client ended. Each process's profile reaches `sink` at the
+/// process's exit, before the process is released, so whoever waits for it
+/// finds the sink's output complete.
+///
+/// In the calling process this returns only with an error (the client
+/// could not be started; nothing ran): on success the caller's image is
+/// replaced by the program. An error in the tracer (after the client
+/// started) kills the client. Must be called from a single-threaded
+/// process, with nothing buffered for output that the copy would write
+/// again.
 pub fn run(config: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, EngineError> {
     tracer::run(config, sink)
 }

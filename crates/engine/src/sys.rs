@@ -20,8 +20,12 @@ pub enum WaitStatus {
     Exited(i32, i32),
     /// The task was killed by this signal.
     Signaled(i32, i32),
-    /// A ptrace event stop (`PTRACE_EVENT_*`), with the signal number.
+    /// A ptrace event stop (`PTRACE_EVENT_*` other than `PTRACE_EVENT_STOP`).
     Event(i32, i32),
+    /// A `PTRACE_EVENT_STOP` of a seized task, with its signal: a new
+    /// task's first stop, a group-stop (the stopping signal), or the end of
+    /// one (`SIGTRAP`).
+    EventStop(i32, i32),
     /// A signal-delivery stop (or group stop) with this signal.
     Stopped(i32, i32),
     /// A syscall stop (PTRACE_O_TRACESYSGOOD: SIGTRAP|0x80).
@@ -78,7 +82,9 @@ fn decode_status(pid: i32, status: i32) -> WaitStatus {
     } else {
         let sig = libc::WSTOPSIG(status);
         let event = (status >> 16) & 0xff;
-        if event != 0 {
+        if event == libc::PTRACE_EVENT_STOP {
+            WaitStatus::EventStop(pid, sig)
+        } else if event != 0 {
             WaitStatus::Event(pid, event)
         } else if sig == libc::SIGTRAP | 0x80 {
             WaitStatus::Syscall(pid)
@@ -99,11 +105,6 @@ fn ptrace(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> io::Result<l
             data as *mut libc::c_void,
         )
     })
-}
-
-/// Sets the ptrace options of a freshly attached task.
-pub fn set_options(pid: i32, options: i32) -> io::Result<()> {
-    ptrace(libc::PTRACE_SETOPTIONS, pid, 0, options as usize).map(drop)
 }
 
 /// Resumes a stopped task, delivering `sig` (0 for none).
@@ -206,106 +207,182 @@ fn seccomp_program() -> Vec<libc::sock_filter> {
     ]
 }
 
-/// Forks a child that asks to be traced, disables address randomisation,
-/// installs the seccomp filter, stops itself with SIGSTOP and then execs
-/// `path`. Returns the child's pid, or the exec error reported through a
-/// close-on-exec pipe.
-pub fn spawn_traced(path: &CString, argv: &[CString]) -> io::Result<i32> {
-    // Everything the child touches is prepared before fork: after fork only
-    // async-signal-safe calls are allowed (the caller may be multithreaded).
-    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
+/// Which process [`fork_detached`] returned in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forked {
+    /// The calling process.
+    Original,
+    /// The new process: a grandchild of the caller whose parent has
+    /// exited (so it is nobody's child that the caller could wait for),
+    /// in a session of its own (so no terminal or process-group signal
+    /// meant for the caller reaches it).
+    Detached,
+}
+
+/// Forks a detached process, as `strace -D` detaches its tracer: the
+/// caller forks a child that forks again and exits at once; the caller
+/// reaps that child. The caller must be single-threaded (the new process
+/// goes on running ordinary Rust code).
+pub fn fork_detached() -> io::Result<Forked> {
+    // SAFETY: fork in a single-threaded process (the caller's contract);
+    // the intermediate child only calls fork, setsid and _exit.
+    let child = unsafe { libc::fork() };
+    if child == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if child == 0 {
+        // SAFETY: as above; the intermediate child never returns.
+        unsafe {
+            match libc::fork() {
+                -1 => libc::_exit(*libc::__errno_location()),
+                0 => {
+                    libc::setsid();
+                    return Ok(Forked::Detached);
+                }
+                _ => libc::_exit(0),
+            }
+        }
+    }
+    let mut status: libc::c_int = 0;
+    // SAFETY: plain syscall on our own child; `status` is a valid out
+    // pointer. Retried on EINTR.
+    while unsafe { libc::waitpid(child, &mut status, 0) } == -1 {
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
+        Some(0) => Ok(Forked::Original),
+        Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+        None => Err(io::Error::other("the intermediate process was killed")),
+    }
+}
+
+/// This process's pid.
+pub fn getpid() -> i32 {
+    // SAFETY: plain syscall without arguments.
+    unsafe { libc::getpid() }
+}
+
+/// Ends this process at once, without running destructors or `atexit`
+/// handlers (for the detached tracer when there is nothing left to do).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}
+
+/// Lets process `tracer` ptrace this one where Yama's `ptrace_scope` 1
+/// allows ptrace of descendants only (a detached tracer is a descendant of
+/// its tracee). Without Yama the call fails harmlessly.
+pub fn allow_tracer(tracer: i32) {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, tracer as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Attaches to `pid` with `PTRACE_SEIZE` (no stop) and sets `options`.
+pub fn seize(pid: i32, options: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_SEIZE, pid, 0, options as usize).map(drop)
+}
+
+/// Keeps a task that reported a group-stop stopped, as it would be
+/// natively, until a `SIGCONT` (`PTRACE_LISTEN`; seized tasks only).
+pub fn listen(pid: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_LISTEN, pid, 0, 0).map(drop)
+}
+
+/// In the detached tracer: standard input and output become `/dev/null`
+/// and every other descriptor inherited from the caller (those without
+/// close-on-exec: the descriptors the tool opens itself have it) is
+/// closed, so that the client's readers and writers see end-of-file when
+/// the client closes its own copies, not when the tracer exits. Standard
+/// error stays: the tool's messages go there.
+pub fn release_inherited_fds() {
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        if fd == libc::STDERR_FILENO || fd == libc::STDIN_FILENO || fd == libc::STDOUT_FILENO {
+            continue;
+        }
+        // SAFETY: plain syscalls on integer descriptors; one that is
+        // close-on-exec (or already gone: the directory's own) is left.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags != -1 && flags & libc::FD_CLOEXEC == 0 {
+                libc::close(fd);
+            }
+        }
+    }
+    // SAFETY: a NUL-terminated path literal; dup2 over our own standard
+    // descriptors, then the temporary one closed.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            libc::dup2(null, libc::STDIN_FILENO);
+            libc::dup2(null, libc::STDOUT_FILENO);
+            libc::close(null);
+        }
+    }
+}
+
+/// What [`prepare_client`] was doing when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientStep {
+    /// `PR_SET_NO_NEW_PRIVS` (required by the seccomp filter).
+    NoNewPrivs,
+    /// Installing the seccomp filter.
+    Seccomp,
+}
+
+/// Makes the calling process ready to exec the client under the engine:
+/// no address randomisation (the engine's regions go at fixed addresses),
+/// no new privileges, the seccomp filter that sends the engine's magic
+/// syscall numbers (and only those, so that a detached exec'd program is
+/// unaffected) to the tracer, and `SIGPIPE` back to its default (the Rust
+/// runtime ignores it, and an ignored signal stays ignored across exec).
+pub fn prepare_client() -> Result<(), (ClientStep, io::Error)> {
     let filter = seccomp_program();
     let prog = libc::sock_fprog {
         len: filter.len() as u16,
         filter: filter.as_ptr() as *mut libc::sock_filter,
     };
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: fds is a valid array of two ints.
-    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
-    // SAFETY: fork in a possibly multithreaded process; the child only calls
-    // async-signal-safe functions on data prepared above.
-    let pid = unsafe { libc::fork() };
-    if pid == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: child side of fork; raw syscalls only, then exec or _exit.
-        unsafe {
-            libc::close(fds[0]);
-            let mut step: i32 = 1;
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
-                fail_child(fds[1], step);
-            }
-            step = 2;
-            libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
-                fail_child(fds[1], step);
-            }
-            step = 3;
-            if libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &prog as *const libc::sock_fprog,
-            ) == -1
-            {
-                fail_child(fds[1], step);
-            }
-            libc::raise(libc::SIGSTOP);
-            step = 4;
-            extern "C" {
-                static environ: *const *const libc::c_char;
-            }
-            libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), environ);
-            fail_child(fds[1], step);
+    // SAFETY: plain syscalls; `prog` points to `filter`, alive until after
+    // the prctl that copies it.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
+            return Err((ClientStep::NoNewPrivs, io::Error::last_os_error()));
+        }
+        if libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &prog as *const libc::sock_fprog,
+        ) == -1
+        {
+            return Err((ClientStep::Seccomp, io::Error::last_os_error()));
         }
     }
-    // SAFETY: closing our copy of the write end.
-    unsafe { libc::close(fds[1]) };
-    drop(filter);
-    Ok(pid_with_pipe(pid, fds[0]))
+    Ok(())
 }
 
-/// Child-side failure: report `(step, errno)` through the pipe and exit.
-///
-/// # Safety
-/// Only called in the forked child.
-unsafe fn fail_child(fd: i32, step: i32) -> ! {
-    let errno = *libc::__errno_location();
-    let buf = [step, errno];
-    libc::write(fd, buf.as_ptr() as *const libc::c_void, 8);
-    libc::_exit(127);
-}
-
-/// Pairs the child pid with the read end of its error pipe (packed so the
-/// caller can fetch the error later with [`read_spawn_error`]).
-fn pid_with_pipe(pid: i32, fd: i32) -> i32 {
-    SPAWN_PIPE.with(|p| p.set(fd));
-    pid
-}
-
-thread_local! {
-    static SPAWN_PIPE: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
-}
-
-/// After the child ran exec (successfully or not), reads what it reported:
-/// `None` when exec succeeded (the pipe closed empty), else `(step, errno)`
-/// where step 1 = ptrace, 2 = no_new_privs, 3 = seccomp, 4 = execve.
-pub fn read_spawn_error() -> Option<(i32, i32)> {
-    let fd = SPAWN_PIPE.with(|p| p.replace(-1));
-    if fd < 0 {
-        return None;
+/// Replaces this process's image with `path` run with `argv` and the
+/// current environment; returns only on failure, with the reason.
+pub fn exec(path: &CString, argv: &[CString]) -> io::Error {
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    extern "C" {
+        static environ: *const *const libc::c_char;
     }
-    let mut buf = [0i32; 2];
-    // SAFETY: reading into a local buffer of 8 bytes from our pipe fd.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
-    // SAFETY: closing our own fd.
-    unsafe { libc::close(fd) };
-    if n == 8 {
-        Some((buf[0], buf[1]))
-    } else {
-        None
-    }
+    // SAFETY: `path` and every `argv` string are NUL-terminated and alive,
+    // `argv_ptrs` is NULL-terminated; `environ` is the C library's own
+    // (the process is single-threaded, so nothing changes it meanwhile).
+    unsafe { libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), environ) };
+    io::Error::last_os_error()
 }
 
 /// Reads `buf.len()` bytes at `addr` of process `pid` with one
@@ -383,8 +460,8 @@ pub fn signal_address(pid: i32) -> io::Result<u64> {
 }
 
 /// A signal's `siginfo_t` as the kernel lays it out on x86-64 (128 bytes),
-/// kept as bytes so that it can be passed through a pipe and handed back
-/// to `PTRACE_SETSIGINFO` unchanged.
+/// kept as bytes so that it can be handed back to `PTRACE_SETSIGINFO`
+/// unchanged.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct SigInfo(pub [u8; SIGINFO_BYTES]);
 
@@ -459,135 +536,6 @@ pub fn get_siginfo(pid: i32) -> io::Result<SigInfo> {
 /// then sees `info` (sender and all) when the signal is delivered.
 pub fn set_siginfo(pid: i32, info: &SigInfo) -> io::Result<()> {
     ptrace(libc::PTRACE_SETSIGINFO, pid, 0, info.0.as_ptr() as usize).map(drop)
-}
-
-// Signal forwarding: signals sent to the tool go on to the client, as if
-// they had been sent to it (under Valgrind the tool *is* the client's
-// process). The handler only calls async-signal-safe functions: it records
-// the original siginfo in a pipe (so the tracer can give the client the
-// real sender's) and then re-sends the signal to the client's main
-// process with kill(2), at once, so that a tracer blocked in waitpid needs
-// no waking.
-
-/// The client's main process, or 0 when there is none to forward to.
-static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-/// Write end of the record pipe (-1 before installation).
-static FORWARD_PIPE_W: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
-/// Read end of the record pipe (-1 before installation).
-static FORWARD_PIPE_R: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
-
-extern "C" fn forward_handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    use std::sync::atomic::Ordering::Relaxed;
-    // SAFETY: errno is thread-local; the handler must leave it as it found
-    // it for the interrupted code.
-    let errno = unsafe { *libc::__errno_location() };
-    let pid = FORWARD_TO.load(Relaxed);
-    // Never pid 0 (that would signal our whole process group).
-    if pid > 0 {
-        let fd = FORWARD_PIPE_W.load(Relaxed);
-        if fd >= 0 && !info.is_null() {
-            // SAFETY: the kernel passes a valid siginfo_t of SIGINFO_BYTES;
-            // a write of at most PIPE_BUF bytes to a pipe is atomic, and the
-            // non-blocking pipe drops the record rather than block when
-            // full (the signal is still forwarded).
-            unsafe { libc::write(fd, info as *const libc::c_void, SIGINFO_BYTES) };
-        }
-        // SAFETY: plain syscall with integer arguments.
-        unsafe { libc::kill(pid, sig) };
-    }
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
-}
-
-/// Installs the forwarding handler for each of `signals` (blocking all of
-/// them while it runs) and returns the dispositions it replaced, for
-/// [`restore_signal_actions`].
-pub fn install_forwarding(signals: &[i32]) -> io::Result<Vec<(i32, libc::sigaction)>> {
-    use std::sync::atomic::Ordering::SeqCst;
-    if FORWARD_PIPE_W.load(SeqCst) < 0 {
-        let mut fds = [0 as libc::c_int; 2];
-        // Close-on-exec keeps the pipe out of the client, which is forked
-        // from this process.
-        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-        // SAFETY: fds is a valid array of two ints.
-        let r = unsafe { libc::pipe2(fds.as_mut_ptr(), flags) };
-        check(r as libc::c_long)?;
-        FORWARD_PIPE_R.store(fds[0], SeqCst);
-        FORWARD_PIPE_W.store(fds[1], SeqCst);
-    }
-    // SAFETY: sigaction is plain old data; all-zero is a valid value.
-    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-    act.sa_sigaction = forward_handler as *const () as usize;
-    // SA_RESTART: the tool's own blocking calls (waitpid, writes) go on.
-    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: sa_mask is a valid sigset_t to initialise.
-    unsafe { libc::sigemptyset(&mut act.sa_mask) };
-    for &s in signals {
-        // SAFETY: as above; s is a signal number.
-        unsafe { libc::sigaddset(&mut act.sa_mask, s) };
-    }
-    let mut previous = Vec::with_capacity(signals.len());
-    for &s in signals {
-        // SAFETY: all-zero sigaction is valid.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: a null new action only reads the current one into old.
-        if unsafe { libc::sigaction(s, std::ptr::null(), &mut old) } == -1 {
-            let err = io::Error::last_os_error();
-            restore_signal_actions(&previous);
-            return Err(err);
-        }
-        // A signal ignored at startup stays ignored (as shells leave it):
-        // the client inherits that, and it reaches neither of us natively.
-        if old.sa_sigaction == libc::SIG_IGN {
-            continue;
-        }
-        // SAFETY: act is a valid sigaction structure.
-        if unsafe { libc::sigaction(s, &act, std::ptr::null_mut()) } == -1 {
-            let err = io::Error::last_os_error();
-            restore_signal_actions(&previous);
-            return Err(err);
-        }
-        previous.push((s, old));
-    }
-    Ok(previous)
-}
-
-/// Puts back dispositions saved by [`install_forwarding`].
-pub fn restore_signal_actions(previous: &[(i32, libc::sigaction)]) {
-    for (s, old) in previous {
-        // SAFETY: old is a sigaction the kernel gave us for s.
-        unsafe { libc::sigaction(*s, old, std::ptr::null_mut()) };
-    }
-}
-
-/// Sets the process that forwarded signals go to (0: none).
-pub fn set_forward_target(pid: i32) {
-    FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Whether forwarding handlers are installed.
-pub fn forwarding_installed() -> bool {
-    FORWARD_PIPE_R.load(std::sync::atomic::Ordering::SeqCst) >= 0
-}
-
-/// Takes the siginfo records of the signals forwarded since the last call,
-/// oldest first.
-pub fn take_forwarded() -> Vec<SigInfo> {
-    let fd = FORWARD_PIPE_R.load(std::sync::atomic::Ordering::SeqCst);
-    let mut out = Vec::new();
-    if fd < 0 {
-        return out;
-    }
-    loop {
-        let mut info = SigInfo([0; SIGINFO_BYTES]);
-        // SAFETY: reading into a local buffer of SIGINFO_BYTES from our
-        // non-blocking pipe; records are written whole (atomic writes).
-        let n = unsafe { libc::read(fd, info.0.as_mut_ptr() as *mut libc::c_void, SIGINFO_BYTES) };
-        if n != SIGINFO_BYTES as isize {
-            return out;
-        }
-        out.push(info);
-    }
 }
 
 /// A memory file of the client mapped into the tool as well: the tool

@@ -59,6 +59,7 @@ fn a_fault_without_handler_kills_as_natively_and_the_profile_is_written() {
     let nat = native(&exe, &["fault"]);
     assert_eq!(nat.status, None);
     let (run, procs) = engine(&dir, &exe, &["fault"]);
+    assert_eq!(run.status, None, "the caller's process is the client");
     assert!(run.stderr.contains("killed by signal 11"), "{}", run.stderr);
     assert_eq!(procs.len(), 1, "the profile is still written");
 }

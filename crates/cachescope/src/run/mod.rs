@@ -5,10 +5,10 @@
 //! The preamble has the shape of Valgrind's (tool line, copyright line,
 //! core line, `Command:`, `Parent PID:` when logging to a file, a blank
 //! line) so that wrappers which skip or parse it keep working, but it names
-//! cachescope. Its `==PID==` is cachescope's own pid: the engine starts the
-//! client, and the client's pid is only known when a process reports its
-//! profile; each process's summary carries that process's pid, and `%p` in
-//! output names is always the client's.
+//! cachescope. Its `==PID==` is the client's pid, as under Valgrind: this
+//! process becomes the client (the engine runs in a detached process), so
+//! the banner, `--log-file=%p`, `cachegrind.out.%p` and the summary all
+//! name one pid, and each other process's summary carries its own.
 
 mod attribute;
 mod callgrind;
@@ -25,7 +25,7 @@ pub(crate) use attribute::summary_totals;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use engine::{LaunchConfig, Message, MessageKind, Outcome, ProcessProfile, ProfileSink};
+use engine::{LaunchConfig, Message, MessageKind, ProcessProfile, ProfileSink};
 use symbols::Symbolizer;
 
 use crate::outfile::{process_env, BadPattern, Expander};
@@ -92,6 +92,12 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
             }
         }
     };
+    if let Err(BadPattern(lines)) = check_out_pattern(opts, me) {
+        for l in lines {
+            eprintln!("{name}: {l}");
+        }
+        return ExitCode::from(1);
+    }
     let log = if opts.time_stamp {
         log.with_time_stamps(started)
     } else {
@@ -106,7 +112,6 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         expander,
         symbols: Symbolizer::with_names(opts.names),
         log,
-        bad_out_file: false,
         trace,
     };
     // Valgrind prints nothing but the error for a program it cannot start.
@@ -154,17 +159,11 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         requests,
         smc_check: opts.smc_check,
     };
-    // Signals sent to us (timeout's SIGTERM, kill, Ctrl-C) are the
-    // client's, as under Valgrind where the tool is the client's process:
-    // it handles them or dies of them, and its profile is written either
-    // way. Without the handlers (never expected) we would die unreported.
-    let forwarding = engine::SignalForwarding::install();
-    if let Err(e) = &forwarding {
-        eprintln!("{name}: warning: {e}");
-    }
+    // From here on this process is the client (the engine forks the
+    // tracer, which comes back from `run`): signals sent to it and its exit
+    // status are the client's, and each process's profile and summary are
+    // written at its exit, before its parent can see that exit.
     let result = engine::run(&config, &mut sink);
-    // Our own dispositions back, before dying of the client's signal.
-    drop(forwarding);
     // Freeing the symbol tables of big objects (hundreds of thousands of
     // names) takes longer than anything else left to do: exit without.
     std::mem::forget(std::mem::take(&mut sink.symbols));
@@ -173,11 +172,28 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
             eprintln!("{name}: {e}");
             ExitCode::from(1)
         }
-        // Valgrind exits 1 after reporting a bad output-file pattern.
-        Ok(_) if sink.bad_out_file => ExitCode::from(1),
-        Ok(Outcome::Exited(code)) => ExitCode::from(code as u8),
-        Ok(Outcome::Signaled(sig)) => die_like(sig),
+        // The tracer's own status: nobody waits for it.
+        Ok(_) => ExitCode::SUCCESS,
     }
+}
+
+/// Checks the pattern of the tool's output file before anything runs.
+/// Cachegrind and Callgrind expand it at exit and, when it is bad, print
+/// the error and exit 1 instead of with the client's status; here the
+/// caller waits for the client itself, whose status the tool cannot
+/// change, so a bad pattern is refused up front as Valgrind refuses a bad
+/// `--log-file`. Every exit would find it equally bad: only the pid and
+/// the sequence number differ, and the environment is this process's.
+fn check_out_pattern(opts: &RunOptions, pid: i32) -> Result<(), BadPattern> {
+    let (option, pattern) = match &opts.tool {
+        RunTool::Cachegrind => ("--cachegrind-out-file", &opts.out_file),
+        RunTool::Callgrind(cg) => ("--callgrind-out-file", &cg.out_file),
+        RunTool::Lackey(_) => return Ok(()),
+    };
+    // A scratch expander: the run's own keeps its `%n` counters.
+    Expander::new(std::env::current_dir().ok())
+        .expand(option, pattern, pid, &process_env)
+        .map(drop)
 }
 
 /// The one line and exit status for a program that cannot be run, in
@@ -208,20 +224,6 @@ fn unrunnable(program: &std::ffi::OsStr, e: &engine::ProgramError) -> (String, u
     }
 }
 
-/// Ends cachescope the way the client ended: killed by `sig`, as Valgrind
-/// does by re-raising the client's fatal signal on itself. The first raise
-/// may only reset a handler the Rust runtime installed (SIGSEGV, SIGBUS),
-/// hence the second; an ignored signal (SIGPIPE) falls back to the shell's
-/// `128 + n` convention.
-fn die_like(sig: i32) -> ExitCode {
-    use nix::sys::signal::{raise, Signal};
-    if let Ok(s) = Signal::try_from(sig) {
-        let _ = raise(s);
-        let _ = raise(s);
-    }
-    ExitCode::from((128 + sig) as u8)
-}
-
 /// One frame of a stack trace as Valgrind shows it: `fn (file:line)` with
 /// the file's base name, else `fn (in /path/of/object)`, else `???`.
 fn frame_text(symbols: &mut Symbolizer, mappings: &[symbols::Mapping], ip: u64) -> String {
@@ -245,14 +247,14 @@ struct CgSink<'a> {
     expander: Expander,
     symbols: Symbolizer,
     log: Log,
-    bad_out_file: bool,
     /// With `--tool=lackey`: where the processes' tools write the trace.
     trace: Option<::lackey::TraceOut>,
 }
 
 impl CgSink<'_> {
     /// The output file of process `pid` from the pattern of `option`; a bad
-    /// pattern is reported (as Valgrind does, once per process) and gives
+    /// pattern (checked before the client started, see
+    /// [`check_out_pattern`], so not expected here) is reported and gives
     /// none.
     fn out_path(&mut self, option: &str, pattern: &str, pid: i32) -> Option<std::path::PathBuf> {
         match self.expander.expand(option, pattern, pid, &process_env) {
@@ -261,7 +263,6 @@ impl CgSink<'_> {
                 for l in lines {
                     self.log.umsg(pid, &l);
                 }
-                self.bad_out_file = true;
                 None
             }
         }

@@ -33,9 +33,7 @@ impl Tracer<'_> {
         // The old image is gone (and, as under Valgrind, its counts with it).
         if let Some(old) = self.tasks.get(&pid).map(|t| t.tgid) {
             if let Some(p) = self.procs.remove(&old) {
-                if !p.shares_parent {
-                    p.space.borrow().discard_trace();
-                }
+                p.space.borrow().discard_trace();
                 for t in p.threads {
                     self.tasks.remove(&t);
                 }
@@ -126,13 +124,7 @@ impl Tracer<'_> {
         fin.gs_base = area;
         fin.orig_rax = u64::MAX;
         set_regs(pid, &fin)?;
-        self.add_process(
-            pid,
-            Rc::new(RefCell::new(space)),
-            false,
-            HashMap::new(),
-            area,
-        );
+        self.add_process(pid, Rc::new(RefCell::new(space)), HashMap::new(), area);
         Ok(())
     }
 }

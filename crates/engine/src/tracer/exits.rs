@@ -46,6 +46,9 @@ impl Tracer<'_> {
             match sysno as usize {
                 syscalls::RT_SIGACTION => return self.on_sigaction(tid, regs),
                 syscalls::RT_SIGRETURN => return self.on_sigreturn(tid, regs, sysno),
+                syscalls::VFORK | syscalls::CLONE | syscalls::CLONE3 => {
+                    return self.on_fork_syscall(tid, regs, sysno)
+                }
                 _ => {}
             }
         }

@@ -1,19 +1,40 @@
 //! Starting the client: finding the program like `execvp`, refusing what the
 //! engine cannot run with a one-line reason before anything is spawned, and
-//! bringing the spawned child under ptrace up to its exec, with the
-//! launcher's failures (ptrace not permitted, exec refused) told apart.
+//! the process model. The calling process *becomes* the client, so that the
+//! pid its caller's `fork` returned is the client's (the banner, `%p` and
+//! `getppid()` in the client's children agree), its caller's `wait` sees
+//! the client's own exit status or killing signal, and signals sent to it
+//! reach the client. The tool runs in a detached process (a grandchild in
+//! a session of its own, as `strace -D` runs strace) that seizes the
+//! caller with ptrace, lets it exec the program and traces it from there.
 
-use super::{os_err, wait_for};
-use crate::sys::{self, WaitStatus};
+use super::os_err;
+use crate::sys::{self, ClientStep, Forked, WaitStatus};
 use crate::{EngineError, LaunchConfig};
 use std::ffi::{CString, OsStr, OsString};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-/// Spawns the program of `cfg` under ptrace with the engine's options;
-/// returns its pid, stopped at `PTRACE_EVENT_EXEC` of its image.
+/// The ptrace options of every traced task.
+const OPTIONS: i32 = libc::PTRACE_O_EXITKILL
+    | libc::PTRACE_O_TRACECLONE
+    | libc::PTRACE_O_TRACEFORK
+    | libc::PTRACE_O_TRACEVFORK
+    | libc::PTRACE_O_TRACEEXEC
+    | libc::PTRACE_O_TRACESECCOMP
+    | libc::PTRACE_O_TRACEEXIT
+    | libc::PTRACE_O_TRACESYSGOOD;
+
+/// Forks the detached tracer and makes the calling process the client.
+///
+/// In the calling process this returns only on failure (the client could
+/// not be set up or its program not be run): on success the process *is*
+/// the client from then on. In the tracer it returns the client's pid,
+/// stopped at `PTRACE_EVENT_EXEC` of its image; when the client never got
+/// that far (the caller reports why) the tracer just ends.
 pub(super) fn launch(cfg: &LaunchConfig) -> Result<i32, EngineError> {
     let path = find_program(&cfg.program)?;
     let cpath = CString::new(path.as_os_str().as_bytes())
@@ -26,69 +47,119 @@ pub(super) fn launch(cfg: &LaunchConfig) -> Result<i32, EngineError> {
                 .map_err(|_| EngineError("an argument contains a NUL byte".into()))?,
         );
     }
-    let pid = sys::spawn_traced(&cpath, &argv).map_err(|e| os_err("cannot start the client", e))?;
-    let fail = |msg: String| -> EngineError {
-        sys::kill(pid);
-        let _ = sys::wait_pid(pid);
-        EngineError(msg)
+    // The tracer goes on as a copy of this process: another thread's lock
+    // held at the fork would stay held there forever.
+    if thread_count() != Some(1) {
+        return Err(EngineError(
+            "the engine must be started from a single-threaded process".into(),
+        ));
+    }
+    let client = sys::getpid();
+    let (ours, theirs) = UnixStream::pair().map_err(|e| os_err("cannot start the tracer", e))?;
+    match sys::fork_detached().map_err(|e| os_err("cannot start the tracer", e))? {
+        Forked::Original => {
+            drop(theirs);
+            Err(become_client(ours, &cpath, &argv, &path))
+        }
+        Forked::Detached => {
+            drop(ours);
+            Ok(become_tracer(theirs, client))
+        }
+    }
+}
+
+/// The calling process's side: lets the tracer attach, prepares itself
+/// and execs the program. Returns only on failure, with the reason.
+fn become_client(
+    mut link: UnixStream,
+    cpath: &CString,
+    argv: &[CString],
+    path: &Path,
+) -> EngineError {
+    let lost = || EngineError("cannot start the client: the tracer ended unexpectedly".into());
+    let Some(tracer) = read_i32(&mut link) else {
+        return lost();
     };
-    // The child stops itself before exec.
-    match wait_for(pid)? {
-        WaitStatus::Stopped(_, libc::SIGSTOP) => {}
-        WaitStatus::Exited(..) => {
-            return Err(match sys::read_spawn_error() {
-                Some((1, _)) => EngineError(
-                    "cannot trace the client: ptrace is not permitted here (check /proc/sys/kernel/yama/ptrace_scope, containers' seccomp, or CAP_SYS_PTRACE)"
-                        .into(),
-                ),
-                Some((step, errno)) => EngineError(format!(
-                    "cannot set up the client (step {step}): {}",
-                    std::io::Error::from_raw_os_error(errno)
-                )),
-                None => EngineError("the client exited before it started".into()),
-            })
-        }
-        other => return Err(fail(format!("unexpected first stop of the client: {other:?}"))),
+    sys::allow_tracer(tracer);
+    if link.write_all(&0i32.to_ne_bytes()).is_err() {
+        return lost();
     }
-    let opts = libc::PTRACE_O_EXITKILL
-        | libc::PTRACE_O_TRACECLONE
-        | libc::PTRACE_O_TRACEFORK
-        | libc::PTRACE_O_TRACEVFORK
-        | libc::PTRACE_O_TRACEEXEC
-        | libc::PTRACE_O_TRACESECCOMP
-        | libc::PTRACE_O_TRACEEXIT
-        | libc::PTRACE_O_TRACESYSGOOD;
-    sys::set_options(pid, opts).map_err(|e| fail(format!("cannot set ptrace options: {e}")))?;
-    sys::cont(pid, 0).map_err(|e| fail(format!("cannot resume the client: {e}")))?;
-    // Then it execs, or fails to and exits.
-    match wait_for(pid)? {
-        WaitStatus::Event(_, libc::PTRACE_EVENT_EXEC) => {
-            let _ = sys::read_spawn_error();
+    match read_i32(&mut link) {
+        Some(0) => {}
+        Some(libc::EPERM) => {
+            return EngineError(
+                "cannot trace the client: ptrace is not permitted here (check /proc/sys/kernel/yama/ptrace_scope, containers' seccomp, or CAP_SYS_PTRACE)"
+                    .into(),
+            )
         }
-        WaitStatus::Event(_, libc::PTRACE_EVENT_EXIT) => {
-            let _ = sys::cont(pid, 0);
-            let _ = sys::wait_pid(pid);
-            let msg = match sys::read_spawn_error() {
-                Some((4, errno)) => format!(
-                    "cannot run '{}': {}",
-                    path.display(),
-                    std::io::Error::from_raw_os_error(errno)
-                ),
-                Some((step, errno)) => format!(
-                    "cannot set up the client (step {step}): {}",
-                    std::io::Error::from_raw_os_error(errno)
-                ),
-                None => "the client exited before it started".into(),
-            };
-            return Err(EngineError(msg));
+        Some(errno) => {
+            return EngineError(format!(
+                "cannot trace the client: {}",
+                std::io::Error::from_raw_os_error(errno)
+            ))
         }
-        other => {
-            return Err(fail(format!(
-                "unexpected stop at the client's exec: {other:?}"
-            )))
+        None => return lost(),
+    }
+    drop(link);
+    if let Err((step, e)) = sys::prepare_client() {
+        let what = match step {
+            ClientStep::NoNewPrivs => "no new privileges",
+            ClientStep::Seccomp => "seccomp filter",
+        };
+        return EngineError(format!("cannot set up the client ({what}): {e}"));
+    }
+    let e = sys::exec(cpath, argv);
+    EngineError(format!("cannot run '{}': {e}", path.display()))
+}
+
+/// The detached tracer's side: seizes `client` and waits for its exec.
+/// Ends the process when the client does not get there.
+fn become_tracer(mut link: UnixStream, client: i32) -> i32 {
+    sys::release_inherited_fds();
+    if link.write_all(&sys::getpid().to_ne_bytes()).is_err() || read_i32(&mut link).is_none() {
+        sys::exit_now(0);
+    }
+    let seized = sys::seize(client, OPTIONS);
+    let errno = seized
+        .as_ref()
+        .err()
+        .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EPERM));
+    if link.write_all(&errno.to_ne_bytes()).is_err() || errno != 0 {
+        sys::exit_now(0);
+    }
+    drop(link);
+    loop {
+        match sys::wait_pid(client) {
+            Ok(WaitStatus::Event(_, libc::PTRACE_EVENT_EXEC)) => return client,
+            // A signal before the exec is the client's, as natively.
+            Ok(WaitStatus::Stopped(_, sig)) => {
+                let _ = sys::cont(client, sig);
+            }
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => sys::exit_now(0),
+            // Its exit stop (it could not be set up; it says why): let it go.
+            Ok(_) => {
+                let _ = sys::cont(client, 0);
+            }
         }
     }
-    Ok(pid)
+}
+
+/// Reads one native-endian `i32` from the other side; `None` at its end.
+fn read_i32(link: &mut UnixStream) -> Option<i32> {
+    let mut b = [0u8; 4];
+    link.read_exact(&mut b).ok()?;
+    Some(i32::from_ne_bytes(b))
+}
+
+/// The number of threads of this process, from `/proc`.
+fn thread_count() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Why a program cannot be run, in the categories a shell reports (and

@@ -6,8 +6,9 @@
 //! This module holds the tracer's state and the loop that dispatches each
 //! `waitpid` report; every kind of stop is handled in a module of its own:
 //!
-//! * `launch`: finding and checking the program, spawning it under ptrace
-//!   up to its exec;
+//! * `launch`: finding and checking the program, the process model (the
+//!   caller becomes the client, a detached process the tracer) up to the
+//!   client's exec;
 //! * `exec`: taking over a freshly exec'd image (core region, thread area,
 //!   entry block), or letting it go;
 //! * `exits`: the magic-syscall stops of translated code;
@@ -33,7 +34,6 @@ use crate::stream::Consumer;
 use crate::sys::{self, Regs, WaitStatus};
 use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
 pub use launch::{find_program, ProgramError, Unrunnable};
-pub use signals::SignalForwarding;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -49,12 +49,12 @@ struct Tracer<'a> {
     announced: HashMap<i32, (i32, Birth)>,
     /// New tasks that stopped before their creator's event arrived.
     early: HashSet<i32>,
+    /// RDI and RSI of a vfork rewritten into a fork, by the task (parent,
+    /// then child) that gets them back at its next stop.
+    vfork_args: HashMap<i32, (u64, u64)>,
     /// Signals that arrived during an injection, re-sent afterwards
     /// as (tgid, tid, signal).
     requeue: Vec<(i32, i32, i32)>,
-    /// Signals forwarded from the tool to the client, for pairing with
-    /// their duplicates.
-    forwarded: signals::Forwarded,
     outcome: Option<Outcome>,
     /// Trace mode's consumer thread (when a tool is given).
     consumer: Option<Consumer>,
@@ -63,9 +63,6 @@ struct Tracer<'a> {
 /// Entry point behind [`crate::run`].
 pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, EngineError> {
     let pid = launch::launch(cfg)?;
-    // Signals the tool receives from now on are the client's (a no-op
-    // unless a SignalForwarding is installed).
-    sys::set_forward_target(pid);
     let mut tracer = Tracer {
         cfg,
         sink,
@@ -74,14 +71,13 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         procs: HashMap::new(),
         announced: HashMap::new(),
         early: HashSet::new(),
+        vfork_args: HashMap::new(),
         requeue: Vec::new(),
-        forwarded: signals::Forwarded::default(),
         outcome: None,
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());
-    sys::set_forward_target(0);
     if let Err(e) = result {
         tracer.kill_all();
         return Err(e);
@@ -106,16 +102,12 @@ impl Tracer<'_> {
                 WaitStatus::Exited(pid, code) => {
                     self.on_vanished(pid)?;
                     if pid == self.main_pid {
-                        // Reaped: its pid may be reused, so no more
-                        // forwarding to it.
-                        sys::set_forward_target(0);
                         self.outcome = Some(Outcome::Exited(code));
                     }
                 }
                 WaitStatus::Signaled(pid, sig) => {
                     self.on_vanished(pid)?;
                     if pid == self.main_pid {
-                        sys::set_forward_target(0);
                         self.outcome = Some(Outcome::Signaled(sig));
                     }
                 }
@@ -123,7 +115,7 @@ impl Tracer<'_> {
                     libc::PTRACE_EVENT_SECCOMP => self.on_magic(pid)?,
                     libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
                     libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
-                    libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Vfork)?,
+                    libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Fork)?,
                     libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
                     libc::PTRACE_EVENT_EXIT => {
                         self.on_thread_exit(pid);
@@ -131,10 +123,33 @@ impl Tracer<'_> {
                     }
                     _ => self.resume(pid, 0)?,
                 },
+                WaitStatus::EventStop(pid, sig) => self.on_event_stop(pid, sig)?,
                 WaitStatus::Stopped(pid, sig) => self.on_signal(pid, sig)?,
                 WaitStatus::Syscall(pid) => self.resume(pid, 0)?,
             }
         }
+    }
+
+    /// A `PTRACE_EVENT_STOP` of `tid` with signal `sig`: a new task's
+    /// first stop, or a group-stop, which lasts until a `SIGCONT` as it
+    /// would natively (a shell's job control works on the client), or the
+    /// end of one.
+    fn on_event_stop(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
+        if !self.tasks.contains_key(&tid) {
+            return self.on_new_task_stop(tid);
+        }
+        if matches!(
+            sig,
+            libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+        ) {
+            // Code and links written for it go out before it stops.
+            if let Some(space) = self.space_of(tid) {
+                space.borrow_mut().mem().flush()?;
+            }
+            let _ = sys::listen(tid);
+            return Ok(());
+        }
+        self.resume(tid, 0)
     }
 
     /// The address space thread `tid` runs in.
@@ -171,7 +186,10 @@ impl Tracer<'_> {
                 WaitStatus::Exited(p, _) | WaitStatus::Signaled(p, _) => {
                     self.tasks.remove(&p);
                 }
-                WaitStatus::Event(p, _) | WaitStatus::Stopped(p, _) | WaitStatus::Syscall(p) => {
+                WaitStatus::Event(p, _)
+                | WaitStatus::EventStop(p, _)
+                | WaitStatus::Stopped(p, _)
+                | WaitStatus::Syscall(p) => {
                     let _ = sys::cont(p, 0);
                 }
             }

@@ -15,12 +15,9 @@
 //! one the handler chose) is sent to its translation at the rt_sigreturn
 //! stop, so the code after a handler always runs translated.
 //!
-//! Signals sent to the *tool* (by `timeout`, `kill`, a terminal) go on to
-//! the client's main process once [`SignalForwarding`] is installed: under
-//! Valgrind the tool is the client's own process, so they were the
-//! client's. A signal sent to a whole process group reaches both the tool
-//! and the client; the duplicate is recognised by its sender and dropped
-//! here, so the client sees each signal once, with its real sender.
+//! Signals sent to the client (by `timeout`, `kill`, a terminal) reach it
+//! directly: the caller's process is the client, and the tracer, in a
+//! session of its own, receives none of them.
 
 use super::exits::gpr;
 use super::inject::Injection;
@@ -30,8 +27,6 @@ use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
 use crate::translate::SiteRegs;
 use crate::EngineError;
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
 
 /// Offset in the thread area of scratch memory for a rewritten sigaction.
 const SIGACTION_SCRATCH: u64 = 0x800;
@@ -62,23 +57,15 @@ impl Tracer<'_> {
                     self.on_thread_exit(tid);
                     return Ok(false);
                 }
-                WaitStatus::Event(..) => cont_syscall(tid)?,
+                WaitStatus::Event(..) | WaitStatus::EventStop(..) => cont_syscall(tid)?,
             }
         }
     }
 
-    /// A signal-delivery stop (or a new task's first stop).
+    /// A signal-delivery stop.
     pub(super) fn on_signal(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
-        let Some(task) = self.tasks.get(&tid) else {
-            return self.on_unknown_task_stop(tid, sig);
-        };
-        let sig = if task.tgid == self.main_pid && is_forwarded(sig) {
-            self.forwarded.filter(tid, self.main_pid, sig)
-        } else {
-            sig
-        };
-        if sig == 0 {
-            return self.resume(tid, 0);
+        if !self.tasks.contains_key(&tid) {
+            return self.resume(tid, sig);
         }
         if is_synchronous(sig) {
             self.place_fault(tid, sig)?;
@@ -383,71 +370,6 @@ impl Tracer<'_> {
     }
 }
 
-/// Signals that the tool passes on to the client: those that other
-/// processes and terminals send (a terminal's SIGINT, SIGQUIT, SIGHUP and
-/// SIGWINCH, `timeout`'s SIGTERM, `kill`'s anything), never the tool's own
-/// SIGCHLD, job-control stops, faults or SIGPIPE. The real-time signals are
-/// those above glibc's reserved 32 and 33.
-fn forwarded_signals() -> Vec<i32> {
-    (1..=64).filter(|&s| is_forwarded(s)).collect()
-}
-
-fn is_forwarded(sig: i32) -> bool {
-    matches!(
-        sig,
-        libc::SIGHUP
-            | libc::SIGINT
-            | libc::SIGQUIT
-            | libc::SIGUSR1
-            | libc::SIGUSR2
-            | libc::SIGALRM
-            | libc::SIGTERM
-            | libc::SIGVTALRM
-            | libc::SIGPROF
-            | libc::SIGWINCH
-            | 34..=64
-    )
-}
-
-/// While alive, signals sent to this process (see [`crate::run`]) are
-/// passed on to the client's main process, which handles them or dies of
-/// them exactly as it would natively; the engine then reports its counts
-/// as usual. For a program like `cachescope`, whose callers (`timeout`,
-/// `kill`, a shell's Ctrl-C) see only its pid. Dropping it puts back the
-/// previous dispositions, so that the tool can then die of the client's
-/// signal. One per process; runs must not overlap while it is installed.
-pub struct SignalForwarding {
-    previous: Vec<(i32, libc::sigaction)>,
-}
-
-impl SignalForwarding {
-    /// Installs the forwarding handlers.
-    pub fn install() -> Result<SignalForwarding, EngineError> {
-        let previous = sys::install_forwarding(&forwarded_signals())
-            .map_err(|e| EngineError(format!("cannot install signal handlers: {e}")))?;
-        Ok(SignalForwarding { previous })
-    }
-}
-
-impl Drop for SignalForwarding {
-    fn drop(&mut self) {
-        sys::set_forward_target(0);
-        sys::restore_signal_actions(&self.previous);
-    }
-}
-
-impl std::fmt::Debug for SignalForwarding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SignalForwarding").finish_non_exhaustive()
-    }
-}
-
-/// How long a forwarded signal and its duplicate (the same signal from the
-/// same sender reaching the client directly) are paired: a group's
-/// signals are generated in one kernel loop, so they meet within
-/// milliseconds; past this, they are taken for separate signals.
-const PAIRING_WINDOW: Duration = Duration::from_secs(1);
-
 /// A handler the client installed for a signal.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Handler {
@@ -456,125 +378,6 @@ pub(super) struct Handler {
     pub(super) addr: u64,
     /// `SA_RESETHAND`: the kernel resets it to the default at delivery.
     pub(super) once: bool,
-}
-
-/// A signal the tool received and forwarded.
-#[derive(Debug)]
-struct Forward {
-    /// As the tool received it (the real sender).
-    info: sys::SigInfo,
-    at: Instant,
-    /// The forwarded copy was delivered to the client.
-    delivered: bool,
-    /// A direct copy was dropped in favour of the forwarded one.
-    paired: bool,
-}
-
-/// The bookkeeping that keeps a signal that reached both the tool and the
-/// client from being delivered twice.
-#[derive(Debug, Default)]
-pub(super) struct Forwarded {
-    forwards: Vec<Forward>,
-    /// Recent direct deliveries not yet paired with a forward, oldest
-    /// first (a client may take thousands of signals a second: expiry
-    /// pops from the front, a search happens only for a forward).
-    direct: VecDeque<(sys::SigInfo, Instant)>,
-}
-
-/// Same signal, same kind of origin, same sender.
-fn same_origin(a: &sys::SigInfo, b: &sys::SigInfo) -> bool {
-    a.signo() == b.signo() && a.code() == b.code() && a.pid() == b.pid() && a.uid() == b.uid()
-}
-
-impl Forwarded {
-    /// The client's main process `tgid` is stopped in thread `tid` for the
-    /// delivery of `sig`: returns the signal to deliver, 0 to drop a
-    /// duplicate. A forwarded copy is given its real sender's siginfo.
-    fn filter(&mut self, tid: i32, tgid: i32, sig: i32) -> i32 {
-        if !sys::forwarding_installed() {
-            return sig;
-        }
-        let now = Instant::now();
-        for info in sys::take_forwarded() {
-            self.forwards.push(Forward {
-                info,
-                at: now,
-                delivered: false,
-                paired: false,
-            });
-        }
-        self.forwards
-            .retain(|f| now.duration_since(f.at) < PAIRING_WINDOW);
-        while self
-            .direct
-            .front()
-            .is_some_and(|(_, at)| now.duration_since(*at) >= PAIRING_WINDOW)
-        {
-            self.direct.pop_front();
-        }
-        let Ok(info) = sys::get_siginfo(tid) else {
-            return sig;
-        };
-        let ours = info.code() == libc::SI_USER && info.pid() == std::process::id() as i32;
-        if ours {
-            let Some(i) = self
-                .forwards
-                .iter()
-                .position(|f| f.info.signo() == sig && !f.delivered)
-            else {
-                return sig;
-            };
-            if self.forwards[i].paired {
-                let f = self.forwards.remove(i);
-                let _ = sys::set_siginfo(tid, &f.info);
-                return sig;
-            }
-            let orig = self.forwards[i].info;
-            if let Some(j) = self.direct.iter().position(|(d, _)| same_origin(d, &orig)) {
-                // The client had it already, straight from the sender.
-                self.direct.remove(j);
-                self.forwards.remove(i);
-                return 0;
-            }
-            let _ = sys::set_siginfo(tid, &orig);
-            self.forwards[i].delivered = true;
-            return sig;
-        }
-        let Some(i) = self
-            .forwards
-            .iter()
-            .position(|f| !f.paired && same_origin(&f.info, &info))
-        else {
-            self.direct.push_back((info, now));
-            return sig;
-        };
-        if self.forwards[i].delivered {
-            // The forwarded copy came first.
-            self.forwards.remove(i);
-            return 0;
-        }
-        if process_signal_pending(tgid, sig) {
-            // The forwarded copy is still queued: it will be the one.
-            self.forwards[i].paired = true;
-            return 0;
-        }
-        // The forwarded copy merged into this one while it was pending.
-        self.forwards.remove(i);
-        sig
-    }
-}
-
-/// Whether `sig` is pending for process `tgid` as a whole (the queue that
-/// kill(2) fills), from `/proc`.
-fn process_signal_pending(tgid: i32, sig: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{tgid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("ShdPnd:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0)
 }
 
 /// Signals the processor raises for the instruction that is running.

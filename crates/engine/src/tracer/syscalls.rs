@@ -12,19 +12,21 @@ pub(super) const MUNMAP: usize = 11;
 pub(super) const RT_SIGACTION: usize = 13;
 pub(super) const RT_SIGRETURN: usize = 15;
 pub(super) const MREMAP: usize = 25;
-pub(super) const CLONE: u64 = 56;
+pub(super) const CLONE: usize = 56;
+pub(super) const VFORK: usize = 58;
 pub(super) const EXECVE: usize = 59;
 pub(super) const ARCH_PRCTL: usize = 158;
 pub(super) const EXECVEAT: usize = 322;
 pub(super) const RSEQ: usize = 334;
-pub(super) const CLONE3: u64 = 435;
+pub(super) const CLONE3: usize = 435;
 
 /// The syscalls translated code hands to the tool: the exec family (run
 /// from that stop, then followed at `PTRACE_EVENT_EXEC`), the mmap family
 /// (code that goes away loses its translations), signal handlers
-/// (trampolines into translated code), rseq (refused, as under Valgrind)
-/// and arch_prctl (the GS base is the engine's).
-pub(super) const INTERCEPTED: [usize; 10] = [
+/// (trampolines into translated code), rseq (refused, as under Valgrind),
+/// arch_prctl (the GS base is the engine's) and the vfork family (made
+/// into forks, as under Valgrind: see `tasks`).
+pub(super) const INTERCEPTED: [usize; 13] = [
     MMAP,
     MPROTECT,
     MUNMAP,
@@ -35,4 +37,7 @@ pub(super) const INTERCEPTED: [usize; 10] = [
     EXECVEAT,
     ARCH_PRCTL,
     RSEQ,
+    VFORK,
+    CLONE,
+    CLONE3,
 ];

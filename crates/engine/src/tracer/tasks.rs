@@ -4,6 +4,14 @@
 //! order), and its creator waits until then; a thread gets its own thread
 //! area, a forked child a copy of its parent's bookkeeping. When the last
 //! thread of a process exits, the process's counts go to the sink.
+//!
+//! A vfork is made a fork whose parent still waits, as Valgrind makes it
+//! (it keeps `CLONE_VFORK` and drops `CLONE_VM`): the child's code then
+//! runs in memory of its own, with counts and a profile of its own, and
+//! cannot overwrite the parent's code cache and counters. The `vfork`
+//! syscall becomes `clone(CLONE_VFORK | SIGCHLD)`; `clone3` asking for
+//! `CLONE_VFORK` is refused with ENOSYS (as Valgrind refuses every
+//! `clone3`), so that glibc falls back to `clone`.
 
 use super::inject::Injection;
 use super::signals::Handler;
@@ -11,7 +19,7 @@ use super::{get_regs, os_err, set_regs, syscalls, Tracer};
 use crate::client_mem::ProcMemory;
 use crate::layout;
 use crate::space::Space;
-use crate::sys;
+use crate::sys::{self, Regs};
 use crate::EngineError;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -21,9 +29,13 @@ use std::rc::Rc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Birth {
     Thread,
+    /// A new process (vforks included: they are forks here).
     Fork,
-    Vfork,
 }
+
+const CLONE_VM: u64 = 0x100;
+const CLONE_VFORK: u64 = 0x4000;
+const CLONE_THREAD: u64 = 0x1_0000;
 
 /// A traced thread.
 pub(super) struct Task {
@@ -39,8 +51,6 @@ pub(super) struct Task {
 pub(super) struct Proc {
     pub(super) space: Rc<RefCell<Space>>,
     pub(super) threads: HashSet<i32>,
-    /// A vfork child shares its parent's memory: it reports nothing.
-    pub(super) shares_parent: bool,
     /// Signals whose handler the client installed: the kernel has a
     /// code-cache trampoline instead; this is the client's own value.
     pub(super) handlers: HashMap<i32, Handler>,
@@ -53,7 +63,6 @@ impl Tracer<'_> {
         &mut self,
         pid: i32,
         space: Rc<RefCell<Space>>,
-        shares_parent: bool,
         handlers: HashMap<i32, Handler>,
         area: u64,
     ) {
@@ -62,7 +71,6 @@ impl Tracer<'_> {
             Proc {
                 space,
                 threads: [pid].into_iter().collect(),
-                shares_parent,
                 handlers,
             },
         );
@@ -80,8 +88,7 @@ impl Tracer<'_> {
         );
     }
 
-    /// How many threads, of every process, run in `space` (a vfork child
-    /// shares its parent's memory, whose other threads keep running).
+    /// How many threads, of every process, run in `space`.
     pub(super) fn threads_sharing(&self, space: &Rc<RefCell<Space>>) -> usize {
         self.procs
             .values()
@@ -90,19 +97,16 @@ impl Tracer<'_> {
             .sum()
     }
 
-    /// A signal stop of a task the tracer does not know yet.
-    pub(super) fn on_unknown_task_stop(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
-        if sig == libc::SIGSTOP {
-            // A new task's first stop.
-            if let Some((parent, birth)) = self.announced.remove(&tid) {
-                self.start_task(tid, parent, birth)?;
-                self.resume(parent, 0)?;
-                return Ok(());
-            }
-            self.early.insert(tid);
+    /// The first stop of a new task (before its creator's event arrived,
+    /// or after).
+    pub(super) fn on_new_task_stop(&mut self, tid: i32) -> Result<(), EngineError> {
+        if let Some((parent, birth)) = self.announced.remove(&tid) {
+            self.start_task(tid, parent, birth)?;
+            self.resume(parent, 0)?;
             return Ok(());
         }
-        self.resume(tid, sig)
+        self.early.insert(tid);
+        Ok(())
     }
 
     pub(super) fn on_clone_event(&mut self, tid: i32, birth: Birth) -> Result<(), EngineError> {
@@ -114,6 +118,13 @@ impl Tracer<'_> {
         } else {
             birth
         };
+        // A vfork made a fork: the registers it rewrote go back, in the
+        // parent now (the syscall has read them) and in the child at its
+        // first stop.
+        if let Some(args) = self.vfork_args.remove(&tid) {
+            restore_args(tid, args)?;
+            self.vfork_args.insert(child, args);
+        }
         if self.early.remove(&child) {
             self.start_task(child, tid, birth)?;
             self.resume(tid, 0)?;
@@ -128,11 +139,10 @@ impl Tracer<'_> {
 
     /// Whether the clone/clone3 that `tid` is stopped in passed CLONE_VM.
     fn clone_shares_vm(&self, tid: i32) -> bool {
-        const CLONE_VM: u64 = 0x100;
         let Ok(regs) = sys::get_regs(tid) else {
             return true;
         };
-        let flags = match regs.orig_rax {
+        let flags = match regs.orig_rax as usize {
             syscalls::CLONE => regs.rdi,
             syscalls::CLONE3 => match self.space_of(tid) {
                 Some(sp) => sp.borrow_mut().mem().read_u64(regs.rdi).unwrap_or(CLONE_VM),
@@ -186,25 +196,19 @@ impl Tracer<'_> {
                     .insert(tid);
                 self.add_task(tid, ptgid, area);
             }
-            Birth::Fork | Birth::Vfork => {
-                let (space, shares) = if birth == Birth::Fork {
-                    // The forking thread (stopped in its fork, between
-                    // blocks) hands over its records first: the child's
-                    // tool is a copy of the parent's with all of them.
-                    pspace.borrow_mut().hand_over_trace(parea);
-                    (
-                        Rc::new(RefCell::new(
-                            pspace
-                                .borrow_mut()
-                                .fork_copy(Box::new(ProcMemory::open(tid)?))?,
-                        )),
-                        false,
-                    )
-                } else {
-                    (pspace, true)
-                };
+            Birth::Fork => {
+                // The forking thread (stopped in its fork, between blocks)
+                // hands over its records first: the child's tool is a copy
+                // of the parent's with all of them.
+                pspace.borrow_mut().hand_over_trace(parea);
+                let space = pspace
+                    .borrow_mut()
+                    .fork_copy(Box::new(ProcMemory::open(tid)?))?;
                 let handlers = self.procs[&ptgid].handlers.clone();
-                self.add_process(tid, space, shares, handlers, parea);
+                self.add_process(tid, Rc::new(RefCell::new(space)), handlers, parea);
+                if let Some(args) = self.vfork_args.remove(&tid) {
+                    restore_args(tid, args)?;
+                }
             }
         }
         self.resume(tid, 0)?;
@@ -215,6 +219,7 @@ impl Tracer<'_> {
     pub(super) fn on_vanished(&mut self, tid: i32) -> Result<(), EngineError> {
         self.on_thread_exit(tid);
         self.early.remove(&tid);
+        self.vfork_args.remove(&tid);
         // A new task that died before its first stop: its creator waits.
         if let Some((parent, _)) = self.announced.remove(&tid) {
             self.resume(parent, 0)?;
@@ -232,24 +237,69 @@ impl Tracer<'_> {
             return;
         };
         proc.threads.remove(&tid);
-        if !proc.shares_parent {
-            // Its memory is still there at the exit stop.
-            proc.space.borrow_mut().thread_exited(task.area);
-        }
+        // Its memory is still there at the exit stop.
+        proc.space.borrow_mut().thread_exited(task.area);
         if !proc.threads.is_empty() {
             return;
         }
         let proc = self.procs.remove(&task.tgid).expect("present");
-        if !proc.shares_parent {
-            let profile = proc.space.borrow_mut().collect(task.tgid);
-            self.sink.process_finished(profile);
-        }
+        let profile = proc.space.borrow_mut().collect(task.tgid);
+        self.sink.process_finished(profile);
         if self.procs.is_empty() {
             // The last process: the tool is about to exit, and freeing the
             // translation tables piece by piece (hundreds of thousands of
             // blocks on a compiler) would only delay that exit.
             std::mem::forget(proc);
         }
+    }
+
+    /// A guest `vfork`, `clone` or `clone3` (syscall `sysno`) from
+    /// translated code stopped with `regs`: a vfork becomes a fork whose
+    /// parent waits (see the module's doc); anything else runs as it is.
+    pub(super) fn on_fork_syscall(
+        &mut self,
+        tid: i32,
+        mut regs: Regs,
+        sysno: u64,
+    ) -> Result<(), EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let site = space
+            .borrow()
+            .syscall_site(regs.rip)
+            .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
+        regs.rcx = site.guest_next;
+        let mut run = sysno;
+        match sysno as usize {
+            syscalls::VFORK => {
+                self.vfork_args.insert(tid, (regs.rdi, regs.rsi));
+                run = syscalls::CLONE as u64;
+                regs.rdi = CLONE_VFORK | libc::SIGCHLD as u64;
+                // The child goes on on the same stack, in its own copy.
+                regs.rsi = 0;
+            }
+            syscalls::CLONE if is_vfork(regs.rdi) => {
+                self.vfork_args.insert(tid, (regs.rdi, regs.rsi));
+                regs.rdi &= !CLONE_VM;
+            }
+            syscalls::CLONE3 => {
+                // `struct clone_args` starts with the flags.
+                let flags = space.borrow_mut().mem().read_u64(regs.rdi).unwrap_or(0);
+                if is_vfork(flags) {
+                    regs.rax = (-libc::ENOSYS) as i64 as u64;
+                    regs.orig_rax = u64::MAX;
+                    set_regs(tid, &regs)?;
+                    return self.resume(tid, 0);
+                }
+            }
+            _ => {}
+        }
+        // Run it for real, right here. (Should it fail, no child comes to
+        // take the rewritten RDI and RSI back: the vfork family's callers
+        // are functions, for which both are scratch registers.)
+        regs.orig_rax = run;
+        regs.rax = run;
+        set_regs(tid, &regs)?;
+        self.resume(tid, 0)
     }
 
     /// At `PTRACE_EVENT_EXEC` of `pid` (with `--trace-children=yes`):
@@ -273,6 +323,21 @@ impl Tracer<'_> {
             .unwrap_or_default();
         !self.sink.follow_exec(&exe, &argv)
     }
+}
+
+/// Whether clone flags `flags` ask for a vfork: the parent waits while the
+/// child runs in its memory.
+fn is_vfork(flags: u64) -> bool {
+    flags & (CLONE_VFORK | CLONE_VM) == CLONE_VFORK | CLONE_VM && flags & CLONE_THREAD == 0
+}
+
+/// Puts back the RDI and RSI a vfork had before it was rewritten, in `tid`
+/// (the parent after its fork event, or the child at its first stop).
+fn restore_args(tid: i32, (rdi, rsi): (u64, u64)) -> Result<(), EngineError> {
+    let mut regs = get_regs(tid)?;
+    regs.rdi = rdi;
+    regs.rsi = rsi;
+    set_regs(tid, &regs)
 }
 
 /// The file name a process stopped at `PTRACE_EVENT_EXEC` gave `execve`,
