@@ -109,6 +109,23 @@ impl CacheSim {
         }
     }
 
+    /// The I1 half of [`instr`](Self::instr): whether the fetch misses I1.
+    /// I1 and D1 meet only in LL, so a caller may simulate a run of fetches
+    /// in I1 ahead of the data accesses between them, as long as each I1
+    /// miss then goes to LL ([`instr_ll_is_miss`](Self::instr_ll_is_miss))
+    /// in its original place among the data accesses' LL references.
+    #[inline(always)]
+    pub fn i1_is_miss(&mut self, addr: u64, len: u32) -> bool {
+        self.i1.access_is_miss(addr, len.min(self.max_access))
+    }
+
+    /// The LL half of [`instr`](Self::instr), after an I1 miss: whether LL
+    /// missed too.
+    #[inline]
+    pub fn instr_ll_is_miss(&mut self, addr: u64, len: u32) -> bool {
+        self.ll.access_is_miss(addr, len.min(self.max_access))
+    }
+
     /// A data access (read, write or read-modify-write: the model treats
     /// them alike; the caller decides which counters it feeds).
     #[inline(always)]

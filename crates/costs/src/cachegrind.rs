@@ -139,7 +139,7 @@ impl BlockSim {
         let i1 = self.caches.as_ref().map(|c| {
             let i1 = c.i1();
             let lines_held = u64::from(i1.sets()) * u64::from(i1.assoc);
-            (u64::from(i1.line_size), lines_held)
+            (u64::from(i1.line_size), lines_held, c.max_access())
         });
         let plan = BlockPlan::new(info, slots, self.cols, i1, self.modify_as_write);
         let i = id.0 as usize;
@@ -190,34 +190,28 @@ impl BlockSim {
             return Some(last);
         };
         let cols = self.cols;
-        // Data operations take the block's addresses in order.
-        let mut addrs = addrs.iter();
-        for op in plan.ops.iter() {
-            match *op {
-                PlanOp::Fetch { .. } if repeat => {}
-                PlanOp::Fetch { slot, addr, len } => {
-                    let outcome = sim.instr(addr, u32::from(len));
-                    if outcome.l1_miss() {
-                        // Ir itself is counted per block.
-                        out.add(slot as usize, cols.instr + 1, 1);
-                        if outcome.ll_miss() {
-                            out.add(slot as usize, cols.instr + 2, 1);
-                        }
-                    }
-                }
-                PlanOp::Data { slot, size, first } => {
-                    let Some(&addr) = addrs.next() else {
-                        return Some(last);
-                    };
-                    let outcome = sim.data(addr, size);
-                    if outcome.l1_miss() {
-                        out.add(slot as usize, first as usize + 1, 1);
-                        if outcome.ll_miss() {
-                            out.add(slot as usize, first as usize + 2, 1);
-                        }
-                    }
-                }
+        let (fetches, data) = (&plan.fetches[..], &plan.data[..]);
+        // I1 and D1 meet only in LL, so the fetches go through I1 first, on
+        // their own, and only an I1 miss (rare) needs its LL access put
+        // back in order among the data accesses': exact, and the loops
+        // need no dispatch per step.
+        let mut missed = 0u64;
+        if !repeat && fetches.len() <= 64 && addrs.len() == data.len() {
+            for (k, f) in fetches.iter().enumerate() {
+                missed |= u64::from(sim.i1_is_miss(f.addr, u32::from(f.len))) << k;
             }
+        } else if !repeat {
+            // Long blocks (or a producer giving too few addresses): each
+            // fetch where it comes.
+            interleaved(sim, fetches, data, addrs, None, cols.instr, out);
+            return Some(last);
+        }
+        if missed == 0 {
+            for (d, &addr) in data.iter().zip(addrs) {
+                d.run(sim, addr, out);
+            }
+        } else {
+            interleaved(sim, fetches, data, addrs, Some(missed), cols.instr, out);
         }
         Some(last)
     }
@@ -396,15 +390,85 @@ impl CachegrindTool {
     }
 }
 
-/// One step of simulating a block execution.
+/// An instruction fetch of a block's plan.
 #[derive(Debug, Clone, Copy)]
-enum PlanOp {
-    /// Fetch the instruction in `slot`.
-    Fetch { slot: u32, addr: u64, len: u8 },
-    /// Access the block's next memory operand (the next reported address)
-    /// for the instruction in `slot`; misses go to the columns after
-    /// `first` (Dr or Dw).
-    Data { slot: u32, size: u32, first: u32 },
+struct FetchOp {
+    /// The instruction's address.
+    addr: u64,
+    /// Its slot.
+    slot: u32,
+    /// Its length.
+    len: u8,
+    /// How many of the block's data accesses come before it.
+    data_before: u16,
+}
+
+/// A data access of a block's plan: the block's next memory operand (the
+/// next reported address) for the instruction in `slot`; misses go to the
+/// columns after `first` (Dr or Dw).
+#[derive(Debug, Clone, Copy)]
+struct DataOp {
+    slot: u32,
+    /// Bytes, at most [`CacheSim::max_access`].
+    size: u32,
+    first: u32,
+}
+
+impl DataOp {
+    /// Simulates the access at `addr`, charging its misses.
+    #[inline(always)]
+    fn run(self, sim: &mut CacheSim, addr: u64, out: &mut impl Charge) {
+        let outcome = sim.data(addr, self.size);
+        if outcome.l1_miss() {
+            out.add(self.slot as usize, self.first as usize + 1, 1);
+            if outcome.ll_miss() {
+                out.add(self.slot as usize, self.first as usize + 2, 1);
+            }
+        }
+    }
+}
+
+/// A block execution with each fetch's LL access in its place among the
+/// data accesses: `missed` has bit k set if fetch k missed I1 (already
+/// simulated), or is `None` when I1 is still to be simulated here too.
+/// Fetch misses go to the columns after `instr` (Ir). Stops at the first
+/// data access without an address.
+#[inline(never)]
+fn interleaved(
+    sim: &mut CacheSim,
+    fetches: &[FetchOp],
+    data: &[DataOp],
+    addrs: &[u64],
+    missed: Option<u64>,
+    instr: usize,
+    out: &mut impl Charge,
+) {
+    let mut steps = data.iter().zip(addrs);
+    let mut done = 0;
+    for (k, f) in fetches.iter().enumerate() {
+        for (d, &addr) in steps.by_ref().take(usize::from(f.data_before) - done) {
+            d.run(sim, addr, out);
+            done += 1;
+        }
+        if done < usize::from(f.data_before) {
+            return;
+        }
+        let len = u32::from(f.len);
+        let l1_miss = match missed {
+            Some(bits) => bits >> k & 1 != 0,
+            None => sim.i1_is_miss(f.addr, len),
+        };
+        if l1_miss {
+            // Ir itself is counted per block.
+            out.add(f.slot as usize, instr + 1, 1);
+            if sim.instr_ll_is_miss(f.addr, len) {
+                out.add(f.slot as usize, instr + 2, 1);
+            }
+        }
+    }
+    for (d, &addr) in steps {
+        d.run(sim, addr, out);
+    }
 }
 
 /// What one execution of a block does to the models, worked out when the
@@ -418,12 +482,14 @@ struct BlockPlan {
     last: Option<(usize, u64)>,
     /// Per instruction: reads (and modifies) and writes per execution.
     accesses: Box<[(u16, u16)]>,
-    /// Fetches and data accesses in execution order. A fetch that lies
-    /// within the line the previous fetch of the block touched last is left
-    /// out: that line is the most recently used of its I1 set (only data
+    /// Instruction fetches in execution order. A fetch that lies within
+    /// the line the previous fetch of the block touched last is left out:
+    /// that line is the most recently used of its I1 set (only data
     /// accesses, which do not touch I1, came in between), so the fetch hits
     /// and changes nothing: exact, and most fetches of a block go.
-    ops: Box<[PlanOp]>,
+    fetches: Box<[FetchOp]>,
+    /// Data accesses in execution order.
+    data: Box<[DataOp]>,
     /// Executions reported since the last [`CachegrindTool::finish`].
     runs: u64,
     /// No I1 set receives more of its lines than it has ways. Then after
@@ -442,26 +508,29 @@ impl BlockPlan {
         info: &BlockInfo,
         slots: Box<[usize]>,
         cols: Columns,
-        i1: Option<(u64, u64)>,
+        i1: Option<(u64, u64, u32)>,
         modify_as_write: bool,
     ) -> BlockPlan {
-        let i1_line = i1.map(|(line, _)| line);
+        let i1_line = i1.map(|(line, _, _)| line);
+        let max_access = i1.map_or(u32::MAX, |(_, _, max)| max);
         let line = i1_line.unwrap_or(64);
         // Instructions are contiguous: the block touches every line from its
         // first to its last.
         let lines = (info.end().max(info.start() + 1) - 1) / line - info.start() / line + 1;
-        let repeats_free = i1.is_some_and(|(_, lines_held)| lines <= lines_held);
-        let mut ops = Vec::new();
+        let repeats_free = i1.is_some_and(|(_, lines_held, _)| lines <= lines_held);
+        let mut fetches = Vec::new();
+        let mut data = Vec::new();
         let mut accesses = Vec::with_capacity(slots.len());
         let mut last_line = None;
         for (n, (i, &slot)) in info.instrs().iter().zip(slots.iter()).enumerate() {
             let first = i.addr / line;
             let last = (i.addr + u64::from(i.len.max(1)) - 1) / line;
             if !(first == last && last_line == Some(last)) {
-                ops.push(PlanOp::Fetch {
-                    slot: slot as u32,
+                fetches.push(FetchOp {
                     addr: i.addr,
+                    slot: slot as u32,
                     len: i.len,
+                    data_before: u16::try_from(data.len()).expect("operands per block fit u16"),
                 });
             }
             last_line = Some(last);
@@ -479,16 +548,17 @@ impl BlockPlan {
                     reads += 1;
                     cols.read
                 };
-                ops.push(PlanOp::Data {
+                data.push(DataOp {
                     slot: slot as u32,
-                    size: m.size,
+                    size: m.size.min(max_access),
                     first: first as u32,
                 });
             }
             accesses.push((reads, writes));
         }
         if i1_line.is_none() {
-            ops.clear();
+            fetches.clear();
+            data.clear();
         }
         BlockPlan {
             last: slots
@@ -497,7 +567,8 @@ impl BlockPlan {
                 .zip(info.instrs().last().map(|i| i.addr)),
             slots,
             accesses: accesses.into(),
-            ops: ops.into(),
+            fetches: fetches.into(),
+            data: data.into(),
             runs: 0,
             repeats_free,
         }
@@ -740,9 +811,12 @@ mod tests {
         let kinds = [AccessKind::Read, AccessKind::Write, AccessKind::Modify];
         let mut blocks = Vec::new();
         let mut at = 0x40_1000u64;
-        for _ in 0..40 {
+        for n in 0..40 {
             let mut b = BlockInfo::new(at, Terminator::FallThrough);
-            for _ in 0..1 + rand(12) {
+            // A few blocks long enough to make more than 64 fetches (the
+            // plan's I1 pass keeps a bit per fetch).
+            let count = if n < 3 { 200 } else { 1 + rand(12) };
+            for _ in 0..count {
                 let len = 1 + rand(15) as u8;
                 let ops: Vec<MemOperand> = (0..rand(3))
                     .map(|_| MemOperand {
