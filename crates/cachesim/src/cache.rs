@@ -13,6 +13,10 @@ pub struct Cache {
     assoc: usize,
     set_mask: u64,
     line_bits: u32,
+    /// References that changed the tag store (all but hits on a set's most
+    /// recently used line), so far: while it stands still, every set's
+    /// most recently used line stays the same.
+    changes: u64,
 }
 
 /// Tags per page of the tag array (4 KiB pages).
@@ -39,6 +43,7 @@ impl Clone for Cache {
             assoc: self.assoc,
             set_mask: self.set_mask,
             line_bits: self.line_bits,
+            changes: self.changes,
         }
     }
 }
@@ -62,12 +67,21 @@ impl Cache {
             assoc,
             set_mask: sets as u64 - 1,
             line_bits: config.line_size.trailing_zeros(),
+            changes: 0,
         }
     }
 
     /// The geometry.
     pub fn config(&self) -> CacheConfig {
         self.config
+    }
+
+    /// How many references so far changed the tag store: a reference that
+    /// is not to the most recently used line of its set (a hit further
+    /// down, or a miss). Equal counts at two times mean every set has the
+    /// same most recently used line at both.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Looks `block` up in its set and makes it the most recently used
@@ -92,6 +106,7 @@ impl Cache {
     /// line) to the front, shifting the more recent ways down one.
     #[inline(always)]
     fn reorder_is_miss(&mut self, base: usize, block: u64) -> bool {
+        self.changes += 1;
         let set = &mut self.tags[base..base + self.assoc];
         // Shift while searching: each way takes the tag of the way before
         // it until `block` is found (a hit, whose old way is overwritten)
@@ -171,6 +186,23 @@ mod tests {
         assert!(c.access_is_miss(blk(1), 8));
         assert!(!c.access_is_miss(blk(4), 8));
         assert_eq!(set_of(&c, 0), [4, 1, 5, 2]);
+    }
+
+    /// Only references that reorder a set or miss count as changes.
+    #[test]
+    fn changes_count_what_moves() {
+        let mut c = Cache::new(CacheConfig::new(256, 2, 64));
+        assert!(c.access_is_miss(64, 8));
+        assert_eq!(c.changes(), 1);
+        // Hits on the most recently used line of a set: no change.
+        assert!(!c.access_is_miss(70, 8));
+        assert!(!c.access_is_miss(64, 4));
+        assert_eq!(c.changes(), 1);
+        // A hit on the second way reorders.
+        assert!(c.access_is_miss(64 + 128, 8));
+        assert!(!c.access_is_miss(64, 8));
+        assert_eq!(c.changes(), 3);
+        assert_eq!(c.clone().changes(), 3);
     }
 
     #[test]

@@ -88,6 +88,13 @@ impl CacheSim {
         self.ll.config()
     }
 
+    /// I1's [`Cache::changes`]: while it stands still, every I1 set has the
+    /// same most recently used line.
+    #[inline]
+    pub fn i1_changes(&self) -> u64 {
+        self.i1.changes()
+    }
+
     /// The largest access simulated as such: the smallest line size. Like
     /// Cachegrind (which caps helper and CAS accesses this way, spec §2.4),
     /// longer accesses count as this many bytes at their start address, so

@@ -138,8 +138,12 @@ impl BlockSim {
     pub fn describe(&mut self, id: BlockId, info: &BlockInfo, slots: Box<[usize]>) {
         let i1 = self.caches.as_ref().map(|c| {
             let i1 = c.i1();
-            let lines_held = u64::from(i1.sets()) * u64::from(i1.assoc);
-            (u64::from(i1.line_size), lines_held, c.max_access())
+            I1Shape {
+                line: u64::from(i1.line_size),
+                sets: u64::from(i1.sets()),
+                lines_held: u64::from(i1.sets()) * u64::from(i1.assoc),
+                max_access: c.max_access(),
+            }
         });
         let plan = BlockPlan::new(info, slots, self.cols, i1, self.modify_as_write);
         let i = id.0 as usize;
@@ -184,11 +188,12 @@ impl BlockSim {
         let plan = self.blocks.get_mut(id.0 as usize)?;
         let last = plan.last;
         plan.runs += 1;
-        let repeat = plan.repeats_free && self.last_run == Some(id.0);
-        self.last_run = Some(id.0);
         let Some(sim) = &mut self.caches else {
             return Some(last);
         };
+        let repeat = (plan.repeats_free && self.last_run == Some(id.0))
+            || (plan.distinct_sets && plan.i1_changes == sim.i1_changes());
+        self.last_run = Some(id.0);
         let cols = self.cols;
         let (fetches, data) = (&plan.fetches[..], &plan.data[..]);
         // I1 and D1 meet only in LL, so the fetches go through I1 first, on
@@ -200,10 +205,12 @@ impl BlockSim {
             for (k, f) in fetches.iter().enumerate() {
                 missed |= u64::from(sim.i1_is_miss(f.addr, u32::from(f.len))) << k;
             }
+            plan.i1_changes = sim.i1_changes();
         } else if !repeat {
             // Long blocks (or a producer giving too few addresses): each
             // fetch where it comes.
             interleaved(sim, fetches, data, addrs, None, cols.instr, out);
+            plan.i1_changes = sim.i1_changes();
             return Some(last);
         }
         if missed == 0 {
@@ -267,6 +274,10 @@ impl BlockSim {
     pub fn clear(&mut self) {
         if let Some(c) = &self.caches {
             self.caches = Some(CacheSim::new(c.i1(), c.d1(), c.ll()));
+            // The new I1 counts its changes from 0 again.
+            for plan in &mut self.blocks {
+                plan.i1_changes = u64::MAX;
+            }
         }
         if self.branches.is_some() {
             self.branches = Some(BranchPredictor::new());
@@ -498,6 +509,29 @@ struct BlockPlan {
     /// follows (a tight loop) hits every line and leaves exactly that
     /// state again, so its fetches need no simulation.
     repeats_free: bool,
+    /// Its lines fall in distinct I1 sets. Then after an execution each is
+    /// the most recently used line of its set, and stays so while no I1
+    /// reference changes the tag store: an execution that finds I1's
+    /// [`CacheSim::i1_changes`] as the last one left it (`i1_changes`) hits
+    /// on every line and changes nothing, so its fetches need no
+    /// simulation (the blocks of a loop that fits in I1, however many).
+    distinct_sets: bool,
+    /// I1's count of changes after this block's last simulated fetches
+    /// (`u64::MAX`: none yet).
+    i1_changes: u64,
+}
+
+/// What a block's plan needs of the I1 geometry.
+#[derive(Debug, Clone, Copy)]
+struct I1Shape {
+    /// Line size.
+    line: u64,
+    /// Sets.
+    sets: u64,
+    /// Lines it holds.
+    lines_held: u64,
+    /// [`CacheSim::max_access`].
+    max_access: u32,
 }
 
 impl BlockPlan {
@@ -508,16 +542,17 @@ impl BlockPlan {
         info: &BlockInfo,
         slots: Box<[usize]>,
         cols: Columns,
-        i1: Option<(u64, u64, u32)>,
+        i1: Option<I1Shape>,
         modify_as_write: bool,
     ) -> BlockPlan {
-        let i1_line = i1.map(|(line, _, _)| line);
-        let max_access = i1.map_or(u32::MAX, |(_, _, max)| max);
+        let i1_line = i1.map(|i1| i1.line);
+        let max_access = i1.map_or(u32::MAX, |i1| i1.max_access);
         let line = i1_line.unwrap_or(64);
         // Instructions are contiguous: the block touches every line from its
         // first to its last.
         let lines = (info.end().max(info.start() + 1) - 1) / line - info.start() / line + 1;
-        let repeats_free = i1.is_some_and(|(_, lines_held, _)| lines <= lines_held);
+        let repeats_free = i1.is_some_and(|i1| lines <= i1.lines_held);
+        let distinct_sets = i1.is_some_and(|i1| lines <= i1.sets);
         let mut fetches = Vec::new();
         let mut data = Vec::new();
         let mut accesses = Vec::with_capacity(slots.len());
@@ -571,6 +606,8 @@ impl BlockPlan {
             data: data.into(),
             runs: 0,
             repeats_free,
+            distinct_sets,
+            i1_changes: u64::MAX,
         }
     }
 }
@@ -786,6 +823,48 @@ mod tests {
         assert_eq!(row(&tool, 0x1006)[0], 1);
         assert_eq!(row(&tool, 0x5000)[0], 1);
         assert_eq!(tool.table().len(), 4);
+    }
+
+    /// Fetch misses a `BlockSim` charges, by slot.
+    #[derive(Default)]
+    struct Misses(Vec<(usize, usize)>);
+
+    impl Charge for Misses {
+        fn add(&mut self, slot: usize, col: usize, _n: u64) {
+            self.0.push((slot, col));
+        }
+    }
+
+    /// After `clear` (cold caches, whose count of I1 changes starts over)
+    /// a block's fetches are simulated again, not taken for hits because
+    /// the count happens to be where the block left it.
+    #[test]
+    fn cleared_caches_miss_again() {
+        let mut sim = BlockSim::new(Some(caches()), false, false);
+        // Two one-line blocks in different I1 sets.
+        for (id, at) in [(0u32, 0x40_1000u64), (1, 0x40_1040)] {
+            let mut b = BlockInfo::new(at, Terminator::FallThrough);
+            b.push(at, 4, &[]);
+            sim.describe(BlockId(id), &b, vec![id as usize].into());
+        }
+        let mut m = Misses::default();
+        // Block 0 misses: I1 has made one change since it was cold.
+        assert!(sim.run(BlockId(0), &[], &mut m));
+        assert_eq!(m.0, [(0, 1), (0, 2)]);
+        sim.clear();
+        // Block 1 misses the cold I1: one change again.
+        m.0.clear();
+        assert!(sim.run(BlockId(1), &[], &mut m));
+        assert_eq!(m.0, [(1, 1), (1, 2)]);
+        // Block 0 misses too, though I1's count is where its run left it.
+        m.0.clear();
+        assert!(sim.run(BlockId(0), &[], &mut m));
+        assert_eq!(m.0, [(0, 1), (0, 2)]);
+        // Warm now: a run after block 1 makes no fetch at all.
+        sim.run(BlockId(1), &[], &mut m);
+        m.0.clear();
+        assert!(sim.run(BlockId(0), &[], &mut m));
+        assert!(m.0.is_empty());
     }
 
     /// Block runs (charged per block, fetches within the last line left
