@@ -373,6 +373,16 @@ impl CachegrindTool {
         p
     }
 
+    /// A run of a block never described: the general path, which looks
+    /// slots up. Out of line, so that the block path inlines into the
+    /// engine's decoding loop.
+    #[inline(never)]
+    fn undescribed_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
+        let mut records = Vec::new();
+        events::expand_block_run(id, info, addrs, &mut records);
+        self.records(&records);
+    }
+
     /// The slot of the instruction fetched at `addr`: the next one of the
     /// current block if it is that, else looked up.
     #[inline(always)]
@@ -634,17 +644,13 @@ impl Tool for CachegrindTool {
         self.sim.describe(id, info, slots);
     }
 
+    #[inline(always)]
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         debug_assert_eq!(addrs.len(), info.mem_count());
         self.in_block = None;
         match self.sim.run_plan(id, addrs, &mut self.table) {
             Some(last) => self.current = last,
-            None => {
-                // Never described: take the general path (it looks slots up).
-                let mut records = Vec::new();
-                events::expand_block_run(id, info, addrs, &mut records);
-                self.records(&records);
-            }
+            None => self.undescribed_run(id, info, addrs),
         }
     }
 
