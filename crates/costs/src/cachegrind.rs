@@ -99,8 +99,16 @@ pub struct BlockSim {
     /// Callgrind counts a modify (`add %eax,(%rdi)`) as a write, Cachegrind
     /// as a read (spec §1.4): the model does the same either way.
     modify_as_write: bool,
-    /// Per block id: its plan.
+    /// Per block id: what a run needs of its plan, one cache line each.
     blocks: Vec<BlockPlan>,
+    /// Per block id: the rest of its plan.
+    cold: Vec<PlanCold>,
+    /// The plans' fetches, each plan's together in execution order (an
+    /// arena: consecutive blocks' steps are near each other, not in an
+    /// allocation each).
+    fetch_ops: Vec<FetchOp>,
+    /// The plans' data accesses, likewise.
+    data_ops: Vec<DataOp>,
     /// The block whose run made the latest instruction fetches (see
     /// `BlockPlan::repeats_free`).
     last_run: Option<u32>,
@@ -119,6 +127,9 @@ impl BlockSim {
             branches: branch_sim.then(BranchPredictor::new),
             modify_as_write,
             blocks: Vec::new(),
+            cold: Vec::new(),
+            fetch_ops: Vec::new(),
+            data_ops: Vec::new(),
             last_run: None,
         }
     }
@@ -145,17 +156,26 @@ impl BlockSim {
                 max_access: c.max_access(),
             }
         });
-        let plan = BlockPlan::new(info, slots, self.cols, i1, self.modify_as_write);
+        let (plan, cold) = BlockPlan::new(
+            info,
+            slots,
+            self.cols,
+            i1,
+            self.modify_as_write,
+            (&mut self.fetch_ops, &mut self.data_ops),
+        );
         let i = id.0 as usize;
         if self.blocks.len() <= i {
             self.blocks.resize_with(i + 1, Default::default);
+            self.cold.resize_with(i + 1, Default::default);
         }
         self.blocks[i] = plan;
+        self.cold[i] = cold;
     }
 
     /// Whether block `id` was described.
     pub fn described(&self, id: BlockId) -> bool {
-        self.blocks
+        self.cold
             .get(id.0 as usize)
             .is_some_and(|p| !p.slots.is_empty())
     }
@@ -163,7 +183,7 @@ impl BlockSim {
     /// Per instruction of block `id`: the reads (with modifies, unless they
     /// count as writes) and writes one execution makes.
     pub fn accesses(&self, id: BlockId) -> &[(u16, u16)] {
-        self.blocks.get(id.0 as usize).map_or(&[], |p| &p.accesses)
+        self.cold.get(id.0 as usize).map_or(&[], |p| &p.accesses)
     }
 
     /// Simulates one execution of block `id` with its data addresses
@@ -186,7 +206,7 @@ impl BlockSim {
         out: &mut impl Charge,
     ) -> Option<Option<(usize, u64)>> {
         let plan = self.blocks.get_mut(id.0 as usize)?;
-        let last = plan.last;
+        let last = plan.last();
         plan.runs += 1;
         let Some(sim) = &mut self.caches else {
             return Some(last);
@@ -195,7 +215,8 @@ impl BlockSim {
             || (plan.distinct_sets && plan.i1_changes == sim.i1_changes());
         self.last_run = Some(id.0);
         let cols = self.cols;
-        let (fetches, data) = (&plan.fetches[..], &plan.data[..]);
+        let fetches = plan.fetches.of(&self.fetch_ops);
+        let data = plan.data.of(&self.data_ops);
         // I1 and D1 meet only in LL, so the fetches go through I1 first, on
         // their own, and only an I1 miss (rare) needs its LL access put
         // back in order among the data accesses': exact, and the loops
@@ -328,12 +349,12 @@ impl CachegrindTool {
     pub fn finish(&mut self) {
         let cols = self.cols;
         let cache = self.sim.caches.is_some();
-        for plan in &mut self.sim.blocks {
+        for (plan, cold) in self.sim.blocks.iter_mut().zip(&self.sim.cold) {
             let runs = std::mem::take(&mut plan.runs);
             if runs == 0 {
                 continue;
             }
-            for (&slot, &(reads, writes)) in plan.slots.iter().zip(plan.accesses.iter()) {
+            for (&slot, &(reads, writes)) in cold.slots.iter().zip(cold.accesses.iter()) {
                 let row = self.table.row_mut(slot);
                 row[cols.ir] += runs;
                 if cache {
@@ -388,7 +409,7 @@ impl CachegrindTool {
     #[inline(always)]
     fn fetch_slot(&mut self, addr: u64) -> usize {
         if let Some((block, pos)) = &mut self.in_block {
-            match self.sim.blocks[*block].slots.get(*pos) {
+            match self.sim.cold[*block].slots.get(*pos) {
                 Some(&slot) if self.table.addr(slot) == addr => {
                     *pos += 1;
                     return slot;
@@ -431,15 +452,15 @@ struct FetchOp {
 struct DataOp {
     slot: u32,
     /// Bytes, at most [`CacheSim::max_access`].
-    size: u32,
-    first: u32,
+    size: u16,
+    first: u16,
 }
 
 impl DataOp {
     /// Simulates the access at `addr`, charging its misses.
     #[inline(always)]
     fn run(self, sim: &mut CacheSim, addr: u64, out: &mut impl Charge) {
-        let outcome = sim.data(addr, self.size);
+        let outcome = sim.data(addr, u32::from(self.size));
         if outcome.l1_miss() {
             out.add(self.slot as usize, self.first as usize + 1, 1);
             if outcome.ll_miss() {
@@ -493,26 +514,29 @@ fn interleaved(
 }
 
 /// What one execution of a block does to the models, worked out when the
-/// block is described, and how many executions are not yet in the table.
+/// block is described, and how many executions are not yet in the table:
+/// what a run reads and writes, in one cache line.
 #[derive(Debug, Clone, Default)]
+#[repr(align(64))]
 struct BlockPlan {
-    /// The slots of its instructions.
-    slots: Box<[usize]>,
-    /// The last of them and its address: a branch ending the block is
-    /// charged to it.
-    last: Option<(usize, u64)>,
-    /// Per instruction: reads (and modifies) and writes per execution.
-    accesses: Box<[(u16, u16)]>,
-    /// Instruction fetches in execution order. A fetch that lies within
-    /// the line the previous fetch of the block touched last is left out:
-    /// that line is the most recently used of its I1 set (only data
-    /// accesses, which do not touch I1, came in between), so the fetch hits
-    /// and changes nothing: exact, and most fetches of a block go.
-    fetches: Box<[FetchOp]>,
-    /// Data accesses in execution order.
-    data: Box<[DataOp]>,
     /// Executions reported since the last [`CachegrindTool::finish`].
     runs: u64,
+    /// I1's count of changes after this block's last simulated fetches
+    /// (`u64::MAX`: none yet).
+    i1_changes: u64,
+    /// The slot of its last instruction and its address: a branch ending
+    /// the block is charged to it (slot `usize::MAX`: the block is empty).
+    last_slot: usize,
+    last_addr: u64,
+    /// Instruction fetches in execution order, in the fetch arena. A fetch
+    /// that lies within the line the previous fetch of the block touched
+    /// last is left out: that line is the most recently used of its I1 set
+    /// (only data accesses, which do not touch I1, came in between), so the
+    /// fetch hits and changes nothing: exact, and most fetches of a block
+    /// go.
+    fetches: Span,
+    /// Data accesses in execution order, in the data arena.
+    data: Span,
     /// No I1 set receives more of its lines than it has ways. Then after
     /// one execution all its lines are cached, on top of their sets in the
     /// order the block last touched them; an execution that directly
@@ -526,9 +550,40 @@ struct BlockPlan {
     /// on every line and changes nothing, so its fetches need no
     /// simulation (the blocks of a loop that fits in I1, however many).
     distinct_sets: bool,
-    /// I1's count of changes after this block's last simulated fetches
-    /// (`u64::MAX`: none yet).
-    i1_changes: u64,
+}
+
+/// What a block's plan keeps for the end of the run and for the general
+/// path, away from the per-run data.
+#[derive(Debug, Clone, Default)]
+struct PlanCold {
+    /// The slots of its instructions.
+    slots: Box<[usize]>,
+    /// Per instruction: reads (and modifies) and writes per execution.
+    accesses: Box<[(u16, u16)]>,
+}
+
+/// A plan's steps in an arena.
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    /// The steps `items` pushed onto `arena`, as a span of it.
+    fn push<T>(arena: &mut Vec<T>, items: Vec<T>) -> Span {
+        let start = u32::try_from(arena.len()).expect("plan arenas stay below 4G steps");
+        let len = u32::try_from(items.len()).expect("steps per block fit u32");
+        arena.extend(items);
+        Span { start, len }
+    }
+
+    /// The steps in `arena`.
+    #[inline(always)]
+    fn of<T>(self, arena: &[T]) -> &[T] {
+        let start = self.start as usize;
+        &arena[start..start + self.len as usize]
+    }
 }
 
 /// What a block's plan needs of the I1 geometry.
@@ -547,14 +602,16 @@ struct I1Shape {
 impl BlockPlan {
     /// The plan of `info`, whose instructions have `slots`; `i1` is the I1
     /// line size and the number of lines it holds when caches are simulated
-    /// (else only the access counts matter).
+    /// (else only the access counts matter). Its steps go to the `arenas`
+    /// of fetches and data accesses.
     fn new(
         info: &BlockInfo,
         slots: Box<[usize]>,
         cols: Columns,
         i1: Option<I1Shape>,
         modify_as_write: bool,
-    ) -> BlockPlan {
+        arenas: (&mut Vec<FetchOp>, &mut Vec<DataOp>),
+    ) -> (BlockPlan, PlanCold) {
         let i1_line = i1.map(|i1| i1.line);
         let max_access = i1.map_or(u32::MAX, |i1| i1.max_access);
         let line = i1_line.unwrap_or(64);
@@ -595,8 +652,8 @@ impl BlockPlan {
                 };
                 data.push(DataOp {
                     slot: slot as u32,
-                    size: m.size.min(max_access),
-                    first: first as u32,
+                    size: u16::try_from(m.size.min(max_access)).unwrap_or(u16::MAX),
+                    first: first as u16,
                 });
             }
             accesses.push((reads, writes));
@@ -605,20 +662,33 @@ impl BlockPlan {
             fetches.clear();
             data.clear();
         }
-        BlockPlan {
-            last: slots
-                .last()
-                .copied()
-                .zip(info.instrs().last().map(|i| i.addr)),
-            slots,
-            accesses: accesses.into(),
-            fetches: fetches.into(),
-            data: data.into(),
+        let (last_slot, last_addr) = slots
+            .last()
+            .copied()
+            .zip(info.instrs().last().map(|i| i.addr))
+            .unwrap_or((usize::MAX, 0));
+        let plan = BlockPlan {
             runs: 0,
+            i1_changes: u64::MAX,
+            last_slot,
+            last_addr,
+            fetches: Span::push(arenas.0, fetches),
+            data: Span::push(arenas.1, data),
             repeats_free,
             distinct_sets,
-            i1_changes: u64::MAX,
-        }
+        };
+        let cold = PlanCold {
+            slots,
+            accesses: accesses.into(),
+        };
+        (plan, cold)
+    }
+
+    /// The slot and address of the block's last instruction, if it has
+    /// one.
+    #[inline(always)]
+    fn last(&self) -> Option<(usize, u64)> {
+        (self.last_slot != usize::MAX).then_some((self.last_slot, self.last_addr))
     }
 }
 
