@@ -88,6 +88,13 @@ impl CacheSim {
         self.ll.config()
     }
 
+    /// I1's [`Cache::changes`]: while it stands still, every I1 set has the
+    /// same most recently used line.
+    #[inline]
+    pub fn i1_changes(&self) -> u64 {
+        self.i1.changes()
+    }
+
     /// The largest access simulated as such: the smallest line size. Like
     /// Cachegrind (which caps helper and CAS accesses this way, spec §2.4),
     /// longer accesses count as this many bytes at their start address, so
@@ -107,6 +114,23 @@ impl CacheSim {
         } else {
             Outcome::LlMiss
         }
+    }
+
+    /// The I1 half of [`instr`](Self::instr): whether the fetch misses I1.
+    /// I1 and D1 meet only in LL, so a caller may simulate a run of fetches
+    /// in I1 ahead of the data accesses between them, as long as each I1
+    /// miss then goes to LL ([`instr_ll_is_miss`](Self::instr_ll_is_miss))
+    /// in its original place among the data accesses' LL references.
+    #[inline(always)]
+    pub fn i1_is_miss(&mut self, addr: u64, len: u32) -> bool {
+        self.i1.access_is_miss(addr, len.min(self.max_access))
+    }
+
+    /// The LL half of [`instr`](Self::instr), after an I1 miss: whether LL
+    /// missed too.
+    #[inline]
+    pub fn instr_ll_is_miss(&mut self, addr: u64, len: u32) -> bool {
+        self.ll.access_is_miss(addr, len.min(self.max_access))
     }
 
     /// A data access (read, write or read-modify-write: the model treats

@@ -99,8 +99,16 @@ pub struct BlockSim {
     /// Callgrind counts a modify (`add %eax,(%rdi)`) as a write, Cachegrind
     /// as a read (spec §1.4): the model does the same either way.
     modify_as_write: bool,
-    /// Per block id: its plan.
+    /// Per block id: what a run needs of its plan, one cache line each.
     blocks: Vec<BlockPlan>,
+    /// Per block id: the rest of its plan.
+    cold: Vec<PlanCold>,
+    /// The plans' fetches, each plan's together in execution order (an
+    /// arena: consecutive blocks' steps are near each other, not in an
+    /// allocation each).
+    fetch_ops: Vec<FetchOp>,
+    /// The plans' data accesses, likewise.
+    data_ops: Vec<DataOp>,
     /// The block whose run made the latest instruction fetches (see
     /// `BlockPlan::repeats_free`).
     last_run: Option<u32>,
@@ -119,6 +127,9 @@ impl BlockSim {
             branches: branch_sim.then(BranchPredictor::new),
             modify_as_write,
             blocks: Vec::new(),
+            cold: Vec::new(),
+            fetch_ops: Vec::new(),
+            data_ops: Vec::new(),
             last_run: None,
         }
     }
@@ -138,20 +149,33 @@ impl BlockSim {
     pub fn describe(&mut self, id: BlockId, info: &BlockInfo, slots: Box<[usize]>) {
         let i1 = self.caches.as_ref().map(|c| {
             let i1 = c.i1();
-            let lines_held = u64::from(i1.sets()) * u64::from(i1.assoc);
-            (u64::from(i1.line_size), lines_held)
+            I1Shape {
+                line: u64::from(i1.line_size),
+                sets: u64::from(i1.sets()),
+                lines_held: u64::from(i1.sets()) * u64::from(i1.assoc),
+                max_access: c.max_access(),
+            }
         });
-        let plan = BlockPlan::new(info, slots, self.cols, i1, self.modify_as_write);
+        let (plan, cold) = BlockPlan::new(
+            info,
+            slots,
+            self.cols,
+            i1,
+            self.modify_as_write,
+            (&mut self.fetch_ops, &mut self.data_ops),
+        );
         let i = id.0 as usize;
         if self.blocks.len() <= i {
             self.blocks.resize_with(i + 1, Default::default);
+            self.cold.resize_with(i + 1, Default::default);
         }
         self.blocks[i] = plan;
+        self.cold[i] = cold;
     }
 
     /// Whether block `id` was described.
     pub fn described(&self, id: BlockId) -> bool {
-        self.blocks
+        self.cold
             .get(id.0 as usize)
             .is_some_and(|p| !p.slots.is_empty())
     }
@@ -159,7 +183,7 @@ impl BlockSim {
     /// Per instruction of block `id`: the reads (with modifies, unless they
     /// count as writes) and writes one execution makes.
     pub fn accesses(&self, id: BlockId) -> &[(u16, u16)] {
-        self.blocks.get(id.0 as usize).map_or(&[], |p| &p.accesses)
+        self.cold.get(id.0 as usize).map_or(&[], |p| &p.accesses)
     }
 
     /// Simulates one execution of block `id` with its data addresses
@@ -182,42 +206,40 @@ impl BlockSim {
         out: &mut impl Charge,
     ) -> Option<Option<(usize, u64)>> {
         let plan = self.blocks.get_mut(id.0 as usize)?;
-        let last = plan.last;
+        let last = plan.last();
         plan.runs += 1;
-        let repeat = plan.repeats_free && self.last_run == Some(id.0);
-        self.last_run = Some(id.0);
         let Some(sim) = &mut self.caches else {
             return Some(last);
         };
+        let repeat = (plan.repeats_free && self.last_run == Some(id.0))
+            || (plan.distinct_sets && plan.i1_changes == sim.i1_changes());
+        self.last_run = Some(id.0);
         let cols = self.cols;
-        // Data operations take the block's addresses in order.
-        let mut addrs = addrs.iter();
-        for op in plan.ops.iter() {
-            match *op {
-                PlanOp::Fetch { .. } if repeat => {}
-                PlanOp::Fetch { slot, addr, len } => {
-                    let outcome = sim.instr(addr, u32::from(len));
-                    if outcome.l1_miss() {
-                        // Ir itself is counted per block.
-                        out.add(slot as usize, cols.instr + 1, 1);
-                        if outcome.ll_miss() {
-                            out.add(slot as usize, cols.instr + 2, 1);
-                        }
-                    }
-                }
-                PlanOp::Data { slot, size, first } => {
-                    let Some(&addr) = addrs.next() else {
-                        return Some(last);
-                    };
-                    let outcome = sim.data(addr, size);
-                    if outcome.l1_miss() {
-                        out.add(slot as usize, first as usize + 1, 1);
-                        if outcome.ll_miss() {
-                            out.add(slot as usize, first as usize + 2, 1);
-                        }
-                    }
-                }
+        let fetches = plan.fetches.of(&self.fetch_ops);
+        let data = plan.data.of(&self.data_ops);
+        // I1 and D1 meet only in LL, so the fetches go through I1 first, on
+        // their own, and only an I1 miss (rare) needs its LL access put
+        // back in order among the data accesses': exact, and the loops
+        // need no dispatch per step.
+        let mut missed = 0u64;
+        if !repeat && fetches.len() <= 64 && addrs.len() == data.len() {
+            for (k, f) in fetches.iter().enumerate() {
+                missed |= u64::from(sim.i1_is_miss(f.addr, u32::from(f.len))) << k;
             }
+            plan.i1_changes = sim.i1_changes();
+        } else if !repeat {
+            // Long blocks (or a producer giving too few addresses): each
+            // fetch where it comes.
+            interleaved(sim, fetches, data, addrs, None, cols.instr, out);
+            plan.i1_changes = sim.i1_changes();
+            return Some(last);
+        }
+        if missed == 0 {
+            for (d, &addr) in data.iter().zip(addrs) {
+                d.run(sim, addr, out);
+            }
+        } else {
+            interleaved(sim, fetches, data, addrs, Some(missed), cols.instr, out);
         }
         Some(last)
     }
@@ -273,6 +295,10 @@ impl BlockSim {
     pub fn clear(&mut self) {
         if let Some(c) = &self.caches {
             self.caches = Some(CacheSim::new(c.i1(), c.d1(), c.ll()));
+            // The new I1 counts its changes from 0 again.
+            for plan in &mut self.blocks {
+                plan.i1_changes = u64::MAX;
+            }
         }
         if self.branches.is_some() {
             self.branches = Some(BranchPredictor::new());
@@ -323,12 +349,12 @@ impl CachegrindTool {
     pub fn finish(&mut self) {
         let cols = self.cols;
         let cache = self.sim.caches.is_some();
-        for plan in &mut self.sim.blocks {
+        for (plan, cold) in self.sim.blocks.iter_mut().zip(&self.sim.cold) {
             let runs = std::mem::take(&mut plan.runs);
             if runs == 0 {
                 continue;
             }
-            for (&slot, &(reads, writes)) in plan.slots.iter().zip(plan.accesses.iter()) {
+            for (&slot, &(reads, writes)) in cold.slots.iter().zip(cold.accesses.iter()) {
                 let row = self.table.row_mut(slot);
                 row[cols.ir] += runs;
                 if cache {
@@ -368,12 +394,22 @@ impl CachegrindTool {
         p
     }
 
+    /// A run of a block never described: the general path, which looks
+    /// slots up. Out of line, so that the block path inlines into the
+    /// engine's decoding loop.
+    #[inline(never)]
+    fn undescribed_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
+        let mut records = Vec::new();
+        events::expand_block_run(id, info, addrs, &mut records);
+        self.records(&records);
+    }
+
     /// The slot of the instruction fetched at `addr`: the next one of the
     /// current block if it is that, else looked up.
     #[inline(always)]
     fn fetch_slot(&mut self, addr: u64) -> usize {
         if let Some((block, pos)) = &mut self.in_block {
-            match self.sim.blocks[*block].slots.get(*pos) {
+            match self.sim.cold[*block].slots.get(*pos) {
                 Some(&slot) if self.table.addr(slot) == addr => {
                     *pos += 1;
                     return slot;
@@ -396,72 +432,207 @@ impl CachegrindTool {
     }
 }
 
-/// One step of simulating a block execution.
+/// An instruction fetch of a block's plan.
 #[derive(Debug, Clone, Copy)]
-enum PlanOp {
-    /// Fetch the instruction in `slot`.
-    Fetch { slot: u32, addr: u64, len: u8 },
-    /// Access the block's next memory operand (the next reported address)
-    /// for the instruction in `slot`; misses go to the columns after
-    /// `first` (Dr or Dw).
-    Data { slot: u32, size: u32, first: u32 },
+struct FetchOp {
+    /// The instruction's address.
+    addr: u64,
+    /// Its slot.
+    slot: u32,
+    /// Its length.
+    len: u8,
+    /// How many of the block's data accesses come before it.
+    data_before: u16,
+}
+
+/// A data access of a block's plan: the block's next memory operand (the
+/// next reported address) for the instruction in `slot`; misses go to the
+/// columns after `first` (Dr or Dw).
+#[derive(Debug, Clone, Copy)]
+struct DataOp {
+    slot: u32,
+    /// Bytes, at most [`CacheSim::max_access`].
+    size: u16,
+    first: u16,
+}
+
+impl DataOp {
+    /// Simulates the access at `addr`, charging its misses.
+    #[inline(always)]
+    fn run(self, sim: &mut CacheSim, addr: u64, out: &mut impl Charge) {
+        let outcome = sim.data(addr, u32::from(self.size));
+        if outcome.l1_miss() {
+            out.add(self.slot as usize, self.first as usize + 1, 1);
+            if outcome.ll_miss() {
+                out.add(self.slot as usize, self.first as usize + 2, 1);
+            }
+        }
+    }
+}
+
+/// A block execution with each fetch's LL access in its place among the
+/// data accesses: `missed` has bit k set if fetch k missed I1 (already
+/// simulated), or is `None` when I1 is still to be simulated here too.
+/// Fetch misses go to the columns after `instr` (Ir). Stops at the first
+/// data access without an address.
+#[inline(never)]
+fn interleaved(
+    sim: &mut CacheSim,
+    fetches: &[FetchOp],
+    data: &[DataOp],
+    addrs: &[u64],
+    missed: Option<u64>,
+    instr: usize,
+    out: &mut impl Charge,
+) {
+    let mut steps = data.iter().zip(addrs);
+    let mut done = 0;
+    for (k, f) in fetches.iter().enumerate() {
+        for (d, &addr) in steps.by_ref().take(usize::from(f.data_before) - done) {
+            d.run(sim, addr, out);
+            done += 1;
+        }
+        if done < usize::from(f.data_before) {
+            return;
+        }
+        let len = u32::from(f.len);
+        let l1_miss = match missed {
+            Some(bits) => bits >> k & 1 != 0,
+            None => sim.i1_is_miss(f.addr, len),
+        };
+        if l1_miss {
+            // Ir itself is counted per block.
+            out.add(f.slot as usize, instr + 1, 1);
+            if sim.instr_ll_is_miss(f.addr, len) {
+                out.add(f.slot as usize, instr + 2, 1);
+            }
+        }
+    }
+    for (d, &addr) in steps {
+        d.run(sim, addr, out);
+    }
 }
 
 /// What one execution of a block does to the models, worked out when the
-/// block is described, and how many executions are not yet in the table.
+/// block is described, and how many executions are not yet in the table:
+/// what a run reads and writes, in one cache line.
 #[derive(Debug, Clone, Default)]
+#[repr(align(64))]
 struct BlockPlan {
-    /// The slots of its instructions.
-    slots: Box<[usize]>,
-    /// The last of them and its address: a branch ending the block is
-    /// charged to it.
-    last: Option<(usize, u64)>,
-    /// Per instruction: reads (and modifies) and writes per execution.
-    accesses: Box<[(u16, u16)]>,
-    /// Fetches and data accesses in execution order. A fetch that lies
-    /// within the line the previous fetch of the block touched last is left
-    /// out: that line is the most recently used of its I1 set (only data
-    /// accesses, which do not touch I1, came in between), so the fetch hits
-    /// and changes nothing: exact, and most fetches of a block go.
-    ops: Box<[PlanOp]>,
     /// Executions reported since the last [`CachegrindTool::finish`].
     runs: u64,
+    /// I1's count of changes after this block's last simulated fetches
+    /// (`u64::MAX`: none yet).
+    i1_changes: u64,
+    /// The slot of its last instruction and its address: a branch ending
+    /// the block is charged to it (slot `usize::MAX`: the block is empty).
+    last_slot: usize,
+    last_addr: u64,
+    /// Instruction fetches in execution order, in the fetch arena. A fetch
+    /// that lies within the line the previous fetch of the block touched
+    /// last is left out: that line is the most recently used of its I1 set
+    /// (only data accesses, which do not touch I1, came in between), so the
+    /// fetch hits and changes nothing: exact, and most fetches of a block
+    /// go.
+    fetches: Span,
+    /// Data accesses in execution order, in the data arena.
+    data: Span,
     /// No I1 set receives more of its lines than it has ways. Then after
     /// one execution all its lines are cached, on top of their sets in the
     /// order the block last touched them; an execution that directly
     /// follows (a tight loop) hits every line and leaves exactly that
     /// state again, so its fetches need no simulation.
     repeats_free: bool,
+    /// Its lines fall in distinct I1 sets. Then after an execution each is
+    /// the most recently used line of its set, and stays so while no I1
+    /// reference changes the tag store: an execution that finds I1's
+    /// [`CacheSim::i1_changes`] as the last one left it (`i1_changes`) hits
+    /// on every line and changes nothing, so its fetches need no
+    /// simulation (the blocks of a loop that fits in I1, however many).
+    distinct_sets: bool,
+}
+
+/// What a block's plan keeps for the end of the run and for the general
+/// path, away from the per-run data.
+#[derive(Debug, Clone, Default)]
+struct PlanCold {
+    /// The slots of its instructions.
+    slots: Box<[usize]>,
+    /// Per instruction: reads (and modifies) and writes per execution.
+    accesses: Box<[(u16, u16)]>,
+}
+
+/// A plan's steps in an arena.
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    /// The steps `items` pushed onto `arena`, as a span of it.
+    fn push<T>(arena: &mut Vec<T>, items: Vec<T>) -> Span {
+        let start = u32::try_from(arena.len()).expect("plan arenas stay below 4G steps");
+        let len = u32::try_from(items.len()).expect("steps per block fit u32");
+        arena.extend(items);
+        Span { start, len }
+    }
+
+    /// The steps in `arena`.
+    #[inline(always)]
+    fn of<T>(self, arena: &[T]) -> &[T] {
+        let start = self.start as usize;
+        &arena[start..start + self.len as usize]
+    }
+}
+
+/// What a block's plan needs of the I1 geometry.
+#[derive(Debug, Clone, Copy)]
+struct I1Shape {
+    /// Line size.
+    line: u64,
+    /// Sets.
+    sets: u64,
+    /// Lines it holds.
+    lines_held: u64,
+    /// [`CacheSim::max_access`].
+    max_access: u32,
 }
 
 impl BlockPlan {
     /// The plan of `info`, whose instructions have `slots`; `i1` is the I1
     /// line size and the number of lines it holds when caches are simulated
-    /// (else only the access counts matter).
+    /// (else only the access counts matter). Its steps go to the `arenas`
+    /// of fetches and data accesses.
     fn new(
         info: &BlockInfo,
         slots: Box<[usize]>,
         cols: Columns,
-        i1: Option<(u64, u64)>,
+        i1: Option<I1Shape>,
         modify_as_write: bool,
-    ) -> BlockPlan {
-        let i1_line = i1.map(|(line, _)| line);
+        arenas: (&mut Vec<FetchOp>, &mut Vec<DataOp>),
+    ) -> (BlockPlan, PlanCold) {
+        let i1_line = i1.map(|i1| i1.line);
+        let max_access = i1.map_or(u32::MAX, |i1| i1.max_access);
         let line = i1_line.unwrap_or(64);
         // Instructions are contiguous: the block touches every line from its
         // first to its last.
         let lines = (info.end().max(info.start() + 1) - 1) / line - info.start() / line + 1;
-        let repeats_free = i1.is_some_and(|(_, lines_held)| lines <= lines_held);
-        let mut ops = Vec::new();
+        let repeats_free = i1.is_some_and(|i1| lines <= i1.lines_held);
+        let distinct_sets = i1.is_some_and(|i1| lines <= i1.sets);
+        let mut fetches = Vec::new();
+        let mut data = Vec::new();
         let mut accesses = Vec::with_capacity(slots.len());
         let mut last_line = None;
         for (n, (i, &slot)) in info.instrs().iter().zip(slots.iter()).enumerate() {
             let first = i.addr / line;
             let last = (i.addr + u64::from(i.len.max(1)) - 1) / line;
             if !(first == last && last_line == Some(last)) {
-                ops.push(PlanOp::Fetch {
-                    slot: slot as u32,
+                fetches.push(FetchOp {
                     addr: i.addr,
+                    slot: slot as u32,
                     len: i.len,
+                    data_before: u16::try_from(data.len()).expect("operands per block fit u16"),
                 });
             }
             last_line = Some(last);
@@ -479,28 +650,45 @@ impl BlockPlan {
                     reads += 1;
                     cols.read
                 };
-                ops.push(PlanOp::Data {
+                data.push(DataOp {
                     slot: slot as u32,
-                    size: m.size,
-                    first: first as u32,
+                    size: u16::try_from(m.size.min(max_access)).unwrap_or(u16::MAX),
+                    first: first as u16,
                 });
             }
             accesses.push((reads, writes));
         }
         if i1_line.is_none() {
-            ops.clear();
+            fetches.clear();
+            data.clear();
         }
-        BlockPlan {
-            last: slots
-                .last()
-                .copied()
-                .zip(info.instrs().last().map(|i| i.addr)),
+        let (last_slot, last_addr) = slots
+            .last()
+            .copied()
+            .zip(info.instrs().last().map(|i| i.addr))
+            .unwrap_or((usize::MAX, 0));
+        let plan = BlockPlan {
+            runs: 0,
+            i1_changes: u64::MAX,
+            last_slot,
+            last_addr,
+            fetches: Span::push(arenas.0, fetches),
+            data: Span::push(arenas.1, data),
+            repeats_free,
+            distinct_sets,
+        };
+        let cold = PlanCold {
             slots,
             accesses: accesses.into(),
-            ops: ops.into(),
-            runs: 0,
-            repeats_free,
-        }
+        };
+        (plan, cold)
+    }
+
+    /// The slot and address of the block's last instruction, if it has
+    /// one.
+    #[inline(always)]
+    fn last(&self) -> Option<(usize, u64)> {
+        (self.last_slot != usize::MAX).then_some((self.last_slot, self.last_addr))
     }
 }
 
@@ -526,17 +714,13 @@ impl Tool for CachegrindTool {
         self.sim.describe(id, info, slots);
     }
 
+    #[inline(always)]
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         debug_assert_eq!(addrs.len(), info.mem_count());
         self.in_block = None;
         match self.sim.run_plan(id, addrs, &mut self.table) {
             Some(last) => self.current = last,
-            None => {
-                // Never described: take the general path (it looks slots up).
-                let mut records = Vec::new();
-                events::expand_block_run(id, info, addrs, &mut records);
-                self.records(&records);
-            }
+            None => self.undescribed_run(id, info, addrs),
         }
     }
 
@@ -717,6 +901,48 @@ mod tests {
         assert_eq!(tool.table().len(), 4);
     }
 
+    /// Fetch misses a `BlockSim` charges, by slot.
+    #[derive(Default)]
+    struct Misses(Vec<(usize, usize)>);
+
+    impl Charge for Misses {
+        fn add(&mut self, slot: usize, col: usize, _n: u64) {
+            self.0.push((slot, col));
+        }
+    }
+
+    /// After `clear` (cold caches, whose count of I1 changes starts over)
+    /// a block's fetches are simulated again, not taken for hits because
+    /// the count happens to be where the block left it.
+    #[test]
+    fn cleared_caches_miss_again() {
+        let mut sim = BlockSim::new(Some(caches()), false, false);
+        // Two one-line blocks in different I1 sets.
+        for (id, at) in [(0u32, 0x40_1000u64), (1, 0x40_1040)] {
+            let mut b = BlockInfo::new(at, Terminator::FallThrough);
+            b.push(at, 4, &[]);
+            sim.describe(BlockId(id), &b, vec![id as usize].into());
+        }
+        let mut m = Misses::default();
+        // Block 0 misses: I1 has made one change since it was cold.
+        assert!(sim.run(BlockId(0), &[], &mut m));
+        assert_eq!(m.0, [(0, 1), (0, 2)]);
+        sim.clear();
+        // Block 1 misses the cold I1: one change again.
+        m.0.clear();
+        assert!(sim.run(BlockId(1), &[], &mut m));
+        assert_eq!(m.0, [(1, 1), (1, 2)]);
+        // Block 0 misses too, though I1's count is where its run left it.
+        m.0.clear();
+        assert!(sim.run(BlockId(0), &[], &mut m));
+        assert_eq!(m.0, [(0, 1), (0, 2)]);
+        // Warm now: a run after block 1 makes no fetch at all.
+        sim.run(BlockId(1), &[], &mut m);
+        m.0.clear();
+        assert!(sim.run(BlockId(0), &[], &mut m));
+        assert!(m.0.is_empty());
+    }
+
     /// Block runs (charged per block, fetches within the last line left
     /// out) give exactly the costs of the records they stand for, on a
     /// random program with small caches (many misses, straddling
@@ -740,9 +966,12 @@ mod tests {
         let kinds = [AccessKind::Read, AccessKind::Write, AccessKind::Modify];
         let mut blocks = Vec::new();
         let mut at = 0x40_1000u64;
-        for _ in 0..40 {
+        for n in 0..40 {
             let mut b = BlockInfo::new(at, Terminator::FallThrough);
-            for _ in 0..1 + rand(12) {
+            // A few blocks long enough to make more than 64 fetches (the
+            // plan's I1 pass keeps a bit per fetch).
+            let count = if n < 3 { 200 } else { 1 + rand(12) };
+            for _ in 0..count {
                 let len = 1 + rand(15) as u8;
                 let ops: Vec<MemOperand> = (0..rand(3))
                     .map(|_| MemOperand {
