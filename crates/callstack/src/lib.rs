@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod classify;
+mod hot;
 mod output;
 mod stacks;
 mod tool;

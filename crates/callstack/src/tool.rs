@@ -28,6 +28,7 @@
 //! block; a frame left by a direct jump is unwound at the next such block).
 
 use crate::classify::{Classify, CodeClass, Section};
+use crate::hot::{lookup, Hot, NO_SLOT};
 use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
 use costs::{BlockSim, Charge};
 use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Terminator, Tool};
@@ -97,8 +98,6 @@ pub(crate) struct BlockState {
     pub instrs: Box<[u64]>,
     /// Data reads and writes of one execution (with a simulation).
     accesses: (u64, u64),
-    /// The context it ran in last and that pair's run slot.
-    cache: (NodeId, u32),
 }
 
 /// One frame of a shadow stack.
@@ -186,6 +185,16 @@ enum ChargeAt {
     Nowhere,
     Slot(u32),
     Extra(NodeId, u64),
+}
+
+impl ChargeAt {
+    /// Its run slot, or `NO_SLOT`.
+    fn slot(self) -> u32 {
+        match self {
+            ChargeAt::Slot(s) => s,
+            _ => NO_SLOT,
+        }
+    }
 }
 
 impl ThreadState {
@@ -292,6 +301,8 @@ pub struct CallTool {
     function_index: FxHashMap<CodeClassKey, FnId>,
     objects: FxHashMap<Arc<str>, u32>,
     pub(crate) blocks: Vec<Option<BlockState>>,
+    /// What the per-block fast path needs of each block (`hot`).
+    hot: Vec<Hot>,
     threads: Vec<ThreadState>,
     thread_index: FxHashMap<u64, usize>,
     current: Option<usize>,
@@ -331,6 +342,7 @@ impl CallTool {
             function_index: FxHashMap::default(),
             objects: FxHashMap::default(),
             blocks: Vec::new(),
+            hot: Vec::new(),
             threads: Vec::new(),
             thread_index: FxHashMap::default(),
             current: None,
@@ -369,6 +381,7 @@ impl CallTool {
             function_index: self.function_index.clone(),
             objects: self.objects.clone(),
             blocks: self.blocks.clone(),
+            hot: self.hot.clone(),
             threads: self.threads.clone(),
             thread_index: self.thread_index.clone(),
             current: self.current,
@@ -445,6 +458,7 @@ impl CallTool {
         let i = id.0 as usize;
         if self.blocks.len() <= i {
             self.blocks.resize(i + 1, None);
+            self.hot.resize(i + 1, Hot::default());
         }
         let mut accesses = (0, 0);
         if let Some(sim) = &mut self.sim {
@@ -466,8 +480,11 @@ impl CallTool {
             exit,
             instrs: info.instrs().iter().map(|i| i.addr).collect(),
             accesses,
-            cache: (NO_NODE, 0),
         });
+        let domain = object * 3 + section as u32;
+        let plain_exit = matches!(exit, Exit::Jump | Exit::FallThrough);
+        let n = info.instrs().len() as u32;
+        self.hot[i] = Hot::new(n, domain, plain_exit, entry);
     }
 
     /// The current thread's index, made on first use (a producer that
@@ -645,6 +662,49 @@ impl CallTool {
         }
     }
 
+    /// One execution of block `y` when control stays where the thread's
+    /// last block left it (see `hot`), without a simulation: what
+    /// [`enter`](Self::enter) and [`charge`](Self::charge) do then, which
+    /// is only the charge. False (nothing done) when they must decide.
+    #[inline(always)]
+    fn run_in_place(&mut self, y: u32) -> bool {
+        let Some(ti) = self.current else { return false };
+        let CallTool {
+            threads,
+            hot,
+            tree,
+            block_runs,
+            ..
+        } = self;
+        let t = &mut threads[ti];
+        let (Some(x), None, None) = (t.last, t.sp, t.nonskipped) else {
+            return false;
+        };
+        if t.node == NO_NODE || !t.notices.is_empty() {
+            return false;
+        }
+        let xh = hot[x as usize];
+        let Some(yh) = hot.get_mut(y as usize) else {
+            return false;
+        };
+        if !xh.stays_to(yh) {
+            return false;
+        }
+        let slot = lookup(tree, yh, t.node, y, t.charged.0.slot());
+        let n = u64::from(yh.instrs);
+        *block_runs += 1;
+        t.last = Some(y);
+        let charged = if t.collect {
+            t.cost += n;
+            tree.runs[slot as usize] += 1;
+            n
+        } else {
+            0
+        };
+        t.charged = (ChargeAt::Slot(slot), charged);
+        true
+    }
+
     /// Charges one execution of block `y` (data addresses `addrs`) to the
     /// current context, if the thread collects; the simulation runs either
     /// way.
@@ -654,6 +714,7 @@ impl CallTool {
         let CallTool {
             threads,
             blocks,
+            hot,
             tree,
             sim,
             ..
@@ -664,11 +725,9 @@ impl CallTool {
         t.last = Some(y);
         let at = match t.nonskipped {
             Some((node, addr)) => ChargeAt::Extra(node, addr),
-            None if b.cache.0 == t.node => ChargeAt::Slot(b.cache.1),
             None => {
-                let slot = slot_of(tree, t.node, y, n);
-                b.cache = (t.node, slot);
-                ChargeAt::Slot(slot)
+                let prev = t.charged.0.slot();
+                ChargeAt::Slot(lookup(tree, &mut hot[y as usize], t.node, y, prev))
             }
         };
         let collect = t.collect;
@@ -726,6 +785,7 @@ impl CallTool {
         let CallTool {
             threads,
             blocks,
+            hot,
             tree,
             ..
         } = self;
@@ -736,15 +796,10 @@ impl CallTool {
         let row = match (t.nonskipped, t.last) {
             (Some((node, addr)), _) => tree.extra_row(node, addr),
             (None, Some(y)) => {
-                let b = blocks[y as usize].as_mut().expect("described");
+                let b = blocks[y as usize].as_ref().expect("described");
                 let n = b.instrs.len();
-                let slot = if b.cache.0 == t.node {
-                    b.cache.1
-                } else {
-                    let slot = slot_of(tree, t.node, y, n as u64);
-                    b.cache = (t.node, slot);
-                    slot
-                };
+                // The block's own slot, charged just before (no successor).
+                let slot = lookup(tree, &mut hot[y as usize], t.node, y, NO_SLOT);
                 let i = b.instrs.iter().position(|&a| a == pc).unwrap_or(n - 1);
                 (tree.run_rows[slot as usize] as usize + i) * tree.width
             }
@@ -1039,19 +1094,6 @@ impl CallTool {
     }
 }
 
-/// The run slot of `block` (of `n` instructions) in `node`, made if new,
-/// with its rows when the tree has a simulation's.
-fn slot_of(tree: &mut Tree, node: NodeId, block: u32, n: u64) -> u32 {
-    let slot = tree.run_slot(node, block);
-    if tree.width > 0 && tree.run_rows.len() <= slot as usize {
-        let row = tree.rows.len() / tree.width;
-        tree.run_rows.push(row as u32);
-        tree.rows
-            .resize(tree.rows.len() + n as usize * tree.width, 0);
-    }
-    slot
-}
-
 /// Charges a simulation's misses to one context's rows of a block (or to
 /// one row for all its instructions: skipped code's call site), and to the
 /// thread's running costs.
@@ -1151,6 +1193,9 @@ impl Tool for CallTool {
     }
 
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
+        if self.sim.is_none() && self.run_in_place(id.0) {
+            return;
+        }
         if self.blocks.get(id.0 as usize).is_none_or(Option::is_none) {
             self.describe(id, info);
         }

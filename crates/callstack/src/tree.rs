@@ -58,6 +58,9 @@ pub struct Tree {
     pub runs: Vec<u64>,
     /// The (node, block id) of each slot.
     pub run_keys: Vec<(NodeId, u32)>,
+    /// For each slot, the slot its thread charged next the last time
+    /// (`hot::NO_SLOT`: none yet), a cache in front of `run_index`.
+    pub next: Vec<u32>,
     run_index: FxHashMap<(NodeId, u32), u32>,
     /// Ir charged to single instructions of a context: code of skipped
     /// functions (on their caller's call site, as Callgrind does) and the
@@ -137,10 +140,11 @@ impl Tree {
 
     /// The slot counting executions of `block` in `node`, made if new.
     pub fn run_slot(&mut self, node: NodeId, block: u32) -> u32 {
-        let (runs, keys) = (&mut self.runs, &mut self.run_keys);
+        let (runs, keys, next) = (&mut self.runs, &mut self.run_keys, &mut self.next);
         *self.run_index.entry((node, block)).or_insert_with(|| {
             runs.push(0);
             keys.push((node, block));
+            next.push(crate::hot::NO_SLOT);
             // Its rows, if any, are made by the tool (it knows the size).
             (runs.len() - 1) as u32
         })
