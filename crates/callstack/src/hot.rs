@@ -24,9 +24,9 @@ use crate::tree::{NodeId, Tree, NO_NODE};
 /// No run slot.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
-/// `Hot::from` of a block whose exit needs the slow path (calls, returns,
-/// indirect jumps, syscalls).
-const SLOW_FROM: u32 = u32::MAX;
+/// `Hot::from` of a block whose exit needs the slow path (calls and
+/// returns), and a thread's [`Hot::stays_from`] when its state does.
+pub(crate) const SLOW_FROM: u32 = u32::MAX;
 /// `Hot::to` of a block entered only by the slow path (a function's first
 /// instruction, an undescribed id).
 const SLOW_TO: u32 = u32::MAX - 1;
@@ -77,9 +77,22 @@ impl Hot {
     /// Whether control going from block `self` to block `next` is neither
     /// a call nor a return, whatever the stacks hold (given no stack
     /// pointer is pending).
-    #[inline]
+    #[cfg(test)]
     pub fn stays_to(&self, next: &Hot) -> bool {
-        self.from == next.to
+        self.stays_from() == next.to
+    }
+
+    /// What a thread whose last block this is keeps to compare with the
+    /// next block's [`Hot::stays_with`] (equal: the fast path).
+    #[inline]
+    pub fn stays_from(&self) -> u32 {
+        self.from
+    }
+
+    /// See [`Hot::stays_from`].
+    #[inline]
+    pub fn stays_with(&self) -> u32 {
+        self.to
     }
 }
 
@@ -88,11 +101,18 @@ impl Hot {
 /// ([`NO_SLOT`] if none): the cache, the slot that followed `prev` last
 /// time, or the tree's (made if new, with its rows when the tree has a
 /// simulation's). Both caches are updated.
-#[inline]
+#[inline(always)]
 pub(crate) fn lookup(tree: &mut Tree, hot: &mut Hot, node: NodeId, block: u32, prev: u32) -> u32 {
     if hot.node == node {
         return hot.slot;
     }
+    lookup_further(tree, hot, node, block, prev)
+}
+
+/// [`lookup`] past the block's cache (kept out of line: the fast path
+/// stays small).
+#[inline(never)]
+fn lookup_further(tree: &mut Tree, hot: &mut Hot, node: NodeId, block: u32, prev: u32) -> u32 {
     let slot = match tree.next.get(prev as usize) {
         Some(&s) if s != NO_SLOT && tree.run_keys[s as usize] == (node, block) => s,
         _ => {

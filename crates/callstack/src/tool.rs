@@ -28,7 +28,7 @@
 //! block; a frame left by a direct jump is unwound at the next such block).
 
 use crate::classify::{Classify, CodeClass, Section};
-use crate::hot::{lookup, Hot, NO_SLOT};
+use crate::hot::{lookup, Hot, NO_SLOT, SLOW_FROM};
 use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
 use costs::{BlockSim, Charge};
 use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Terminator, Tool};
@@ -177,6 +177,11 @@ struct ThreadState {
     /// Functions whose outermost activation was entered (true) or left
     /// (false) since the last block, whose options act before it runs.
     notices: Vec<(FnId, bool)>,
+    /// The last block's [`Hot::stays_from`] while nothing else (a stack
+    /// pointer, skipped code, a signal, a request, options of functions
+    /// entered or left, no context yet) needs the slow path, else
+    /// [`SLOW_FROM`]: the fast path's one check of the thread's state.
+    stays_from: u32,
 }
 
 /// Where one block execution was charged.
@@ -205,6 +210,7 @@ impl ThreadState {
             lastdump: (0, vec![0; width]),
             charged: (ChargeAt::Nowhere, 0),
             notices: Vec::new(),
+            stays_from: SLOW_FROM,
             tid,
             stack: Vec::new(),
             node: NO_NODE,
@@ -485,6 +491,8 @@ impl CallTool {
         let plain_exit = matches!(exit, Exit::Jump | Exit::FallThrough);
         let n = info.instrs().len() as u32;
         self.hot[i] = Hot::new(n, domain, plain_exit, entry);
+        // A thread whose last block had this id must decide afresh.
+        self.unsettle();
     }
 
     /// The current thread's index, made on first use (a producer that
@@ -662,6 +670,49 @@ impl CallTool {
         }
     }
 
+    /// One block execution the fast path left: Callgrind's decisions
+    /// ([`enter`](Self::enter)), the options of functions entered or left,
+    /// the charge.
+    #[inline(never)]
+    fn run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
+        if self.blocks.get(id.0 as usize).is_none_or(Option::is_none) {
+            self.describe(id, info);
+        }
+        self.enter(id.0);
+        let ti = self.current();
+        if !self.threads[ti].notices.is_empty() {
+            self.notices(ti);
+        }
+        self.charge(id.0, addrs);
+        self.settle();
+    }
+
+    /// Whether the current thread's next block may take the fast path
+    /// (`ThreadState::stays_from`), after a block the slow path ran.
+    fn settle(&mut self) {
+        let Some(ti) = self.current else { return };
+        let t = &mut self.threads[ti];
+        t.stays_from = match t.last {
+            Some(x)
+                if t.sp.is_none()
+                    && t.nonskipped.is_none()
+                    && t.node != NO_NODE
+                    && t.notices.is_empty() =>
+            {
+                self.hot[x as usize].stays_from()
+            }
+            _ => SLOW_FROM,
+        };
+    }
+
+    /// Sends every thread's next block down the slow path (its state
+    /// changed outside a block run).
+    fn unsettle(&mut self) {
+        self.threads
+            .iter_mut()
+            .for_each(|t| t.stays_from = SLOW_FROM);
+    }
+
     /// One execution of block `y` when control stays where the thread's
     /// last block left it (see `hot`), without a simulation: what
     /// [`enter`](Self::enter) and [`charge`](Self::charge) do then, which
@@ -677,19 +728,13 @@ impl CallTool {
             ..
         } = self;
         let t = &mut threads[ti];
-        let (Some(x), None, None) = (t.last, t.sp, t.nonskipped) else {
-            return false;
-        };
-        if t.node == NO_NODE || !t.notices.is_empty() {
-            return false;
-        }
-        let xh = hot[x as usize];
         let Some(yh) = hot.get_mut(y as usize) else {
             return false;
         };
-        if !xh.stays_to(yh) {
+        if t.stays_from != yh.stays_with() {
             return false;
         }
+        t.stays_from = yh.stays_from();
         let slot = lookup(tree, yh, t.node, y, t.charged.0.slot());
         let n = u64::from(yh.instrs);
         *block_runs += 1;
@@ -1192,22 +1237,18 @@ impl Tool for CallTool {
         }
     }
 
+    /// Inlined into the engine's decoder: most blocks take the fast path
+    /// and never call [`CallTool::run`].
+    #[inline]
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         if self.sim.is_none() && self.run_in_place(id.0) {
             return;
         }
-        if self.blocks.get(id.0 as usize).is_none_or(Option::is_none) {
-            self.describe(id, info);
-        }
-        self.enter(id.0);
-        let ti = self.current();
-        if !self.threads[ti].notices.is_empty() {
-            self.notices(ti);
-        }
-        self.charge(id.0, addrs);
+        self.run(id, info, addrs);
     }
 
     fn client_request(&mut self, request: &ClientRequest) {
+        self.unsettle();
         match request {
             ClientRequest::DumpStats { reason } => {
                 let trigger = match reason {
@@ -1270,6 +1311,7 @@ impl Tool for CallTool {
     fn stack_pointer(&mut self, sp: u64) {
         let ti = self.current();
         let t = &mut self.threads[ti];
+        t.stays_from = SLOW_FROM;
         let Some(last) = t.last else { return };
         let after = match self.blocks[last as usize].as_ref().map(|b| b.exit) {
             // The call pushes its return address, the return pops it.
@@ -1283,6 +1325,7 @@ impl Tool for CallTool {
     fn signal(&mut self, event: SignalEvent) {
         let ti = self.current();
         let t = &mut self.threads[ti];
+        t.stays_from = SLOW_FROM;
         match event {
             SignalEvent::Delivered => {
                 let zero = vec![0; t.sim_cost.len()];
