@@ -19,7 +19,9 @@
 #![forbid(unsafe_code)]
 
 mod classify;
+mod flow;
 mod hot;
+mod memo;
 mod output;
 mod stacks;
 mod tool;

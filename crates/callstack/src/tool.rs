@@ -28,6 +28,7 @@
 //! block; a frame left by a direct jump is unwound at the next such block).
 
 use crate::classify::{Classify, CodeClass, Section};
+use crate::flow::{Exit, Flow};
 use crate::hot::{lookup, Hot, NO_SLOT, SLOW_FROM};
 use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
 use costs::{BlockSim, Charge};
@@ -70,30 +71,9 @@ pub(crate) struct Function {
     notify: bool,
 }
 
-/// How control leaves a block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Exit {
-    Call,
-    Return,
-    Jump,
-    /// Into the next block without a branch (a rep string instruction's
-    /// block runs again for each iteration this way).
-    FallThrough,
-}
-
-/// What the tool keeps of each block.
+/// What the tool keeps of each block besides its [`Flow`] and [`Hot`].
 #[derive(Debug, Clone)]
 pub(crate) struct BlockState {
-    function: FnId,
-    object: u32,
-    section: Section,
-    entry: bool,
-    start: u64,
-    /// The address of its last instruction: where its call or jump is.
-    call_site: u64,
-    /// Where a call returns to.
-    end: u64,
-    exit: Exit,
     /// Its instructions' addresses.
     pub instrs: Box<[u64]>,
     /// Data reads and writes of one execution (with a simulation).
@@ -309,6 +289,8 @@ pub struct CallTool {
     pub(crate) blocks: Vec<Option<BlockState>>,
     /// What the per-block fast path needs of each block (`hot`).
     hot: Vec<Hot>,
+    /// What the call and return decision needs of each block (`flow`).
+    flows: Vec<Flow>,
     threads: Vec<ThreadState>,
     thread_index: FxHashMap<u64, usize>,
     current: Option<usize>,
@@ -349,6 +331,7 @@ impl CallTool {
             objects: FxHashMap::default(),
             blocks: Vec::new(),
             hot: Vec::new(),
+            flows: Vec::new(),
             threads: Vec::new(),
             thread_index: FxHashMap::default(),
             current: None,
@@ -388,6 +371,7 @@ impl CallTool {
             objects: self.objects.clone(),
             blocks: self.blocks.clone(),
             hot: self.hot.clone(),
+            flows: self.flows.clone(),
             threads: self.threads.clone(),
             thread_index: self.thread_index.clone(),
             current: self.current,
@@ -465,6 +449,7 @@ impl CallTool {
         if self.blocks.len() <= i {
             self.blocks.resize(i + 1, None);
             self.hot.resize(i + 1, Hot::default());
+            self.flows.resize(i + 1, Flow::default());
         }
         let mut accesses = (0, 0);
         if let Some(sim) = &mut self.sim {
@@ -476,21 +461,20 @@ impl CallTool {
             }
         }
         self.blocks[i] = Some(BlockState {
-            function,
-            object,
-            section,
-            entry,
-            start: info.start(),
-            call_site: info.instrs().last().map_or(info.start(), |l| l.addr),
-            end: info.end(),
-            exit,
             instrs: info.instrs().iter().map(|i| i.addr).collect(),
             accesses,
         });
         let domain = object * 3 + section as u32;
+        let call_site = info.instrs().last().map_or(info.start(), |l| l.addr);
+        let f = &self.functions[function as usize];
+        let mut flow = Flow::new(info.start(), call_site, info.end(), exit);
+        (flow.function, flow.domain, flow.entry) = (function, domain, entry);
+        (flow.skip, flow.pop_on_jump, flow.notify) = (f.skip, f.pop_on_jump, f.notify);
+
         let plain_exit = matches!(exit, Exit::Jump | Exit::FallThrough);
         let n = info.instrs().len() as u32;
         self.hot[i] = Hot::new(n, domain, plain_exit, entry);
+        self.flows[i] = flow;
         // A thread whose last block had this id must decide afresh.
         self.unsettle();
     }
@@ -510,18 +494,15 @@ impl CallTool {
     /// Control enters block `y` on the current thread.
     fn enter(&mut self, y: u32) {
         let ti = self.current();
-        let blocks = &self.blocks;
-        let functions = &self.functions;
+        let flows = &self.flows;
         let tree = &mut self.tree;
         let t = &mut self.threads[ti];
-        let yb = blocks[y as usize].as_ref().expect("described");
+        let yb = &flows[y as usize];
         let sp = t.sp.take();
         if let Some(sp) = sp {
             t.last_sp = sp;
         }
-        let xb = t
-            .last
-            .map(|l| blocks[l as usize].as_ref().expect("described"));
+        let xb = t.last.map(|l| &flows[l as usize]);
         if let Some(x) = xb {
             // A rep string instruction's next iteration.
             if x.exit == Exit::FallThrough && t.last == Some(y) {
@@ -577,10 +558,10 @@ impl CallTool {
         // is a call.
         let mut emulated = false;
         let mut push_sp = sp;
-        let mut call_site = xb.map_or(yb.start, |x| x.call_site);
+        let mut call_site = xb.map_or(yb.start, |x| x.call_site());
         if let (Kind::Jump, Some(x)) = (&kind, xb) {
-            if ret_without_call || yb.entry || x.section != yb.section || x.object != yb.object {
-                if functions[x.function as usize].pop_on_jump && !t.stack.is_empty() {
+            if ret_without_call || yb.entry || x.domain != yb.domain {
+                if x.pop_on_jump && !t.stack.is_empty() {
                     let top = t.stack.last().expect("not empty");
                     if let Some(a) = top.arc {
                         // The resolver's caller calls what it resolved.
@@ -593,7 +574,7 @@ impl CallTool {
                 emulated = true;
             }
         }
-        let skip = kind == Kind::Call && functions[yb.function as usize].skip;
+        let skip = kind == Kind::Call && yb.skip;
         let mut push = false;
         if kind == Kind::Return {
             if t.stack.len() <= bottom {
@@ -619,6 +600,7 @@ impl CallTool {
             }
         }
         let caller = t.node;
+        let mut arc = None;
         if (push && !skip) || t.node == NO_NODE {
             let active = t.active_mut(yb.function);
             let mut level = *active + u32::from(push && !skip);
@@ -627,12 +609,20 @@ impl CallTool {
                 level = 1;
                 *active = 1;
             }
-            let parent = if push && !skip { caller } else { NO_NODE };
-            t.node = tree.child(parent, yb.function, level, t.tid);
+            if push && !skip {
+                // A call from skipped code is the skipping caller's.
+                let (from, site) = t.nonskipped.unwrap_or((caller, call_site));
+                let (f, tid) = (yb.function, t.tid);
+                let (node, a) = tree.call(caller, f, level, tid, from, site, yb.start);
+                t.node = node;
+                arc = Some(a);
+            } else {
+                t.node = tree.child(NO_NODE, yb.function, level, t.tid);
+            }
         }
         if push {
             let ret_addr = match xb {
-                Some(x) if x.exit == Exit::Call => x.end,
+                Some(x) if x.exit == Exit::Call => x.end(),
                 _ => 0,
             };
             let mut frame = Frame {
@@ -651,14 +641,12 @@ impl CallTool {
                     t.nonskipped = Some((caller, call_site));
                 }
             } else {
-                // A call from skipped code is the skipping caller's.
-                let (from, site) = t.nonskipped.unwrap_or((caller, call_site));
-                let a = tree.arc(from, site, t.node, yb.start);
+                let a = arc.expect("made with the callee's context");
                 tree.arcs[a as usize].calls += 1;
                 frame.arc = Some(a);
                 let depth = t.active_mut(yb.function);
                 *depth += 1;
-                if functions[yb.function as usize].notify {
+                if yb.notify {
                     frame.notify = true;
                     if *depth == 1 {
                         t.notices.push((yb.function, true));
@@ -675,7 +663,7 @@ impl CallTool {
     /// the charge.
     #[inline(never)]
     fn run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
-        if self.blocks.get(id.0 as usize).is_none_or(Option::is_none) {
+        if self.flows.get(id.0 as usize).is_none_or(|f| !f.described()) {
             self.describe(id, info);
         }
         self.enter(id.0);
@@ -765,8 +753,7 @@ impl CallTool {
             ..
         } = self;
         let t = &mut threads[ti];
-        let b = blocks[y as usize].as_mut().expect("described");
-        let n = b.instrs.len() as u64;
+        let n = u64::from(hot[y as usize].instrs);
         t.last = Some(y);
         let at = match t.nonskipped {
             Some((node, addr)) => ChargeAt::Extra(node, addr),
@@ -781,7 +768,7 @@ impl CallTool {
             t.cost += n;
             match at {
                 ChargeAt::Slot(slot) => tree.runs[slot as usize] += 1,
-                ChargeAt::Extra(node, addr) => *tree.extra.entry((node, addr)).or_default() += n,
+                ChargeAt::Extra(node, addr) => *tree.extra.at(node, addr) += n,
                 ChargeAt::Nowhere => {}
             }
         }
@@ -805,6 +792,7 @@ impl CallTool {
             };
             add(ir, n);
             if cache {
+                let b = blocks[y as usize].as_ref().expect("described");
                 add(read, b.accesses.0);
                 add(write, b.accesses.1);
             }
@@ -867,7 +855,7 @@ impl CallTool {
         }
         t.cost += 1;
         let (node, at) = t.nonskipped.unwrap_or((t.node, addr));
-        *self.tree.extra.entry((node, at)).or_default() += 1;
+        *self.tree.extra.at(node, at) += 1;
         let Some(sim) = &self.sim else { return };
         let ir = sim.columns()[0];
         let row = self.tree.extra_row(node, at);
@@ -1072,7 +1060,7 @@ impl CallTool {
                 match at {
                     ChargeAt::Slot(s) => self.tree.runs[s as usize] -= 1,
                     ChargeAt::Extra(node, addr) => {
-                        *self.tree.extra.entry((node, addr)).or_default() -= n;
+                        *self.tree.extra.at(node, addr) -= n;
                     }
                     ChargeAt::Nowhere => {}
                 }
@@ -1087,7 +1075,7 @@ impl CallTool {
                 match at {
                     ChargeAt::Slot(s) => self.tree.runs[s as usize] += 1,
                     ChargeAt::Extra(node, addr) => {
-                        *self.tree.extra.entry((node, addr)).or_default() += n;
+                        *self.tree.extra.at(node, addr) += n;
                     }
                     ChargeAt::Nowhere => {}
                 }
@@ -1102,7 +1090,7 @@ impl CallTool {
                 match at {
                     ChargeAt::Slot(s) => self.tree.runs[s as usize] += 1,
                     ChargeAt::Extra(node, addr) => {
-                        *self.tree.extra.entry((node, addr)).or_default() += n;
+                        *self.tree.extra.at(node, addr) += n;
                     }
                     ChargeAt::Nowhere => {}
                 }
@@ -1167,8 +1155,8 @@ impl Charge for RowCharge<'_> {
 fn underflow(
     t: &mut ThreadState,
     tree: &mut Tree,
-    x: Option<&BlockState>,
-    y: &BlockState,
+    x: Option<&Flow>,
+    y: &Flow,
     separate_recs: u32,
     arc: bool,
 ) {
@@ -1313,7 +1301,7 @@ impl Tool for CallTool {
         let t = &mut self.threads[ti];
         t.stays_from = SLOW_FROM;
         let Some(last) = t.last else { return };
-        let after = match self.blocks[last as usize].as_ref().map(|b| b.exit) {
+        let after = match self.flows.get(last as usize).map(|f| f.exit) {
             // The call pushes its return address, the return pops it.
             Some(Exit::Call) => sp.wrapping_sub(8),
             Some(Exit::Return) => sp.wrapping_add(8),
@@ -1453,7 +1441,7 @@ mod tests {
             for (&(n, b), &runs) in t.tree.run_keys.iter().zip(&t.tree.runs) {
                 *selfs.entry(name(n)).or_default() += runs * t.block_state(b).instrs.len() as u64;
             }
-            for (&(n, _), &ir) in &t.tree.extra {
+            for (&(n, _), &ir) in t.tree.extra.iter() {
                 *selfs.entry(name(n)).or_default() += ir;
             }
             let mut selfs: Vec<_> = selfs.into_iter().collect();
@@ -1536,7 +1524,13 @@ mod tests {
         assert_eq!(selfs, s(&[("lib", 5), ("main", 4)]));
         assert_eq!(arcs, a(&[("main", "lib", 1, 5)]));
         // The stub's Ir sits on main's call instruction.
-        let main_site = r.tool.tree.extra.keys().map(|k| k.1).collect::<Vec<_>>();
+        let main_site = r
+            .tool
+            .tree
+            .extra
+            .iter()
+            .map(|(k, _)| k.1)
+            .collect::<Vec<_>>();
         assert_eq!(main_site, [0x1001]);
         // With --skip-plt=no the stub is a function of its own.
         let mut r = Run::new();

@@ -2,6 +2,7 @@
 //! recursion level) per thread, the costs charged onto it, and the call
 //! arcs between nodes with their counts and inclusive costs.
 
+use crate::memo::Memo;
 use rustc_hash::FxHashMap;
 
 /// A node of the tree, by index.
@@ -65,7 +66,10 @@ pub struct Tree {
     /// Ir charged to single instructions of a context: code of skipped
     /// functions (on their caller's call site, as Callgrind does) and the
     /// final check of rep string instructions.
-    pub extra: FxHashMap<(NodeId, u64), u64>,
+    pub extra: Extra,
+    /// Recent calls: (caller, function, level, thread, arc's caller, call
+    /// site, target) to (callee's context, arc).
+    calls: Memo<CallKey, (NodeId, u32)>,
     /// With a simulation: the columns of a cost row (the simulation's
     /// events, Cachegrind's order); 0 without.
     pub width: usize,
@@ -79,6 +83,49 @@ pub struct Tree {
     pub rows: Vec<u64>,
     /// With a simulation: each arc's inclusive costs of every event.
     pub arc_costs: Vec<u64>,
+}
+
+/// What identifies a call for [`Tree::call`].
+type CallKey = (NodeId, FnId, u32, u32, NodeId, u64, u64);
+
+/// Ir per (context, instruction address), with a cache of recent ones in
+/// front of the map (skipped code charges here at every block).
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    index: FxHashMap<(NodeId, u64), u32>,
+    cells: Vec<((NodeId, u64), u64)>,
+    memo: Memo<(NodeId, u64), u32>,
+}
+
+impl Extra {
+    /// The Ir of `node` at `addr`, made (zero) if new.
+    #[inline]
+    pub fn at(&mut self, node: NodeId, addr: u64) -> &mut u64 {
+        let key = (node, addr);
+        let cells = &mut self.cells;
+        let index = &mut self.index;
+        let i = self.memo.get_or(key, || {
+            *index.entry(key).or_insert_with(|| {
+                cells.push((key, 0));
+                (cells.len() - 1) as u32
+            })
+        });
+        &mut self.cells[i as usize].1
+    }
+
+    /// Every (context, address) charged, with its Ir.
+    pub fn iter(&self) -> impl Iterator<Item = (&(NodeId, u64), &u64)> {
+        self.cells.iter().map(|(k, v)| (k, v))
+    }
+
+    /// The Ir of every cell.
+    pub fn values(&self) -> impl Iterator<Item = &u64> {
+        self.cells.iter().map(|(_, v)| v)
+    }
+
+    fn zero(&mut self) {
+        self.cells.iter_mut().for_each(|(_, v)| *v = 0);
+    }
 }
 
 /// The costs of a tree between two dumps, as a dump takes them: only what
@@ -114,6 +161,31 @@ impl Tree {
                 });
                 (nodes.len() - 1) as NodeId
             })
+    }
+
+    /// A call into `function` at `level` from context `caller` of
+    /// `thread`, counted on the arc from `from` at `call_site` to the
+    /// callee's context entered at `target`: that context and arc, made
+    /// if new.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &mut self,
+        caller: NodeId,
+        function: FnId,
+        level: u32,
+        thread: u32,
+        from: NodeId,
+        call_site: u64,
+        target: u64,
+    ) -> (NodeId, u32) {
+        let key = (caller, function, level, thread, from, call_site, target);
+        if let Some(v) = self.calls.get(&key) {
+            return v;
+        }
+        let node = self.child(caller, function, level, thread);
+        let arc = self.arc(from, call_site, node, target);
+        self.calls.put(key, (node, arc));
+        (node, arc)
     }
 
     /// The arc from `caller` at `call_site` to `callee` entered at
@@ -169,7 +241,7 @@ impl Tree {
     /// zeroes those it wrote itself).
     pub fn zero(&mut self, calls: bool) {
         self.runs.iter_mut().for_each(|r| *r = 0);
-        self.extra.values_mut().for_each(|r| *r = 0);
+        self.extra.zero();
         self.rows.iter_mut().for_each(|r| *r = 0);
         self.arc_costs.iter_mut().for_each(|c| *c = 0);
         for a in &mut self.arcs {
