@@ -21,6 +21,7 @@
 mod classify;
 mod flow;
 mod hot;
+mod index;
 mod memo;
 mod output;
 mod stacks;

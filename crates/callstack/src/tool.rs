@@ -384,7 +384,8 @@ impl CallTool {
     }
 
     /// Ends every thread's calls (the process ended): their arcs get the
-    /// inclusive costs so far, as Callgrind unwinds at exit.
+    /// inclusive costs so far, as Callgrind unwinds at exit. What only
+    /// the run needed to find its contexts is freed for the output.
     pub fn finish(&mut self) {
         for t in &mut self.threads {
             while !t.stack.is_empty() {
@@ -392,6 +393,7 @@ impl CallTool {
             }
             t.notices.clear();
         }
+        self.tree.release_lookups();
     }
 
     /// All Ir charged so far.
@@ -925,44 +927,50 @@ impl CallTool {
         let tree = &self.tree;
         let mut snap = Snapshot {
             summary,
+            width,
             ..Snapshot::default()
         };
         let sim = self.sim.as_ref();
+        if sim.is_none() {
+            // Millions on large programs: no room to spare.
+            snap.runs
+                .reserve_exact(tree.runs.iter().filter(|&&r| r != 0).count());
+        }
         for (slot, (&(node, block), &runs)) in tree.run_keys.iter().zip(&tree.runs).enumerate() {
             if runs == 0 {
                 continue;
             }
+            let Some(sim) = sim else {
+                snap.runs.push((node, block, runs));
+                continue;
+            };
             let b = self.blocks[block as usize].as_ref().expect("described");
             let n = b.instrs.len();
             let mut rows = vec![0u64; n * width].into_boxed_slice();
-            match sim {
-                None => rows.iter_mut().for_each(|r| *r = runs),
-                Some(sim) => {
-                    let [ir, read, write, ..] = sim.columns();
-                    let base = tree.run_rows[slot] as usize * width;
-                    rows.copy_from_slice(&tree.rows[base..base + n * width]);
-                    let cache = sim.caches().is_some();
-                    let accesses = sim.accesses(BlockId(block));
-                    for (i, row) in rows.chunks_mut(width).enumerate() {
-                        row[ir] += runs;
-                        if let (true, Some(&(r, w))) = (cache, accesses.get(i)) {
-                            row[read] += runs * u64::from(r);
-                            row[write] += runs * u64::from(w);
-                        }
-                    }
+            let [ir, read, write, ..] = sim.columns();
+            let base = tree.run_rows[slot] as usize * width;
+            rows.copy_from_slice(&tree.rows[base..base + n * width]);
+            let cache = sim.caches().is_some();
+            let accesses = sim.accesses(BlockId(block));
+            for (i, row) in rows.chunks_mut(width).enumerate() {
+                row[ir] += runs;
+                if let (true, Some(&(r, w))) = (cache, accesses.get(i)) {
+                    row[read] += runs * u64::from(r);
+                    row[write] += runs * u64::from(w);
                 }
             }
             snap.selfs.push((node, block, rows));
         }
         let mut extra: Vec<(&(NodeId, u64), &u64)> = tree.extra.iter().collect();
         extra.sort_unstable();
-        for (&(node, addr), &ir) in extra {
-            let row: Box<[u64]> = match tree.extra_rows.get(&(node, addr)) {
-                Some(&r) if sim.is_some() => tree.rows[r as usize * width..][..width].into(),
-                _ => Box::new([ir]),
+        for (&(node, addr), ir) in extra {
+            let row = match tree.extra_rows.get(&(node, addr)) {
+                Some(&r) if sim.is_some() => &tree.rows[r as usize * width..][..width],
+                _ => std::slice::from_ref(ir),
             };
             if node != NO_NODE && row.iter().any(|&c| c != 0) {
-                snap.extra.push((node, addr, row));
+                snap.extra.push((node, addr));
+                snap.extra_costs.extend_from_slice(row);
             }
         }
         // Callgrind's arcs are between functions (at recursion levels),
@@ -977,22 +985,21 @@ impl CallTool {
             };
             (f(a.caller), a.call_site, f(a.callee), a.target)
         };
-        let mut written = rustc_hash::FxHashSet::default();
+        let costs = |i: usize| match sim {
+            Some(_) => &tree.arc_costs[i * width..][..width],
+            None => std::slice::from_ref(&tree.arcs[i].inclusive),
+        };
+        let written: rustc_hash::FxHashSet<_> = (0..tree.arcs.len())
+            .filter(|&i| costs(i).iter().any(|&c| c != 0))
+            .map(|i| group(&tree.arcs[i]))
+            .collect();
         for (i, arc) in tree.arcs.iter().enumerate() {
-            let costs: Box<[u64]> = if sim.is_some() {
-                tree.arc_costs[i * width..][..width].into()
-            } else {
-                Box::new([arc.inclusive])
-            };
-            if costs.iter().any(|&c| c != 0) {
-                written.insert(group(arc));
-            }
-            if arc.calls > 0 || costs.iter().any(|&c| c != 0) {
-                snap.arcs.push((i as u32, arc.calls, costs));
+            let row = costs(i);
+            if (arc.calls > 0 || row.iter().any(|&c| c != 0)) && written.contains(&group(arc)) {
+                snap.arcs.push((i as u32, arc.calls));
+                snap.arc_costs.extend_from_slice(row);
             }
         }
-        snap.arcs
-            .retain(|&(i, _, _)| written.contains(&group(&tree.arcs[i as usize])));
         if take {
             let keep: Vec<bool> = self
                 .tree

@@ -2,6 +2,7 @@
 //! recursion level) per thread, the costs charged onto it, and the call
 //! arcs between nodes with their counts and inclusive costs.
 
+use crate::index::Index;
 use crate::memo::Memo;
 use rustc_hash::FxHashMap;
 
@@ -51,10 +52,12 @@ pub struct Arc {
 pub struct Tree {
     /// The nodes, parents before children.
     pub nodes: Vec<Node>,
-    children: FxHashMap<(NodeId, FnId, u32, u32), NodeId>,
+    /// Nodes by (parent, function, level, thread).
+    children: Index,
     /// The arcs.
     pub arcs: Vec<Arc>,
-    arc_index: FxHashMap<(NodeId, u64, NodeId, u64), u32>,
+    /// Arcs by (caller, call site, callee, target).
+    arc_index: Index,
     /// Executions of each (node, block) pair, by slot.
     pub runs: Vec<u64>,
     /// The (node, block id) of each slot.
@@ -62,11 +65,15 @@ pub struct Tree {
     /// For each slot, the slot its thread charged next the last time
     /// (`hot::NO_SLOT`: none yet), a cache in front of `run_index`.
     pub next: Vec<u32>,
-    run_index: FxHashMap<(NodeId, u32), u32>,
+    /// Slots by (node, block).
+    run_index: Index,
     /// Ir charged to single instructions of a context: code of skipped
     /// functions (on their caller's call site, as Callgrind does) and the
     /// final check of rep string instructions.
     pub extra: Extra,
+    /// Whether the indexes and `next` were released (rebuilt at the next
+    /// lookup).
+    released: bool,
     /// Recent calls: (caller, function, level, thread, arc's caller, call
     /// site, target) to (callee's context, arc).
     calls: Memo<CallKey, (NodeId, u32)>,
@@ -134,12 +141,25 @@ impl Extra {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Per (context, block): one row per instruction of the block.
+    /// With a simulation only.
     pub selfs: Vec<(NodeId, u32, Box<[u64]>)>,
-    /// Per (context, instruction address): a row of costs charged to one
-    /// instruction (skipped functions' code, rep instructions' final check).
-    pub extra: Vec<(NodeId, u64, Box<[u64]>)>,
-    /// Per arc (index into the tree's arcs): calls and inclusive costs.
-    pub arcs: Vec<(u32, u64, Box<[u64]>)>,
+    /// Without a simulation, per (context, block): its executions (each
+    /// instruction's Ir), expanded to instructions only as the part is
+    /// laid out (a row per instruction took 150 MB on python-json).
+    pub runs: Vec<(NodeId, u32, u64)>,
+    /// Per (context, instruction address) charged to one instruction
+    /// (skipped functions' code, rep instructions' final check): its row
+    /// in `extra_costs`.
+    pub extra: Vec<(NodeId, u64)>,
+    /// The rows of `extra`, one after the other (`width` each).
+    pub extra_costs: Vec<u64>,
+    /// Per arc (index into the tree's arcs): its calls; its inclusive
+    /// costs are its row in `arc_costs`.
+    pub arcs: Vec<(u32, u64)>,
+    /// The rows of `arcs`, one after the other (`width` each).
+    pub arc_costs: Vec<u64>,
+    /// The columns of a row of `extra_costs` and `arc_costs`.
+    pub width: usize,
     /// The dump's `summary:` (its threads' costs since their last dump).
     pub summary: Vec<u64>,
 }
@@ -148,19 +168,24 @@ impl Tree {
     /// The node for `function` at `level` called from `parent` (a root of
     /// `thread`'s tree when `parent` is [`NO_NODE`]), made if new.
     pub fn child(&mut self, parent: NodeId, function: FnId, level: u32, thread: u32) -> NodeId {
+        self.reacquire();
+        let key = |n: &Node| (n.parent, n.function, n.level, n.thread);
+        let node = Node {
+            parent,
+            function,
+            level,
+            thread,
+        };
         let nodes = &mut self.nodes;
-        *self
-            .children
-            .entry((parent, function, level, thread))
-            .or_insert_with(|| {
-                nodes.push(Node {
-                    parent,
-                    function,
-                    level,
-                    thread,
-                });
-                (nodes.len() - 1) as NodeId
-            })
+        match self.children.find(&key(&node), |i| key(&nodes[i as usize])) {
+            Ok(i) => i,
+            Err(at) => {
+                nodes.push(node);
+                let i = (nodes.len() - 1) as NodeId;
+                self.children.insert(at, i, |i| key(&nodes[i as usize]));
+                i
+            }
+        }
     }
 
     /// A call into `function` at `level` from context `caller` of
@@ -191,12 +216,13 @@ impl Tree {
     /// The arc from `caller` at `call_site` to `callee` entered at
     /// `target`, made if new.
     pub fn arc(&mut self, caller: NodeId, call_site: u64, callee: NodeId, target: u64) -> u32 {
+        self.reacquire();
+        let key = |a: &Arc| (a.caller, a.call_site, a.callee, a.target);
         let arcs = &mut self.arcs;
-        let (costs, width) = (&mut self.arc_costs, self.width);
-        *self
-            .arc_index
-            .entry((caller, call_site, callee, target))
-            .or_insert_with(|| {
+        let k = (caller, call_site, callee, target);
+        match self.arc_index.find(&k, |i| key(&arcs[i as usize])) {
+            Ok(i) => i,
+            Err(at) => {
                 arcs.push(Arc {
                     caller,
                     call_site,
@@ -205,25 +231,82 @@ impl Tree {
                     calls: 0,
                     inclusive: 0,
                 });
-                costs.resize(costs.len() + width, 0);
-                (arcs.len() - 1) as u32
-            })
+                let costs = &mut self.arc_costs;
+                costs.resize(costs.len() + self.width, 0);
+                let i = (arcs.len() - 1) as u32;
+                self.arc_index.insert(at, i, |i| key(&arcs[i as usize]));
+                i
+            }
+        }
     }
 
     /// The slot counting executions of `block` in `node`, made if new.
     pub fn run_slot(&mut self, node: NodeId, block: u32) -> u32 {
-        let (runs, keys, next) = (&mut self.runs, &mut self.run_keys, &mut self.next);
-        *self.run_index.entry((node, block)).or_insert_with(|| {
-            runs.push(0);
-            keys.push((node, block));
-            next.push(crate::hot::NO_SLOT);
-            // Its rows, if any, are made by the tool (it knows the size).
-            (runs.len() - 1) as u32
-        })
+        self.reacquire();
+        let keys = &mut self.run_keys;
+        match self.run_index.find(&(node, block), |i| keys[i as usize]) {
+            Ok(i) => i,
+            Err(at) => {
+                self.runs.push(0);
+                keys.push((node, block));
+                self.next.push(crate::hot::NO_SLOT);
+                // Its rows, if any, are made by the tool (it knows the size).
+                let i = (keys.len() - 1) as u32;
+                self.run_index.insert(at, i, |i| keys[i as usize]);
+                i
+            }
+        }
     }
 }
 
 impl Tree {
+    /// Frees what only finding nodes, arcs and slots needs (the indexes
+    /// and successor hints: 30 MB on python-json) when the run is over
+    /// and the costs are laid out; should anything be looked up again,
+    /// they are rebuilt first.
+    pub fn release_lookups(&mut self) {
+        self.children = Index::default();
+        self.arc_index = Index::default();
+        self.run_index = Index::default();
+        self.next = Vec::new();
+        self.released = true;
+    }
+
+    /// Rebuilds what [`release_lookups`](Self::release_lookups) freed.
+    fn reacquire(&mut self) {
+        if !std::mem::take(&mut self.released) {
+            return;
+        }
+        let nodes = &self.nodes;
+        let key = |i: u32| {
+            let n = &nodes[i as usize];
+            (n.parent, n.function, n.level, n.thread)
+        };
+        for i in 0..nodes.len() as u32 {
+            if let Err(at) = self.children.find(&key(i), key) {
+                self.children.insert(at, i, key);
+            }
+        }
+        let arcs = &self.arcs;
+        let key = |i: u32| {
+            let a = &arcs[i as usize];
+            (a.caller, a.call_site, a.callee, a.target)
+        };
+        for i in 0..arcs.len() as u32 {
+            if let Err(at) = self.arc_index.find(&key(i), key) {
+                self.arc_index.insert(at, i, key);
+            }
+        }
+        let keys = &self.run_keys;
+        let key = |i: u32| keys[i as usize];
+        for i in 0..keys.len() as u32 {
+            if let Err(at) = self.run_index.find(&key(i), key) {
+                self.run_index.insert(at, i, key);
+            }
+        }
+        self.next = vec![crate::hot::NO_SLOT; keys.len()];
+    }
+
     /// The row of extra costs of `node` at `addr` (a simulation's), made
     /// if new.
     pub fn extra_row(&mut self, node: NodeId, addr: u64) -> usize {
@@ -272,5 +355,12 @@ mod tests {
         assert_eq!(t.run_slot(a, 3), s);
         assert_eq!(t.run_keys[s as usize], (a, 3));
         assert!(t.nodes.iter().all(|n| n.parent == NO_NODE || n.parent < 3));
+        // Released and rebuilt: the same ones are found, nothing is made.
+        t.release_lookups();
+        assert_eq!(t.child(root, 1, 1, 1), a);
+        assert_eq!(t.arc(root, 0x10, a, 0x20), arc);
+        assert_eq!(t.run_slot(a, 3), s);
+        assert_eq!((t.nodes.len(), t.arcs.len(), t.runs.len()), (4, 2, 1));
+        assert_eq!(t.next.len(), t.runs.len());
     }
 }
