@@ -19,6 +19,7 @@
 //! each: a context's parent is fixed, so even returns find their cell), and
 //! only then the tree's map.
 
+use crate::flow::Exit;
 use crate::tree::{NodeId, Tree, NO_NODE};
 
 /// No run slot.
@@ -45,6 +46,9 @@ pub(crate) struct Hot {
     /// Its object and section kind if it may be entered without a call or
     /// return, else [`SLOW_TO`].
     to: u32,
+    /// How control leaves it (for the stack pointer its record ends with,
+    /// read right after it ran: its `Flow` is not in the caches then).
+    pub exit: Exit,
 }
 
 impl Default for Hot {
@@ -55,19 +59,21 @@ impl Default for Hot {
             instrs: 0,
             from: SLOW_FROM,
             to: SLOW_TO,
+            exit: Exit::Jump,
         }
     }
 }
 
 impl Hot {
     /// A described block of `instrs` instructions in `domain` (its object
-    /// and section kind, as one number below `u32::MAX - 1`), ending in a
-    /// plain jump or fall-through (`plain_exit`) and starting a function
-    /// or not (`entry`).
-    pub fn new(instrs: u32, domain: u32, plain_exit: bool, entry: bool) -> Hot {
+    /// and section kind, as one number below `u32::MAX - 1`), left by
+    /// `exit` and starting a function or not (`entry`).
+    pub fn new(instrs: u32, domain: u32, exit: Exit, entry: bool) -> Hot {
         debug_assert!(domain < SLOW_TO);
+        let plain_exit = matches!(exit, Exit::Jump | Exit::FallThrough);
         Hot {
             instrs,
+            exit,
             from: if plain_exit { domain } else { SLOW_FROM },
             to: if entry { SLOW_TO } else { domain },
             ..Hot::default()
@@ -147,10 +153,10 @@ mod tests {
 
     #[test]
     fn only_plain_transfers_in_one_domain_stay() {
-        let plain = Hot::new(3, 7, true, false);
-        let entry = Hot::new(3, 7, true, true);
-        let call = Hot::new(3, 7, false, false);
-        let other = Hot::new(3, 8, true, false);
+        let plain = Hot::new(3, 7, Exit::Jump, false);
+        let entry = Hot::new(3, 7, Exit::FallThrough, true);
+        let call = Hot::new(3, 7, Exit::Return, false);
+        let other = Hot::new(3, 8, Exit::Jump, false);
         assert!(plain.stays_to(&plain));
         assert!(!call.stays_to(&plain), "a call or return ends it");
         assert!(!plain.stays_to(&entry), "a function's start is a call");
@@ -163,8 +169,8 @@ mod tests {
     fn slots_are_found_by_cache_successor_and_map() {
         let mut tree = Tree::default();
         let (a, b) = (tree.child(NO_NODE, 0, 1, 1), tree.child(NO_NODE, 1, 1, 1));
-        let mut h1 = Hot::new(2, 0, true, false);
-        let mut h2 = Hot::new(2, 0, true, false);
+        let mut h1 = Hot::new(2, 0, Exit::Jump, false);
+        let mut h2 = Hot::new(2, 0, Exit::Jump, false);
         // Block 1 then 2 in context a, then in b, then in a again.
         let a1 = lookup(&mut tree, &mut h1, a, 1, NO_SLOT);
         let a2 = lookup(&mut tree, &mut h2, a, 2, a1);

@@ -473,9 +473,8 @@ impl CallTool {
         (flow.function, flow.domain, flow.entry) = (function, domain, entry);
         (flow.skip, flow.pop_on_jump, flow.notify) = (f.skip, f.pop_on_jump, f.notify);
 
-        let plain_exit = matches!(exit, Exit::Jump | Exit::FallThrough);
         let n = info.instrs().len() as u32;
-        self.hot[i] = Hot::new(n, domain, plain_exit, entry);
+        self.hot[i] = Hot::new(n, domain, exit, entry);
         self.flows[i] = flow;
         // A thread whose last block had this id must decide afresh.
         self.unsettle();
@@ -1308,7 +1307,7 @@ impl Tool for CallTool {
         let t = &mut self.threads[ti];
         t.stays_from = SLOW_FROM;
         let Some(last) = t.last else { return };
-        let after = match self.flows.get(last as usize).map(|f| f.exit) {
+        let after = match self.hot.get(last as usize).map(|h| h.exit) {
             // The call pushes its return address, the return pops it.
             Some(Exit::Call) => sp.wrapping_sub(8),
             Some(Exit::Return) => sp.wrapping_add(8),
