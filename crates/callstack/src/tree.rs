@@ -93,7 +93,25 @@ pub struct Tree {
 }
 
 /// What identifies a call for [`Tree::call`].
-type CallKey = (NodeId, FnId, u32, u32, NodeId, u64, u64);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CallKey {
+    caller: NodeId,
+    function: FnId,
+    level: u32,
+    thread: u32,
+    from: NodeId,
+    call_site: u64,
+    target: u64,
+}
+
+impl std::hash::Hash for CallKey {
+    /// The fields that tell calls apart in practice, as one word: a hash
+    /// of all seven was a chain of seven multiplications per call.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let contexts = u64::from(self.caller) << 32 | u64::from(self.from);
+        (self.call_site ^ self.target.rotate_left(29) ^ contexts.rotate_left(13)).hash(state);
+    }
+}
 
 /// Ir per (context, instruction address), with a cache of recent ones in
 /// front of the map (skipped code charges here at every block).
@@ -203,7 +221,15 @@ impl Tree {
         call_site: u64,
         target: u64,
     ) -> (NodeId, u32) {
-        let key = (caller, function, level, thread, from, call_site, target);
+        let key = CallKey {
+            caller,
+            function,
+            level,
+            thread,
+            from,
+            call_site,
+            target,
+        };
         if let Some(v) = self.calls.get(&key) {
             return v;
         }
