@@ -19,6 +19,10 @@
 #![forbid(unsafe_code)]
 
 mod classify;
+mod flow;
+mod hot;
+mod index;
+mod memo;
 mod output;
 mod stacks;
 mod tool;

@@ -134,6 +134,7 @@ impl CallTool {
             }
         };
         let width = costs.summary.len().max(1);
+        let costs_width = costs.width.max(1);
         // Self costs: a row per instruction of each block run in a context.
         for (node, block, rows) in &costs.selfs {
             if !wanted(*node) {
@@ -152,17 +153,32 @@ impl CallTool {
                 add(&mut total, &c);
             }
         }
-        for (node, addr, row) in &costs.extra {
-            if !wanted(*node) {
+        for &(node, block, runs) in &costs.runs {
+            if !wanted(node) {
                 continue;
             }
-            let key = key_of(&mut namer, *node);
+            let key = key_of(&mut namer, node);
+            for &addr in self.block_state(block).instrs.iter() {
+                let s = site(&mut namer, addr);
+                builder.add_cost(key, s, &[runs]);
+                total[0] += runs;
+            }
+        }
+        for (&(node, addr), row) in costs
+            .extra
+            .iter()
+            .zip(costs.extra_costs.chunks(costs_width))
+        {
+            if !wanted(node) {
+                continue;
+            }
+            let key = key_of(&mut namer, node);
             let c = permute(row);
-            let s = site(&mut namer, *addr);
+            let s = site(&mut namer, addr);
             builder.add_cost(key, s, &c);
             add(&mut total, &c);
         }
-        for (i, calls, inclusive) in &costs.arcs {
+        for ((i, calls), inclusive) in costs.arcs.iter().zip(costs.arc_costs.chunks(costs_width)) {
             let arc = tree.arcs[*i as usize];
             if !wanted(arc.caller) {
                 continue;

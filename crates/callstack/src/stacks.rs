@@ -99,7 +99,7 @@ impl CallTool {
                 *at.entry((node, addr)).or_default() += runs;
             }
         }
-        for (&(node, addr), &ir) in &tree.extra {
+        for (&(node, addr), &ir) in tree.extra.iter() {
             if ir != 0 && node != NO_NODE {
                 *at.entry((node, addr)).or_default() += ir;
             }

@@ -28,6 +28,8 @@
 //! block; a frame left by a direct jump is unwound at the next such block).
 
 use crate::classify::{Classify, CodeClass, Section};
+use crate::flow::{Exit, Flow};
+use crate::hot::{lookup, Hot, NO_SLOT, SLOW_FROM};
 use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
 use costs::{BlockSim, Charge};
 use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Terminator, Tool};
@@ -69,36 +71,13 @@ pub(crate) struct Function {
     notify: bool,
 }
 
-/// How control leaves a block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Exit {
-    Call,
-    Return,
-    Jump,
-    /// Into the next block without a branch (a rep string instruction's
-    /// block runs again for each iteration this way).
-    FallThrough,
-}
-
-/// What the tool keeps of each block.
+/// What the tool keeps of each block besides its [`Flow`] and [`Hot`].
 #[derive(Debug, Clone)]
 pub(crate) struct BlockState {
-    function: FnId,
-    object: u32,
-    section: Section,
-    entry: bool,
-    start: u64,
-    /// The address of its last instruction: where its call or jump is.
-    call_site: u64,
-    /// Where a call returns to.
-    end: u64,
-    exit: Exit,
     /// Its instructions' addresses.
     pub instrs: Box<[u64]>,
     /// Data reads and writes of one execution (with a simulation).
     accesses: (u64, u64),
-    /// The context it ran in last and that pair's run slot.
-    cache: (NodeId, u32),
 }
 
 /// One frame of a shadow stack.
@@ -178,6 +157,11 @@ struct ThreadState {
     /// Functions whose outermost activation was entered (true) or left
     /// (false) since the last block, whose options act before it runs.
     notices: Vec<(FnId, bool)>,
+    /// The last block's [`Hot::stays_from`] while nothing else (a stack
+    /// pointer, skipped code, a signal, a request, options of functions
+    /// entered or left, no context yet) needs the slow path, else
+    /// [`SLOW_FROM`]: the fast path's one check of the thread's state.
+    stays_from: u32,
 }
 
 /// Where one block execution was charged.
@@ -188,6 +172,16 @@ enum ChargeAt {
     Extra(NodeId, u64),
 }
 
+impl ChargeAt {
+    /// Its run slot, or `NO_SLOT`.
+    fn slot(self) -> u32 {
+        match self {
+            ChargeAt::Slot(s) => s,
+            _ => NO_SLOT,
+        }
+    }
+}
+
 impl ThreadState {
     fn new(tid: u32, collect: bool, width: usize) -> ThreadState {
         ThreadState {
@@ -196,6 +190,7 @@ impl ThreadState {
             lastdump: (0, vec![0; width]),
             charged: (ChargeAt::Nowhere, 0),
             notices: Vec::new(),
+            stays_from: SLOW_FROM,
             tid,
             stack: Vec::new(),
             node: NO_NODE,
@@ -292,6 +287,10 @@ pub struct CallTool {
     function_index: FxHashMap<CodeClassKey, FnId>,
     objects: FxHashMap<Arc<str>, u32>,
     pub(crate) blocks: Vec<Option<BlockState>>,
+    /// What the per-block fast path needs of each block (`hot`).
+    hot: Vec<Hot>,
+    /// What the call and return decision needs of each block (`flow`).
+    flows: Vec<Flow>,
     threads: Vec<ThreadState>,
     thread_index: FxHashMap<u64, usize>,
     current: Option<usize>,
@@ -331,6 +330,8 @@ impl CallTool {
             function_index: FxHashMap::default(),
             objects: FxHashMap::default(),
             blocks: Vec::new(),
+            hot: Vec::new(),
+            flows: Vec::new(),
             threads: Vec::new(),
             thread_index: FxHashMap::default(),
             current: None,
@@ -369,6 +370,8 @@ impl CallTool {
             function_index: self.function_index.clone(),
             objects: self.objects.clone(),
             blocks: self.blocks.clone(),
+            hot: self.hot.clone(),
+            flows: self.flows.clone(),
             threads: self.threads.clone(),
             thread_index: self.thread_index.clone(),
             current: self.current,
@@ -381,7 +384,8 @@ impl CallTool {
     }
 
     /// Ends every thread's calls (the process ended): their arcs get the
-    /// inclusive costs so far, as Callgrind unwinds at exit.
+    /// inclusive costs so far, as Callgrind unwinds at exit. What only
+    /// the run needed to find its contexts is freed for the output.
     pub fn finish(&mut self) {
         for t in &mut self.threads {
             while !t.stack.is_empty() {
@@ -389,6 +393,7 @@ impl CallTool {
             }
             t.notices.clear();
         }
+        self.tree.release_lookups();
     }
 
     /// All Ir charged so far.
@@ -445,6 +450,8 @@ impl CallTool {
         let i = id.0 as usize;
         if self.blocks.len() <= i {
             self.blocks.resize(i + 1, None);
+            self.hot.resize(i + 1, Hot::default());
+            self.flows.resize(i + 1, Flow::default());
         }
         let mut accesses = (0, 0);
         if let Some(sim) = &mut self.sim {
@@ -456,18 +463,21 @@ impl CallTool {
             }
         }
         self.blocks[i] = Some(BlockState {
-            function,
-            object,
-            section,
-            entry,
-            start: info.start(),
-            call_site: info.instrs().last().map_or(info.start(), |l| l.addr),
-            end: info.end(),
-            exit,
             instrs: info.instrs().iter().map(|i| i.addr).collect(),
             accesses,
-            cache: (NO_NODE, 0),
         });
+        let domain = object * 3 + section as u32;
+        let call_site = info.instrs().last().map_or(info.start(), |l| l.addr);
+        let f = &self.functions[function as usize];
+        let mut flow = Flow::new(info.start(), call_site, info.end(), exit);
+        (flow.function, flow.domain, flow.entry) = (function, domain, entry);
+        (flow.skip, flow.pop_on_jump, flow.notify) = (f.skip, f.pop_on_jump, f.notify);
+
+        let n = info.instrs().len() as u32;
+        self.hot[i] = Hot::new(n, domain, exit, entry);
+        self.flows[i] = flow;
+        // A thread whose last block had this id must decide afresh.
+        self.unsettle();
     }
 
     /// The current thread's index, made on first use (a producer that
@@ -485,18 +495,15 @@ impl CallTool {
     /// Control enters block `y` on the current thread.
     fn enter(&mut self, y: u32) {
         let ti = self.current();
-        let blocks = &self.blocks;
-        let functions = &self.functions;
+        let flows = &self.flows;
         let tree = &mut self.tree;
         let t = &mut self.threads[ti];
-        let yb = blocks[y as usize].as_ref().expect("described");
+        let yb = &flows[y as usize];
         let sp = t.sp.take();
         if let Some(sp) = sp {
             t.last_sp = sp;
         }
-        let xb = t
-            .last
-            .map(|l| blocks[l as usize].as_ref().expect("described"));
+        let xb = t.last.map(|l| &flows[l as usize]);
         if let Some(x) = xb {
             // A rep string instruction's next iteration.
             if x.exit == Exit::FallThrough && t.last == Some(y) {
@@ -552,10 +559,10 @@ impl CallTool {
         // is a call.
         let mut emulated = false;
         let mut push_sp = sp;
-        let mut call_site = xb.map_or(yb.start, |x| x.call_site);
+        let mut call_site = xb.map_or(yb.start, |x| x.call_site());
         if let (Kind::Jump, Some(x)) = (&kind, xb) {
-            if ret_without_call || yb.entry || x.section != yb.section || x.object != yb.object {
-                if functions[x.function as usize].pop_on_jump && !t.stack.is_empty() {
+            if ret_without_call || yb.entry || x.domain != yb.domain {
+                if x.pop_on_jump && !t.stack.is_empty() {
                     let top = t.stack.last().expect("not empty");
                     if let Some(a) = top.arc {
                         // The resolver's caller calls what it resolved.
@@ -568,7 +575,7 @@ impl CallTool {
                 emulated = true;
             }
         }
-        let skip = kind == Kind::Call && functions[yb.function as usize].skip;
+        let skip = kind == Kind::Call && yb.skip;
         let mut push = false;
         if kind == Kind::Return {
             if t.stack.len() <= bottom {
@@ -594,6 +601,7 @@ impl CallTool {
             }
         }
         let caller = t.node;
+        let mut arc = None;
         if (push && !skip) || t.node == NO_NODE {
             let active = t.active_mut(yb.function);
             let mut level = *active + u32::from(push && !skip);
@@ -602,12 +610,20 @@ impl CallTool {
                 level = 1;
                 *active = 1;
             }
-            let parent = if push && !skip { caller } else { NO_NODE };
-            t.node = tree.child(parent, yb.function, level, t.tid);
+            if push && !skip {
+                // A call from skipped code is the skipping caller's.
+                let (from, site) = t.nonskipped.unwrap_or((caller, call_site));
+                let (f, tid) = (yb.function, t.tid);
+                let (node, a) = tree.call(caller, f, level, tid, from, site, yb.start);
+                t.node = node;
+                arc = Some(a);
+            } else {
+                t.node = tree.child(NO_NODE, yb.function, level, t.tid);
+            }
         }
         if push {
             let ret_addr = match xb {
-                Some(x) if x.exit == Exit::Call => x.end,
+                Some(x) if x.exit == Exit::Call => x.end(),
                 _ => 0,
             };
             let mut frame = Frame {
@@ -626,14 +642,12 @@ impl CallTool {
                     t.nonskipped = Some((caller, call_site));
                 }
             } else {
-                // A call from skipped code is the skipping caller's.
-                let (from, site) = t.nonskipped.unwrap_or((caller, call_site));
-                let a = tree.arc(from, site, t.node, yb.start);
+                let a = arc.expect("made with the callee's context");
                 tree.arcs[a as usize].calls += 1;
                 frame.arc = Some(a);
                 let depth = t.active_mut(yb.function);
                 *depth += 1;
-                if functions[yb.function as usize].notify {
+                if yb.notify {
                     frame.notify = true;
                     if *depth == 1 {
                         t.notices.push((yb.function, true));
@@ -645,6 +659,86 @@ impl CallTool {
         }
     }
 
+    /// One block execution the fast path left: Callgrind's decisions
+    /// ([`enter`](Self::enter)), the options of functions entered or left,
+    /// the charge.
+    #[inline(never)]
+    fn run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
+        if self.flows.get(id.0 as usize).is_none_or(|f| !f.described()) {
+            self.describe(id, info);
+        }
+        self.enter(id.0);
+        let ti = self.current();
+        if !self.threads[ti].notices.is_empty() {
+            self.notices(ti);
+        }
+        self.charge(id.0, addrs);
+        self.settle();
+    }
+
+    /// Whether the current thread's next block may take the fast path
+    /// (`ThreadState::stays_from`), after a block the slow path ran.
+    fn settle(&mut self) {
+        let Some(ti) = self.current else { return };
+        let t = &mut self.threads[ti];
+        t.stays_from = match t.last {
+            Some(x)
+                if t.sp.is_none()
+                    && t.nonskipped.is_none()
+                    && t.node != NO_NODE
+                    && t.notices.is_empty() =>
+            {
+                self.hot[x as usize].stays_from()
+            }
+            _ => SLOW_FROM,
+        };
+    }
+
+    /// Sends every thread's next block down the slow path (its state
+    /// changed outside a block run).
+    fn unsettle(&mut self) {
+        self.threads
+            .iter_mut()
+            .for_each(|t| t.stays_from = SLOW_FROM);
+    }
+
+    /// One execution of block `y` when control stays where the thread's
+    /// last block left it (see `hot`), without a simulation: what
+    /// [`enter`](Self::enter) and [`charge`](Self::charge) do then, which
+    /// is only the charge. False (nothing done) when they must decide.
+    #[inline(always)]
+    fn run_in_place(&mut self, y: u32) -> bool {
+        let Some(ti) = self.current else { return false };
+        let CallTool {
+            threads,
+            hot,
+            tree,
+            block_runs,
+            ..
+        } = self;
+        let t = &mut threads[ti];
+        let Some(yh) = hot.get_mut(y as usize) else {
+            return false;
+        };
+        if t.stays_from != yh.stays_with() {
+            return false;
+        }
+        t.stays_from = yh.stays_from();
+        let slot = lookup(tree, yh, t.node, y, t.charged.0.slot());
+        let n = u64::from(yh.instrs);
+        *block_runs += 1;
+        t.last = Some(y);
+        let charged = if t.collect {
+            t.cost += n;
+            tree.runs[slot as usize] += 1;
+            n
+        } else {
+            0
+        };
+        t.charged = (ChargeAt::Slot(slot), charged);
+        true
+    }
+
     /// Charges one execution of block `y` (data addresses `addrs`) to the
     /// current context, if the thread collects; the simulation runs either
     /// way.
@@ -654,21 +748,19 @@ impl CallTool {
         let CallTool {
             threads,
             blocks,
+            hot,
             tree,
             sim,
             ..
         } = self;
         let t = &mut threads[ti];
-        let b = blocks[y as usize].as_mut().expect("described");
-        let n = b.instrs.len() as u64;
+        let n = u64::from(hot[y as usize].instrs);
         t.last = Some(y);
         let at = match t.nonskipped {
             Some((node, addr)) => ChargeAt::Extra(node, addr),
-            None if b.cache.0 == t.node => ChargeAt::Slot(b.cache.1),
             None => {
-                let slot = slot_of(tree, t.node, y, n);
-                b.cache = (t.node, slot);
-                ChargeAt::Slot(slot)
+                let prev = t.charged.0.slot();
+                ChargeAt::Slot(lookup(tree, &mut hot[y as usize], t.node, y, prev))
             }
         };
         let collect = t.collect;
@@ -677,7 +769,7 @@ impl CallTool {
             t.cost += n;
             match at {
                 ChargeAt::Slot(slot) => tree.runs[slot as usize] += 1,
-                ChargeAt::Extra(node, addr) => *tree.extra.entry((node, addr)).or_default() += n,
+                ChargeAt::Extra(node, addr) => *tree.extra.at(node, addr) += n,
                 ChargeAt::Nowhere => {}
             }
         }
@@ -701,6 +793,7 @@ impl CallTool {
             };
             add(ir, n);
             if cache {
+                let b = blocks[y as usize].as_ref().expect("described");
                 add(read, b.accesses.0);
                 add(write, b.accesses.1);
             }
@@ -726,6 +819,7 @@ impl CallTool {
         let CallTool {
             threads,
             blocks,
+            hot,
             tree,
             ..
         } = self;
@@ -736,15 +830,10 @@ impl CallTool {
         let row = match (t.nonskipped, t.last) {
             (Some((node, addr)), _) => tree.extra_row(node, addr),
             (None, Some(y)) => {
-                let b = blocks[y as usize].as_mut().expect("described");
+                let b = blocks[y as usize].as_ref().expect("described");
                 let n = b.instrs.len();
-                let slot = if b.cache.0 == t.node {
-                    b.cache.1
-                } else {
-                    let slot = slot_of(tree, t.node, y, n as u64);
-                    b.cache = (t.node, slot);
-                    slot
-                };
+                // The block's own slot, charged just before (no successor).
+                let slot = lookup(tree, &mut hot[y as usize], t.node, y, NO_SLOT);
                 let i = b.instrs.iter().position(|&a| a == pc).unwrap_or(n - 1);
                 (tree.run_rows[slot as usize] as usize + i) * tree.width
             }
@@ -767,7 +856,7 @@ impl CallTool {
         }
         t.cost += 1;
         let (node, at) = t.nonskipped.unwrap_or((t.node, addr));
-        *self.tree.extra.entry((node, at)).or_default() += 1;
+        *self.tree.extra.at(node, at) += 1;
         let Some(sim) = &self.sim else { return };
         let ir = sim.columns()[0];
         let row = self.tree.extra_row(node, at);
@@ -837,44 +926,50 @@ impl CallTool {
         let tree = &self.tree;
         let mut snap = Snapshot {
             summary,
+            width,
             ..Snapshot::default()
         };
         let sim = self.sim.as_ref();
+        if sim.is_none() {
+            // Millions on large programs: no room to spare.
+            snap.runs
+                .reserve_exact(tree.runs.iter().filter(|&&r| r != 0).count());
+        }
         for (slot, (&(node, block), &runs)) in tree.run_keys.iter().zip(&tree.runs).enumerate() {
             if runs == 0 {
                 continue;
             }
+            let Some(sim) = sim else {
+                snap.runs.push((node, block, runs));
+                continue;
+            };
             let b = self.blocks[block as usize].as_ref().expect("described");
             let n = b.instrs.len();
             let mut rows = vec![0u64; n * width].into_boxed_slice();
-            match sim {
-                None => rows.iter_mut().for_each(|r| *r = runs),
-                Some(sim) => {
-                    let [ir, read, write, ..] = sim.columns();
-                    let base = tree.run_rows[slot] as usize * width;
-                    rows.copy_from_slice(&tree.rows[base..base + n * width]);
-                    let cache = sim.caches().is_some();
-                    let accesses = sim.accesses(BlockId(block));
-                    for (i, row) in rows.chunks_mut(width).enumerate() {
-                        row[ir] += runs;
-                        if let (true, Some(&(r, w))) = (cache, accesses.get(i)) {
-                            row[read] += runs * u64::from(r);
-                            row[write] += runs * u64::from(w);
-                        }
-                    }
+            let [ir, read, write, ..] = sim.columns();
+            let base = tree.run_rows[slot] as usize * width;
+            rows.copy_from_slice(&tree.rows[base..base + n * width]);
+            let cache = sim.caches().is_some();
+            let accesses = sim.accesses(BlockId(block));
+            for (i, row) in rows.chunks_mut(width).enumerate() {
+                row[ir] += runs;
+                if let (true, Some(&(r, w))) = (cache, accesses.get(i)) {
+                    row[read] += runs * u64::from(r);
+                    row[write] += runs * u64::from(w);
                 }
             }
             snap.selfs.push((node, block, rows));
         }
         let mut extra: Vec<(&(NodeId, u64), &u64)> = tree.extra.iter().collect();
         extra.sort_unstable();
-        for (&(node, addr), &ir) in extra {
-            let row: Box<[u64]> = match tree.extra_rows.get(&(node, addr)) {
-                Some(&r) if sim.is_some() => tree.rows[r as usize * width..][..width].into(),
-                _ => Box::new([ir]),
+        for (&(node, addr), ir) in extra {
+            let row = match tree.extra_rows.get(&(node, addr)) {
+                Some(&r) if sim.is_some() => &tree.rows[r as usize * width..][..width],
+                _ => std::slice::from_ref(ir),
             };
             if node != NO_NODE && row.iter().any(|&c| c != 0) {
-                snap.extra.push((node, addr, row));
+                snap.extra.push((node, addr));
+                snap.extra_costs.extend_from_slice(row);
             }
         }
         // Callgrind's arcs are between functions (at recursion levels),
@@ -889,22 +984,21 @@ impl CallTool {
             };
             (f(a.caller), a.call_site, f(a.callee), a.target)
         };
-        let mut written = rustc_hash::FxHashSet::default();
+        let costs = |i: usize| match sim {
+            Some(_) => &tree.arc_costs[i * width..][..width],
+            None => std::slice::from_ref(&tree.arcs[i].inclusive),
+        };
+        let written: rustc_hash::FxHashSet<_> = (0..tree.arcs.len())
+            .filter(|&i| costs(i).iter().any(|&c| c != 0))
+            .map(|i| group(&tree.arcs[i]))
+            .collect();
         for (i, arc) in tree.arcs.iter().enumerate() {
-            let costs: Box<[u64]> = if sim.is_some() {
-                tree.arc_costs[i * width..][..width].into()
-            } else {
-                Box::new([arc.inclusive])
-            };
-            if costs.iter().any(|&c| c != 0) {
-                written.insert(group(arc));
-            }
-            if arc.calls > 0 || costs.iter().any(|&c| c != 0) {
-                snap.arcs.push((i as u32, arc.calls, costs));
+            let row = costs(i);
+            if (arc.calls > 0 || row.iter().any(|&c| c != 0)) && written.contains(&group(arc)) {
+                snap.arcs.push((i as u32, arc.calls));
+                snap.arc_costs.extend_from_slice(row);
             }
         }
-        snap.arcs
-            .retain(|&(i, _, _)| written.contains(&group(&tree.arcs[i as usize])));
         if take {
             let keep: Vec<bool> = self
                 .tree
@@ -972,7 +1066,7 @@ impl CallTool {
                 match at {
                     ChargeAt::Slot(s) => self.tree.runs[s as usize] -= 1,
                     ChargeAt::Extra(node, addr) => {
-                        *self.tree.extra.entry((node, addr)).or_default() -= n;
+                        *self.tree.extra.at(node, addr) -= n;
                     }
                     ChargeAt::Nowhere => {}
                 }
@@ -987,7 +1081,7 @@ impl CallTool {
                 match at {
                     ChargeAt::Slot(s) => self.tree.runs[s as usize] += 1,
                     ChargeAt::Extra(node, addr) => {
-                        *self.tree.extra.entry((node, addr)).or_default() += n;
+                        *self.tree.extra.at(node, addr) += n;
                     }
                     ChargeAt::Nowhere => {}
                 }
@@ -1002,7 +1096,7 @@ impl CallTool {
                 match at {
                     ChargeAt::Slot(s) => self.tree.runs[s as usize] += 1,
                     ChargeAt::Extra(node, addr) => {
-                        *self.tree.extra.entry((node, addr)).or_default() += n;
+                        *self.tree.extra.at(node, addr) += n;
                     }
                     ChargeAt::Nowhere => {}
                 }
@@ -1039,19 +1133,6 @@ impl CallTool {
     }
 }
 
-/// The run slot of `block` (of `n` instructions) in `node`, made if new,
-/// with its rows when the tree has a simulation's.
-fn slot_of(tree: &mut Tree, node: NodeId, block: u32, n: u64) -> u32 {
-    let slot = tree.run_slot(node, block);
-    if tree.width > 0 && tree.run_rows.len() <= slot as usize {
-        let row = tree.rows.len() / tree.width;
-        tree.run_rows.push(row as u32);
-        tree.rows
-            .resize(tree.rows.len() + n as usize * tree.width, 0);
-    }
-    slot
-}
-
 /// Charges a simulation's misses to one context's rows of a block (or to
 /// one row for all its instructions: skipped code's call site), and to the
 /// thread's running costs.
@@ -1080,8 +1161,8 @@ impl Charge for RowCharge<'_> {
 fn underflow(
     t: &mut ThreadState,
     tree: &mut Tree,
-    x: Option<&BlockState>,
-    y: &BlockState,
+    x: Option<&Flow>,
+    y: &Flow,
     separate_recs: u32,
     arc: bool,
 ) {
@@ -1150,19 +1231,18 @@ impl Tool for CallTool {
         }
     }
 
+    /// Inlined into the engine's decoder: most blocks take the fast path
+    /// and never call [`CallTool::run`].
+    #[inline]
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
-        if self.blocks.get(id.0 as usize).is_none_or(Option::is_none) {
-            self.describe(id, info);
+        if self.sim.is_none() && self.run_in_place(id.0) {
+            return;
         }
-        self.enter(id.0);
-        let ti = self.current();
-        if !self.threads[ti].notices.is_empty() {
-            self.notices(ti);
-        }
-        self.charge(id.0, addrs);
+        self.run(id, info, addrs);
     }
 
     fn client_request(&mut self, request: &ClientRequest) {
+        self.unsettle();
         match request {
             ClientRequest::DumpStats { reason } => {
                 let trigger = match reason {
@@ -1225,8 +1305,9 @@ impl Tool for CallTool {
     fn stack_pointer(&mut self, sp: u64) {
         let ti = self.current();
         let t = &mut self.threads[ti];
+        t.stays_from = SLOW_FROM;
         let Some(last) = t.last else { return };
-        let after = match self.blocks[last as usize].as_ref().map(|b| b.exit) {
+        let after = match self.hot.get(last as usize).map(|h| h.exit) {
             // The call pushes its return address, the return pops it.
             Some(Exit::Call) => sp.wrapping_sub(8),
             Some(Exit::Return) => sp.wrapping_add(8),
@@ -1238,6 +1319,7 @@ impl Tool for CallTool {
     fn signal(&mut self, event: SignalEvent) {
         let ti = self.current();
         let t = &mut self.threads[ti];
+        t.stays_from = SLOW_FROM;
         match event {
             SignalEvent::Delivered => {
                 let zero = vec![0; t.sim_cost.len()];
@@ -1365,7 +1447,7 @@ mod tests {
             for (&(n, b), &runs) in t.tree.run_keys.iter().zip(&t.tree.runs) {
                 *selfs.entry(name(n)).or_default() += runs * t.block_state(b).instrs.len() as u64;
             }
-            for (&(n, _), &ir) in &t.tree.extra {
+            for (&(n, _), &ir) in t.tree.extra.iter() {
                 *selfs.entry(name(n)).or_default() += ir;
             }
             let mut selfs: Vec<_> = selfs.into_iter().collect();
@@ -1448,7 +1530,13 @@ mod tests {
         assert_eq!(selfs, s(&[("lib", 5), ("main", 4)]));
         assert_eq!(arcs, a(&[("main", "lib", 1, 5)]));
         // The stub's Ir sits on main's call instruction.
-        let main_site = r.tool.tree.extra.keys().map(|k| k.1).collect::<Vec<_>>();
+        let main_site = r
+            .tool
+            .tree
+            .extra
+            .iter()
+            .map(|(k, _)| k.1)
+            .collect::<Vec<_>>();
         assert_eq!(main_site, [0x1001]);
         // With --skip-plt=no the stub is a function of its own.
         let mut r = Run::new();

@@ -2,6 +2,8 @@
 //! recursion level) per thread, the costs charged onto it, and the call
 //! arcs between nodes with their counts and inclusive costs.
 
+use crate::index::Index;
+use crate::memo::Memo;
 use rustc_hash::FxHashMap;
 
 /// A node of the tree, by index.
@@ -50,19 +52,31 @@ pub struct Arc {
 pub struct Tree {
     /// The nodes, parents before children.
     pub nodes: Vec<Node>,
-    children: FxHashMap<(NodeId, FnId, u32, u32), NodeId>,
+    /// Nodes by (parent, function, level, thread).
+    children: Index,
     /// The arcs.
     pub arcs: Vec<Arc>,
-    arc_index: FxHashMap<(NodeId, u64, NodeId, u64), u32>,
+    /// Arcs by (caller, call site, callee, target).
+    arc_index: Index,
     /// Executions of each (node, block) pair, by slot.
     pub runs: Vec<u64>,
     /// The (node, block id) of each slot.
     pub run_keys: Vec<(NodeId, u32)>,
-    run_index: FxHashMap<(NodeId, u32), u32>,
+    /// For each slot, the slot its thread charged next the last time
+    /// (`hot::NO_SLOT`: none yet), a cache in front of `run_index`.
+    pub next: Vec<u32>,
+    /// Slots by (node, block).
+    run_index: Index,
     /// Ir charged to single instructions of a context: code of skipped
     /// functions (on their caller's call site, as Callgrind does) and the
     /// final check of rep string instructions.
-    pub extra: FxHashMap<(NodeId, u64), u64>,
+    pub extra: Extra,
+    /// Whether the indexes and `next` were released (rebuilt at the next
+    /// lookup).
+    released: bool,
+    /// Recent calls: (caller, function, level, thread, arc's caller, call
+    /// site, target) to (callee's context, arc).
+    calls: Memo<CallKey, (NodeId, u32)>,
     /// With a simulation: the columns of a cost row (the simulation's
     /// events, Cachegrind's order); 0 without.
     pub width: usize,
@@ -78,18 +92,92 @@ pub struct Tree {
     pub arc_costs: Vec<u64>,
 }
 
+/// What identifies a call for [`Tree::call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CallKey {
+    caller: NodeId,
+    function: FnId,
+    level: u32,
+    thread: u32,
+    from: NodeId,
+    call_site: u64,
+    target: u64,
+}
+
+impl std::hash::Hash for CallKey {
+    /// The fields that tell calls apart in practice, as one word: a hash
+    /// of all seven was a chain of seven multiplications per call.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let contexts = u64::from(self.caller) << 32 | u64::from(self.from);
+        (self.call_site ^ self.target.rotate_left(29) ^ contexts.rotate_left(13)).hash(state);
+    }
+}
+
+/// Ir per (context, instruction address), with a cache of recent ones in
+/// front of the map (skipped code charges here at every block).
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    index: FxHashMap<(NodeId, u64), u32>,
+    cells: Vec<((NodeId, u64), u64)>,
+    memo: Memo<(NodeId, u64), u32>,
+}
+
+impl Extra {
+    /// The Ir of `node` at `addr`, made (zero) if new.
+    #[inline]
+    pub fn at(&mut self, node: NodeId, addr: u64) -> &mut u64 {
+        let key = (node, addr);
+        let cells = &mut self.cells;
+        let index = &mut self.index;
+        let i = self.memo.get_or(key, || {
+            *index.entry(key).or_insert_with(|| {
+                cells.push((key, 0));
+                (cells.len() - 1) as u32
+            })
+        });
+        &mut self.cells[i as usize].1
+    }
+
+    /// Every (context, address) charged, with its Ir.
+    pub fn iter(&self) -> impl Iterator<Item = (&(NodeId, u64), &u64)> {
+        self.cells.iter().map(|(k, v)| (k, v))
+    }
+
+    /// The Ir of every cell.
+    pub fn values(&self) -> impl Iterator<Item = &u64> {
+        self.cells.iter().map(|(_, v)| v)
+    }
+
+    fn zero(&mut self) {
+        self.cells.iter_mut().for_each(|(_, v)| *v = 0);
+    }
+}
+
 /// The costs of a tree between two dumps, as a dump takes them: only what
 /// is not zero, each cost as a row of every event collected (Cachegrind's
 /// order; Ir alone without a simulation).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Per (context, block): one row per instruction of the block.
+    /// With a simulation only.
     pub selfs: Vec<(NodeId, u32, Box<[u64]>)>,
-    /// Per (context, instruction address): a row of costs charged to one
-    /// instruction (skipped functions' code, rep instructions' final check).
-    pub extra: Vec<(NodeId, u64, Box<[u64]>)>,
-    /// Per arc (index into the tree's arcs): calls and inclusive costs.
-    pub arcs: Vec<(u32, u64, Box<[u64]>)>,
+    /// Without a simulation, per (context, block): its executions (each
+    /// instruction's Ir), expanded to instructions only as the part is
+    /// laid out (a row per instruction took 150 MB on python-json).
+    pub runs: Vec<(NodeId, u32, u64)>,
+    /// Per (context, instruction address) charged to one instruction
+    /// (skipped functions' code, rep instructions' final check): its row
+    /// in `extra_costs`.
+    pub extra: Vec<(NodeId, u64)>,
+    /// The rows of `extra`, one after the other (`width` each).
+    pub extra_costs: Vec<u64>,
+    /// Per arc (index into the tree's arcs): its calls; its inclusive
+    /// costs are its row in `arc_costs`.
+    pub arcs: Vec<(u32, u64)>,
+    /// The rows of `arcs`, one after the other (`width` each).
+    pub arc_costs: Vec<u64>,
+    /// The columns of a row of `extra_costs` and `arc_costs`.
+    pub width: usize,
     /// The dump's `summary:` (its threads' costs since their last dump).
     pub summary: Vec<u64>,
 }
@@ -98,30 +186,69 @@ impl Tree {
     /// The node for `function` at `level` called from `parent` (a root of
     /// `thread`'s tree when `parent` is [`NO_NODE`]), made if new.
     pub fn child(&mut self, parent: NodeId, function: FnId, level: u32, thread: u32) -> NodeId {
+        self.reacquire();
+        let key = |n: &Node| (n.parent, n.function, n.level, n.thread);
+        let node = Node {
+            parent,
+            function,
+            level,
+            thread,
+        };
         let nodes = &mut self.nodes;
-        *self
-            .children
-            .entry((parent, function, level, thread))
-            .or_insert_with(|| {
-                nodes.push(Node {
-                    parent,
-                    function,
-                    level,
-                    thread,
-                });
-                (nodes.len() - 1) as NodeId
-            })
+        match self.children.find(&key(&node), |i| key(&nodes[i as usize])) {
+            Ok(i) => i,
+            Err(at) => {
+                nodes.push(node);
+                let i = (nodes.len() - 1) as NodeId;
+                self.children.insert(at, i, |i| key(&nodes[i as usize]));
+                i
+            }
+        }
+    }
+
+    /// A call into `function` at `level` from context `caller` of
+    /// `thread`, counted on the arc from `from` at `call_site` to the
+    /// callee's context entered at `target`: that context and arc, made
+    /// if new.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &mut self,
+        caller: NodeId,
+        function: FnId,
+        level: u32,
+        thread: u32,
+        from: NodeId,
+        call_site: u64,
+        target: u64,
+    ) -> (NodeId, u32) {
+        let key = CallKey {
+            caller,
+            function,
+            level,
+            thread,
+            from,
+            call_site,
+            target,
+        };
+        if let Some(v) = self.calls.get(&key) {
+            return v;
+        }
+        let node = self.child(caller, function, level, thread);
+        let arc = self.arc(from, call_site, node, target);
+        self.calls.put(key, (node, arc));
+        (node, arc)
     }
 
     /// The arc from `caller` at `call_site` to `callee` entered at
     /// `target`, made if new.
     pub fn arc(&mut self, caller: NodeId, call_site: u64, callee: NodeId, target: u64) -> u32 {
+        self.reacquire();
+        let key = |a: &Arc| (a.caller, a.call_site, a.callee, a.target);
         let arcs = &mut self.arcs;
-        let (costs, width) = (&mut self.arc_costs, self.width);
-        *self
-            .arc_index
-            .entry((caller, call_site, callee, target))
-            .or_insert_with(|| {
+        let k = (caller, call_site, callee, target);
+        match self.arc_index.find(&k, |i| key(&arcs[i as usize])) {
+            Ok(i) => i,
+            Err(at) => {
                 arcs.push(Arc {
                     caller,
                     call_site,
@@ -130,24 +257,82 @@ impl Tree {
                     calls: 0,
                     inclusive: 0,
                 });
-                costs.resize(costs.len() + width, 0);
-                (arcs.len() - 1) as u32
-            })
+                let costs = &mut self.arc_costs;
+                costs.resize(costs.len() + self.width, 0);
+                let i = (arcs.len() - 1) as u32;
+                self.arc_index.insert(at, i, |i| key(&arcs[i as usize]));
+                i
+            }
+        }
     }
 
     /// The slot counting executions of `block` in `node`, made if new.
     pub fn run_slot(&mut self, node: NodeId, block: u32) -> u32 {
-        let (runs, keys) = (&mut self.runs, &mut self.run_keys);
-        *self.run_index.entry((node, block)).or_insert_with(|| {
-            runs.push(0);
-            keys.push((node, block));
-            // Its rows, if any, are made by the tool (it knows the size).
-            (runs.len() - 1) as u32
-        })
+        self.reacquire();
+        let keys = &mut self.run_keys;
+        match self.run_index.find(&(node, block), |i| keys[i as usize]) {
+            Ok(i) => i,
+            Err(at) => {
+                self.runs.push(0);
+                keys.push((node, block));
+                self.next.push(crate::hot::NO_SLOT);
+                // Its rows, if any, are made by the tool (it knows the size).
+                let i = (keys.len() - 1) as u32;
+                self.run_index.insert(at, i, |i| keys[i as usize]);
+                i
+            }
+        }
     }
 }
 
 impl Tree {
+    /// Frees what only finding nodes, arcs and slots needs (the indexes
+    /// and successor hints: 30 MB on python-json) when the run is over
+    /// and the costs are laid out; should anything be looked up again,
+    /// they are rebuilt first.
+    pub fn release_lookups(&mut self) {
+        self.children = Index::default();
+        self.arc_index = Index::default();
+        self.run_index = Index::default();
+        self.next = Vec::new();
+        self.released = true;
+    }
+
+    /// Rebuilds what [`release_lookups`](Self::release_lookups) freed.
+    fn reacquire(&mut self) {
+        if !std::mem::take(&mut self.released) {
+            return;
+        }
+        let nodes = &self.nodes;
+        let key = |i: u32| {
+            let n = &nodes[i as usize];
+            (n.parent, n.function, n.level, n.thread)
+        };
+        for i in 0..nodes.len() as u32 {
+            if let Err(at) = self.children.find(&key(i), key) {
+                self.children.insert(at, i, key);
+            }
+        }
+        let arcs = &self.arcs;
+        let key = |i: u32| {
+            let a = &arcs[i as usize];
+            (a.caller, a.call_site, a.callee, a.target)
+        };
+        for i in 0..arcs.len() as u32 {
+            if let Err(at) = self.arc_index.find(&key(i), key) {
+                self.arc_index.insert(at, i, key);
+            }
+        }
+        let keys = &self.run_keys;
+        let key = |i: u32| keys[i as usize];
+        for i in 0..keys.len() as u32 {
+            if let Err(at) = self.run_index.find(&key(i), key) {
+                self.run_index.insert(at, i, key);
+            }
+        }
+        self.next = vec![crate::hot::NO_SLOT; keys.len()];
+    }
+
     /// The row of extra costs of `node` at `addr` (a simulation's), made
     /// if new.
     pub fn extra_row(&mut self, node: NodeId, addr: u64) -> usize {
@@ -165,7 +350,7 @@ impl Tree {
     /// zeroes those it wrote itself).
     pub fn zero(&mut self, calls: bool) {
         self.runs.iter_mut().for_each(|r| *r = 0);
-        self.extra.values_mut().for_each(|r| *r = 0);
+        self.extra.zero();
         self.rows.iter_mut().for_each(|r| *r = 0);
         self.arc_costs.iter_mut().for_each(|c| *c = 0);
         for a in &mut self.arcs {
@@ -196,5 +381,12 @@ mod tests {
         assert_eq!(t.run_slot(a, 3), s);
         assert_eq!(t.run_keys[s as usize], (a, 3));
         assert!(t.nodes.iter().all(|n| n.parent == NO_NODE || n.parent < 3));
+        // Released and rebuilt: the same ones are found, nothing is made.
+        t.release_lookups();
+        assert_eq!(t.child(root, 1, 1, 1), a);
+        assert_eq!(t.arc(root, 0x10, a, 0x20), arc);
+        assert_eq!(t.run_slot(a, 3), s);
+        assert_eq!((t.nodes.len(), t.arcs.len(), t.runs.len()), (4, 2, 1));
+        assert_eq!(t.next.len(), t.runs.len());
     }
 }

@@ -128,6 +128,9 @@ impl Tool for LiveCallTool {
     fn record(&mut self, record: Record) {
         self.0.record(record);
     }
+    // Inline (with `CallTool`'s own): the engine's decoder, compiled for
+    // this type, then makes no call for most blocks.
+    #[inline(always)]
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         self.0.block_run(id, info, addrs);
     }
