@@ -10,7 +10,9 @@
 
 mod run_support;
 
-use run_support::{compile, native, require, under_cachescope, CgOut, End, TempDir};
+use run_support::{
+    compile, native, require, under_cachescope, under_valgrind, CgOut, End, TempDir,
+};
 
 #[test]
 fn synchronous_signals_see_the_native_context() {
@@ -77,12 +79,8 @@ fn rep_instructions_left_by_siglongjmp_count_the_iterations_begun() {
     let cs = under_cachescope(dir.path(), &["-q", &opt], exe.as_os_str(), &[], None);
     assert_eq!((cs.end, &cs.stdout), (nat.end, &nat.stdout));
     let theirs = dir.join("vg.out");
-    let vg = std::process::Command::new("valgrind")
-        .args(["--tool=cachegrind", "--cache-sim=no", "-q"])
-        .arg(format!("--cachegrind-out-file={}", theirs.display()))
-        .arg(&exe)
-        .output()
-        .expect("run valgrind");
+    let opt = format!("--cachegrind-out-file={}", theirs.display());
+    let vg = under_valgrind(dir.path(), &[&opt], exe.as_os_str(), &[], None);
     assert_eq!(vg.stdout, nat.stdout);
     let want = CgOut::read(&theirs).functions_in("repfault.c");
     assert_eq!(want["copy_into_guard"], 3 * 1002, "{want:?}");

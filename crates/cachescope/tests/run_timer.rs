@@ -12,9 +12,8 @@ mod run_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
-use run_support::{compile, require, under_cachescope, CgOut, End, TempDir};
+use run_support::{compile, require, under_cachescope, under_valgrind, CgOut, End, TempDir};
 
 /// Calls of `unit` without the timer.
 const QUIET_CALLS: u64 = 3_000_000;
@@ -40,13 +39,8 @@ fn a_10khz_timer_loses_no_counts() {
 
     // The Ir per call of each function, from Valgrind on the quiet run.
     let vg_out = dir.join("vg.out");
-    let vg = Command::new("valgrind")
-        .args(["--tool=cachegrind", "--cache-sim=no", "-q"])
-        .arg(format!("--cachegrind-out-file={}", vg_out.display()))
-        .arg(&exe)
-        .arg("quiet")
-        .output()
-        .expect("run valgrind");
+    let opt = format!("--cachegrind-out-file={}", vg_out.display());
+    let vg = under_valgrind(dir.path(), &[&opt], exe.as_os_str(), &["quiet"], None);
     let (vg_fns, vg_calls) = counts(&vg_out, &vg.stdout);
     assert_eq!(vg_calls, QUIET_CALLS);
     let per_call = vg_fns["unit"] / QUIET_CALLS;
@@ -55,12 +49,8 @@ fn a_10khz_timer_loses_no_counts() {
     // Valgrind with the timer: `main` (which does not depend on the
     // signals) as a reference.
     let vg_timer_out = dir.join("vg-timer.out");
-    let vg_timer = Command::new("valgrind")
-        .args(["--tool=cachegrind", "--cache-sim=no", "-q"])
-        .arg(format!("--cachegrind-out-file={}", vg_timer_out.display()))
-        .arg(&exe)
-        .output()
-        .expect("run valgrind");
+    let opt = format!("--cachegrind-out-file={}", vg_timer_out.display());
+    let vg_timer = under_valgrind(dir.path(), &[&opt], exe.as_os_str(), &[], None);
     let (vg_timer_fns, _) = counts(&vg_timer_out, &vg_timer.stdout);
 
     // Quiet: every function as Valgrind counts it.
