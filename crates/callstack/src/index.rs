@@ -71,6 +71,16 @@ impl Index {
         }
     }
 
+    /// Records every position below `len` not recorded yet (`key_at` as
+    /// for `find`): an index rebuilt from the entries it indexes.
+    pub fn extend<K: Hash + Eq>(&mut self, len: usize, key_at: impl Fn(u32) -> K) {
+        for i in 0..len as u32 {
+            if let Err(at) = self.find(&key_at(i), &key_at) {
+                self.insert(at, i, &key_at);
+            }
+        }
+    }
+
     /// Twice the buckets, every position placed again.
     fn grow<K: Hash>(&mut self, key_at: &impl Fn(u32) -> K) {
         let size = self.buckets.len() * 2;

@@ -304,32 +304,17 @@ impl Tree {
             return;
         }
         let nodes = &self.nodes;
-        let key = |i: u32| {
+        self.children.extend(nodes.len(), |i| {
             let n = &nodes[i as usize];
             (n.parent, n.function, n.level, n.thread)
-        };
-        for i in 0..nodes.len() as u32 {
-            if let Err(at) = self.children.find(&key(i), key) {
-                self.children.insert(at, i, key);
-            }
-        }
+        });
         let arcs = &self.arcs;
-        let key = |i: u32| {
+        self.arc_index.extend(arcs.len(), |i| {
             let a = &arcs[i as usize];
             (a.caller, a.call_site, a.callee, a.target)
-        };
-        for i in 0..arcs.len() as u32 {
-            if let Err(at) = self.arc_index.find(&key(i), key) {
-                self.arc_index.insert(at, i, key);
-            }
-        }
+        });
         let keys = &self.run_keys;
-        let key = |i: u32| keys[i as usize];
-        for i in 0..keys.len() as u32 {
-            if let Err(at) = self.run_index.find(&key(i), key) {
-                self.run_index.insert(at, i, key);
-            }
-        }
+        self.run_index.extend(keys.len(), |i| keys[i as usize]);
         self.next = vec![crate::hot::NO_SLOT; keys.len()];
     }
 
