@@ -4,7 +4,9 @@
 //! They are not equal: glibc picks CPUID-dependent string routines, and
 //! Valgrind's synthetic CPU has no AVX-512 (docs/conformance.md, "Real
 //! programs"). Miss counts depend on heap and stack placement and are not
-//! compared here (the fixtures of `run_sim.rs` compare them).
+//! compared here (the fixtures of `run_sim.rs` compare them). The stderr
+//! summary with both simulations is Cachegrind's line for line apart from
+//! the numbers, and Valgrind's `cg_annotate` reads the profile.
 
 mod run_support;
 
@@ -124,4 +126,66 @@ fn python3_totals_are_within_two_percent_of_cachegrinds() {
                 d = {str(i): [i, i * 2, 'x' * (i % 7)] for i in range(5000)}\n\
                 print(len(json.loads(json.dumps(d))))";
     within_two_percent("python3-sim", "/usr/bin/python3", &["-c", code], None);
+}
+
+/// The stderr summary lines of a run (after the banner's blank line), with
+/// the `==PID==` prefix gone, every number masked and runs of spaces made
+/// one (widths follow the numbers), and Valgrind 3.19's `I   refs:` /
+/// `D   refs:` labels as the release we announce prints them (`I refs:`).
+fn summary_shape(stderr: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let number = regex::Regex::new(r"[0-9][0-9,.]*").unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("=="))
+        .map(|l| l.split_once("== ").map_or("", |(_, rest)| rest).to_string())
+        .collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with("I ") && l.contains("refs:"))
+        .expect("an I refs line");
+    lines[start..]
+        .iter()
+        .map(|l| {
+            let l = number.replace_all(l, "N");
+            l.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn the_summary_is_cachegrinds_and_cg_annotate_reads_the_profile() {
+    require("valgrind");
+    require("/usr/bin/bzip2");
+    let dir = TempDir::new("sim-summary");
+    let input = dir.join("input.txt");
+    std::fs::write(&input, "cache line miss branch\n".repeat(20_000)).unwrap();
+    let input = input.to_str().unwrap();
+    let sims = ["--cache-sim=yes", "--branch-sim=yes"];
+    let vg_out = format!("--cachegrind-out-file={}", dir.join("vg.out").display());
+    let vg = Command::new("valgrind")
+        .arg("--tool=cachegrind")
+        .args(sims)
+        .arg(&vg_out)
+        .args(["/usr/bin/bzip2", "-c", input])
+        .output()
+        .expect("run valgrind");
+    let cs_out = dir.join("cs.out");
+    let opt = format!("--cachegrind-out-file={}", cs_out.display());
+    let cs = under_cachescope(
+        dir.path(),
+        &[sims[0], sims[1], &opt],
+        OsStr::new("/usr/bin/bzip2"),
+        &["-c", input],
+        None,
+    );
+    assert_eq!(cs.end, End::Code(0), "{}", cs.stderr_text());
+    let (ours, theirs) = (
+        summary_shape(cs.stderr.as_slice()),
+        summary_shape(&vg.stderr),
+    );
+    assert_eq!(ours.len(), 19, "{ours:#?}");
+    assert_eq!(ours, theirs);
+    // Valgrind's own cg_annotate (and ours) read our profile.
+    annotate_ok(&cs_out);
 }
