@@ -21,8 +21,11 @@
 # workload's row says MISMATCH, the difference is printed at once and kept
 # on disk, and the script exits non-zero at the end after running the rest.
 #
-# Times and peak RSS come from `/usr/bin/time -f "%e %M"` (so a 10 ms
-# resolution; "%M" is the largest single process of the tree, not a sum).
+# Times and peak RSS come from bench/measure.py (as `/usr/bin/time -f
+# "%e %M"`: 10 ms resolution, the largest single process of the tree, not a
+# sum), which also reaps processes that leave the tree: cachescope's detached
+# tracer, whose peak RSS is added to the client's (one process under
+# Valgrind).
 # Runs are interleaved (native, valgrind, cachescope, then again) so that
 # load from other processes on the machine hits all three alike, and the
 # BEST (lowest) wall time of the N runs is kept, with that run's peak RSS:
@@ -42,6 +45,7 @@
 #                         cachegrind (bench/sim.sh's last pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+measure=$PWD/bench/measure.py
 
 all_workloads=(python-json gcc python-import bzip2 sqlite perl-regex g++ xz-T2)
 declare -A workload_fn=(
@@ -81,7 +85,7 @@ if [[ -z "${CACHESCOPE:-}" ]]; then
     cargo build --release -q -p cachescope
     CACHESCOPE="${CARGO_TARGET_DIR:-target}/release/cachescope"
 fi
-for tool in /usr/bin/time python3 valgrind "$CACHESCOPE"; do
+for tool in python3 valgrind "$CACHESCOPE"; do
     command -v "$tool" >/dev/null || { echo "engine.sh: $tool not found" >&2; exit 1; }
 done
 cp "$(command -v "$CACHESCOPE")" "$work/cachescope"
@@ -365,9 +369,8 @@ run_once() {
         cachescope) tool=("$cachescope" "--tool=$name" "${tool_opts[@]}") ;;
     esac
     rc=0
-    (cd "$dir" && exec /usr/bin/time -f "%e %M" -o "$dir.time" "${tool[@]}" "${cmd[@]}" \
+    (cd "$dir" && exec "$python" "$measure" "$dir.time" "${tool[@]}" "${cmd[@]}" \
         >"$dir.stdout" 2>"$dir.stderr") || rc=$?
-    # A non-zero exit puts a "Command exited with..." line before ours.
     read -r t m < <(tail -n 1 "$dir.time")
 }
 
