@@ -57,6 +57,51 @@ pub fn wait_any() -> io::Result<WaitStatus> {
     }
 }
 
+/// Waits for one particular task, or finds it dead without a report to
+/// come: a thread-group leader that died while its other threads live is a
+/// zombie that `waitpid` reports only once they are gone, and those may be
+/// waiting for the tracer. Polls (`WNOHANG`, sleeping a little longer each
+/// time), looking at `/proc/PID/stat` once a millisecond has gone by.
+pub fn wait_pid_or_gone(pid: i32) -> io::Result<Option<WaitStatus>> {
+    let started = std::time::Instant::now();
+    let mut nap = std::time::Duration::from_micros(5);
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: plain syscall; `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
+        match r {
+            -1 => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+            0 => {
+                if started.elapsed() > std::time::Duration::from_millis(1) && gone(pid) {
+                    return Ok(None);
+                }
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(std::time::Duration::from_millis(2));
+            }
+            r => return Ok(Some(decode_status(r, status))),
+        }
+    }
+}
+
+/// Whether task `pid` is a zombie or no more.
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rfind(')')
+            .and_then(|i| {
+                stat[i + 1..]
+                    .split_whitespace()
+                    .next()
+                    .map(|s| s == "Z" || s == "X")
+            })
+            .unwrap_or(true)
+    })
+}
+
 /// Waits for one particular task.
 pub fn wait_pid(pid: i32) -> io::Result<WaitStatus> {
     loop {

@@ -10,11 +10,11 @@
 //! magic stop after the gadget, and its caller sets its registers again.
 //! Signals that arrive meanwhile are held back and re-sent when it resumes.
 
-use super::{cont, debug_enabled, get_regs, set_regs, wait_for, Tracer};
+use super::{cont, debug_enabled, get_regs, os_err, set_regs, Tracer};
 use crate::client_mem::LivePatch;
 use crate::layout;
 use crate::space::Space;
-use crate::sys::{Regs, WaitStatus};
+use crate::sys::{self, Regs, WaitStatus};
 use crate::EngineError;
 
 /// Injections into one stopped thread.
@@ -100,20 +100,43 @@ impl Injection {
         set_regs(tid, r)?;
         cont(tid)?;
         loop {
-            match wait_for(tid)? {
+            let Some(status) = sys::wait_pid_or_gone(tid).map_err(|e| os_err("waitpid", e))? else {
+                return Err(vanished(tid));
+            };
+            match status {
                 WaitStatus::Event(_, libc::PTRACE_EVENT_SECCOMP) => break,
                 WaitStatus::Stopped(_, sig) => {
                     self.signals.push(sig);
                     cont(tid)?;
                 }
-                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
-                    return Err(EngineError("the client died while being set up".into()))
-                }
+                // Killed while running the gadget (another thread's
+                // exit_group, a fatal signal): left at its exit stop for
+                // the event loop, which handles its exit (continuing it
+                // and waiting here would wait for ever on a leader).
+                WaitStatus::Event(_, libc::PTRACE_EVENT_EXIT)
+                | WaitStatus::Exited(..)
+                | WaitStatus::Signaled(..) => return Err(vanished(tid)),
                 _ => cont(tid)?,
             }
         }
         get_regs(tid)
     }
+}
+
+/// What an injection returns when its thread is killed meanwhile.
+const VANISHED: &str = "the client's thread exited while the tool worked in it: ";
+
+/// The error of an injection into `tid`, which was killed meanwhile (see
+/// [`vanished_thread`]).
+fn vanished(tid: i32) -> EngineError {
+    EngineError(format!("{VANISHED}{tid}"))
+}
+
+/// The thread an error says was killed during an injection: the operation
+/// it was for is moot (the process is going), and its exit is handled
+/// instead.
+pub(super) fn vanished_thread(e: &EngineError) -> Option<i32> {
+    e.0.strip_prefix(VANISHED)?.parse().ok()
 }
 
 impl Tracer<'_> {

@@ -98,36 +98,48 @@ impl Tracer<'_> {
             if debug_enabled() {
                 eprintln!("[engine] {st:?}");
             }
-            match st {
-                WaitStatus::Exited(pid, code) => {
-                    self.on_vanished(pid)?;
-                    if pid == self.main_pid {
-                        self.outcome = Some(Outcome::Exited(code));
-                    }
-                }
-                WaitStatus::Signaled(pid, sig) => {
-                    self.on_vanished(pid)?;
-                    if pid == self.main_pid {
-                        self.outcome = Some(Outcome::Signaled(sig));
-                    }
-                }
-                WaitStatus::Event(pid, ev) => match ev {
-                    libc::PTRACE_EVENT_SECCOMP => self.on_magic(pid)?,
-                    libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
-                    libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
-                    libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Fork)?,
-                    libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
-                    libc::PTRACE_EVENT_EXIT => {
-                        self.on_thread_exit(pid);
-                        self.resume(pid, 0)?;
-                    }
-                    _ => self.resume(pid, 0)?,
-                },
-                WaitStatus::EventStop(pid, sig) => self.on_event_stop(pid, sig)?,
-                WaitStatus::Stopped(pid, sig) => self.on_signal(pid, sig)?,
-                WaitStatus::Syscall(pid) => self.resume(pid, 0)?,
+            if let Err(e) = self.dispatch(st) {
+                // A thread killed while the tool worked in it: its exit
+                // instead of what the work was for.
+                let tid = inject::vanished_thread(&e).ok_or(e)?;
+                self.on_thread_exit(tid);
+                self.resume(tid, 0)?;
             }
         }
+    }
+
+    /// Handles one event of a traced task.
+    fn dispatch(&mut self, st: WaitStatus) -> Result<(), EngineError> {
+        match st {
+            WaitStatus::Exited(pid, code) => {
+                self.on_vanished(pid)?;
+                if pid == self.main_pid {
+                    self.outcome = Some(Outcome::Exited(code));
+                }
+            }
+            WaitStatus::Signaled(pid, sig) => {
+                self.on_vanished(pid)?;
+                if pid == self.main_pid {
+                    self.outcome = Some(Outcome::Signaled(sig));
+                }
+            }
+            WaitStatus::Event(pid, ev) => match ev {
+                libc::PTRACE_EVENT_SECCOMP => self.on_magic(pid)?,
+                libc::PTRACE_EVENT_CLONE => self.on_clone_event(pid, Birth::Thread)?,
+                libc::PTRACE_EVENT_FORK => self.on_clone_event(pid, Birth::Fork)?,
+                libc::PTRACE_EVENT_VFORK => self.on_clone_event(pid, Birth::Fork)?,
+                libc::PTRACE_EVENT_EXEC => self.on_exec(pid)?,
+                libc::PTRACE_EVENT_EXIT => {
+                    self.on_thread_exit(pid);
+                    self.resume(pid, 0)?;
+                }
+                _ => self.resume(pid, 0)?,
+            },
+            WaitStatus::EventStop(pid, sig) => self.on_event_stop(pid, sig)?,
+            WaitStatus::Stopped(pid, sig) => self.on_signal(pid, sig)?,
+            WaitStatus::Syscall(pid) => self.resume(pid, 0)?,
+        }
+        Ok(())
     }
 
     /// A `PTRACE_EVENT_STOP` of `tid` with signal `sig`: a new task's

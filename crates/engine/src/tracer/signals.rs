@@ -57,6 +57,16 @@ impl Tracer<'_> {
                     self.on_thread_exit(tid);
                     return Ok(false);
                 }
+                WaitStatus::Event(_, libc::PTRACE_EVENT_EXIT) => {
+                    // Killed on the way (another thread's exit_group, a
+                    // fatal signal): its exit is handled at this stop,
+                    // while its memory is there. Waiting for its syscall
+                    // stop would wait for ever if it is the leader, whose
+                    // end is reported only after every other thread's.
+                    self.on_thread_exit(tid);
+                    self.resume(tid, 0)?;
+                    return Ok(false);
+                }
                 WaitStatus::Event(..) | WaitStatus::EventStop(..) => cont_syscall(tid)?,
             }
         }
