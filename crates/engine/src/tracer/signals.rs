@@ -25,7 +25,7 @@ use super::{cont_syscall, debug_enabled, get_regs, set_regs, syscalls, wait_for,
 use crate::layout;
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
-use crate::translate::SiteRegs;
+use crate::translate::{PointKind, SiteRegs};
 use crate::EngineError;
 
 /// Offset in the thread area of scratch memory for a rewritten sigaction.
@@ -74,7 +74,7 @@ impl Tracer<'_> {
             // The kernel runs our trampoline, which enters the translated
             // handler.
             if !is_synchronous(sig) {
-                self.rewind_counter_update(tid)?;
+                self.place_interrupted(tid)?;
             }
             self.save_spills(tid)?;
             self.mark_trace(tid, MARK_SIGNAL)?;
@@ -111,18 +111,39 @@ impl Tracer<'_> {
         runs
     }
 
-    /// An asynchronous signal is about to be delivered to `tid`: if it
-    /// stopped inside a counter update (loaded, not yet stored), the
-    /// update is rewound to its load, so that it runs whole after the
-    /// handler and keeps the counts the handler adds meanwhile.
-    fn rewind_counter_update(&mut self, tid: i32) -> Result<(), EngineError> {
+    /// An asynchronous signal is about to be delivered to `tid`, which a
+    /// handler will see: if it stopped inside a counter update (loaded, not
+    /// yet stored), the update is rewound to its load, so that it runs
+    /// whole after the handler and keeps the counts the handler adds
+    /// meanwhile. Then, in counting mode, if the thread is at a clean point
+    /// of translated code (between guest instructions), it is given the
+    /// guest's context there, as natively: RIP the guest instruction to
+    /// run next (`Space::interrupted` keeps the counts exact whatever the
+    /// handler does), RCX and R11 what a `syscall` it has just returned
+    /// from leaves. Elsewhere (inside the engine's own code) the host RIP
+    /// stays: the handler returns there, as it would without the mapping.
+    /// Returns whether it mapped the context.
+    fn place_interrupted(&mut self, tid: i32) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let mut regs = get_regs(tid)?;
-        if let Some(load) = space.borrow().interrupted_counter_update(regs.rip) {
+        let rewound = space.borrow().interrupted_counter_update(regs.rip);
+        if let Some(load) = rewound {
             regs.rip = load;
+        }
+        let point = space
+            .borrow_mut()
+            .interrupted(regs.rip, regs.rcx, regs.gs_base)?;
+        if let Some(p) = point {
+            regs.rip = p.guest;
+            if p.kind == PointKind::AfterSyscall {
+                regs.rcx = p.guest;
+                regs.r11 = regs.eflags;
+            }
+        }
+        if rewound.is_some() || point.is_some() {
             set_regs(tid, &regs)?;
         }
-        Ok(())
+        Ok(point.is_some())
     }
 
     /// The delivery stop of a synchronous signal `sig` of `tid`: when a
