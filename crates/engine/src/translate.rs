@@ -137,6 +137,10 @@ pub struct GuestSite {
 pub enum PointKind {
     /// Nothing: the guest's registers are all in place.
     Clean,
+    /// The load of a counter update through RAX, spilled: the guest's RAX
+    /// is in its spill slot (`layout::S_RAX`); RAX itself holds it only if
+    /// the load has not run (a thread inside the update is rewound here).
+    RaxSpilled,
     /// Right after a guest `syscall` (run natively in the gate, or by the
     /// tool): RCX is the guest address after it, R11 the flags, as the
     /// processor leaves them (the gate's own `syscall` left host values).
@@ -829,7 +833,7 @@ impl Builder<'_> {
         self.t.reps.push((i.ip(), ctr));
         if !is_cond_rep(i) {
             let load = self.e.count_rep(ctr);
-            self.point_at(load, i.ip(), PointKind::Clean);
+            self.point_at(load, i.ip(), PointKind::RaxSpilled);
             self.point(i.ip(), PointKind::Rep { cond: false });
             return self.copy(i, code, guest);
         }
@@ -890,10 +894,10 @@ pub fn translate(
         Placement::Nowhere
     };
     if placement == Placement::Spill {
-        // A thread inside the update is rewound to its load (RAX is the
-        // guest's there): a clean point.
+        // A thread inside the update is rewound to its load, the guest's
+        // RAX in its slot.
         let load = b.e.add_counter_keep_flags(counter);
-        b.point_at(load, guest, PointKind::Clean);
+        b.point_at(load, guest, PointKind::RaxSpilled);
     }
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {

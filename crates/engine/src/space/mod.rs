@@ -369,6 +369,11 @@ impl Space {
         self.stack_ids
     }
 
+    /// Whether the space is in trace mode (records for a tool).
+    pub fn is_tracing(&self) -> bool {
+        self.tracing.is_some()
+    }
+
     /// Whether code is translated instrumented.
     pub fn instrumented(&self) -> bool {
         self.instrumented

@@ -41,6 +41,7 @@ const CLEAN: u8 = 0;
 const AFTER_SYSCALL: u8 = 1;
 const REP: u8 = 2;
 const COND_REP: u8 = 3;
+const RAX_SPILLED: u8 = 4;
 
 const GUEST: u8 = 0;
 const RCX_SPILLED: u8 = 1;
@@ -174,6 +175,7 @@ impl HostSites {
             let (host, guest) = offsets(p)?;
             let kind = match p.kind {
                 PointKind::Clean => CLEAN,
+                PointKind::RaxSpilled => RAX_SPILLED,
                 PointKind::AfterSyscall => AFTER_SYSCALL,
                 PointKind::Rep { cond: false } => REP,
                 PointKind::Rep { cond: true } => COND_REP,
@@ -228,6 +230,7 @@ impl HostSites {
             CLEAN => PointKind::Clean,
             AFTER_SYSCALL => PointKind::AfterSyscall,
             REP => PointKind::Rep { cond: false },
+            RAX_SPILLED => PointKind::RaxSpilled,
             _ => PointKind::Rep { cond: true },
         };
         Some(Resumption {

@@ -21,7 +21,7 @@
 
 use super::exits::gpr;
 use super::inject::Injection;
-use super::{cont_syscall, debug_enabled, get_regs, set_regs, syscalls, wait_for, Tracer};
+use super::{cont_syscall, debug_enabled, get_regs, os_err, set_regs, syscalls, wait_for, Tracer};
 use crate::layout;
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
@@ -40,6 +40,10 @@ const MAX_NESTED: usize = 64;
 const FRAME_RIP: u64 = 8 + 8 + 24 + 16 * 8;
 /// `si_code` of a signal the kernel raised for a trap such as `int3`.
 const SI_KERNEL: i32 = 0x80;
+/// Most instructions an asynchronous signal's thread is stepped through
+/// to reach a clean point (an indirect branch's lookup and probe take a
+/// dozen or two).
+const MAX_STEPS: u32 = 40;
 
 impl Tracer<'_> {
     /// Waits for the next syscall stop of `tid` (of process `tgid`), which
@@ -73,8 +77,8 @@ impl Tracer<'_> {
         if self.handler_runs(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
-            if !is_synchronous(sig) {
-                self.place_interrupted(tid)?;
+            if !is_synchronous(sig) && !self.place_interrupted(tid)? {
+                return Ok(());
             }
             self.save_spills(tid)?;
             self.mark_trace(tid, MARK_SIGNAL)?;
@@ -111,39 +115,104 @@ impl Tracer<'_> {
         runs
     }
 
-    /// An asynchronous signal is about to be delivered to `tid`, which a
-    /// handler will see: if it stopped inside a counter update (loaded, not
-    /// yet stored), the update is rewound to its load, so that it runs
-    /// whole after the handler and keeps the counts the handler adds
-    /// meanwhile. Then, in counting mode, if the thread is at a clean point
-    /// of translated code (between guest instructions), it is given the
-    /// guest's context there, as natively: RIP the guest instruction to
-    /// run next (`Space::interrupted` keeps the counts exact whatever the
-    /// handler does), RCX and R11 what a `syscall` it has just returned
-    /// from leaves. Elsewhere (inside the engine's own code) the host RIP
-    /// stays: the handler returns there, as it would without the mapping.
-    /// Returns whether it mapped the context.
+    /// The delivery stop of an asynchronous signal `sig` of `tid`, which a
+    /// handler will see: in counting mode, a thread in translated code is
+    /// given the guest's context at the clean point (between guest
+    /// instructions) it stopped at, as natively: RIP the guest instruction
+    /// to run next (`Space::interrupted` keeps the counts exact whatever
+    /// the handler does), RCX and R11 what a `syscall` it has just returned
+    /// from leaves. One inside the engine's own code (an indirect branch's
+    /// lookup, a counter update) is first stepped to the next clean point,
+    /// a few instructions on; where that fails (a `syscall` first, or too
+    /// far) it stays where it is, a counter update it stopped inside
+    /// rewound to its load, so that the update runs whole after the handler
+    /// and keeps the counts the handler adds meanwhile. Returns whether the
+    /// thread still stands at the signal's delivery stop (not when it exited
+    /// meanwhile).
     fn place_interrupted(&mut self, tid: i32) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let mut regs = get_regs(tid)?;
-        let rewound = space.borrow().interrupted_counter_update(regs.rip);
-        if let Some(load) = rewound {
-            regs.rip = load;
+        let mut steps = 0;
+        let mut info = None;
+        loop {
+            let rewound = space.borrow().interrupted_counter_update(regs.rip);
+            let at = rewound.unwrap_or(regs.rip);
+            let point = space.borrow_mut().interrupted(at, regs.rcx, regs.gs_base)?;
+            if let Some(p) = point {
+                regs.rip = p.guest;
+                match p.kind {
+                    PointKind::AfterSyscall => {
+                        regs.rcx = p.guest;
+                        regs.r11 = regs.eflags;
+                    }
+                    PointKind::RaxSpilled => {
+                        let slot = regs.gs_base + u64::from(layout::S_RAX);
+                        regs.rax = space.borrow_mut().mem().read_u64(slot)?;
+                    }
+                    PointKind::Clean | PointKind::Rep { .. } => {}
+                }
+            } else if steps < MAX_STEPS && self.steppable(&space, regs.rip) {
+                if info.is_none() {
+                    info = Some(sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?);
+                }
+                if !self.step(tid)? {
+                    return Ok(false);
+                }
+                steps += 1;
+                regs = get_regs(tid)?;
+                continue;
+            } else {
+                regs.rip = at;
+            }
+            set_regs(tid, &regs)?;
+            if let Some(info) = info {
+                // Stopped by the step's SIGTRAP: the signal is delivered
+                // instead, with its own siginfo.
+                sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
+            }
+            return Ok(true);
         }
-        let point = space
-            .borrow_mut()
-            .interrupted(regs.rip, regs.rcx, regs.gs_base)?;
-        if let Some(p) = point {
-            regs.rip = p.guest;
-            if p.kind == PointKind::AfterSyscall {
-                regs.rcx = p.guest;
-                regs.r11 = regs.eflags;
+    }
+
+    /// Whether a thread at host `rip` in `space` may be single-stepped
+    /// towards a clean point: in the code cache, in counting mode, and not
+    /// at a `syscall` (which would run, or stop in the tool, meanwhile).
+    fn steppable(
+        &self,
+        space: &std::rc::Rc<std::cell::RefCell<crate::space::Space>>,
+        rip: u64,
+    ) -> bool {
+        let mut sp = space.borrow_mut();
+        if !sp.in_code_cache(rip) || sp.is_tracing() {
+            return false;
+        }
+        sp.mem().read(rip, 2).is_ok_and(|b| b[..] != [0x0f, 0x05])
+    }
+
+    /// Runs `tid` (at a signal-delivery stop, whose signal is withheld)
+    /// for one instruction. Signals that arrive meanwhile are sent again
+    /// later. `false` if it exited instead (its exit is handled).
+    fn step(&mut self, tid: i32) -> Result<bool, EngineError> {
+        let tgid = self.tasks[&tid].tgid;
+        sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+        loop {
+            match wait_for(tid)? {
+                WaitStatus::Stopped(_, libc::SIGTRAP) => return Ok(true),
+                WaitStatus::Stopped(_, sg) => {
+                    // Another signal came first: deliver it later, and
+                    // step on.
+                    self.requeue.push((tgid, tid, sg));
+                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                }
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    self.on_thread_exit(tid);
+                    return Ok(false);
+                }
+                WaitStatus::Event(..) | WaitStatus::EventStop(..) | WaitStatus::Syscall(_) => {
+                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                }
             }
         }
-        if rewound.is_some() || point.is_some() {
-            set_regs(tid, &regs)?;
-        }
-        Ok(point.is_some())
     }
 
     /// The delivery stop of a synchronous signal `sig` of `tid`: when a
