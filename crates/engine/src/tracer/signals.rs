@@ -15,6 +15,12 @@
 //! one the handler chose) is sent to its translation at the rt_sigreturn
 //! stop, so the code after a handler always runs translated.
 //!
+//! An asynchronous signal (a timer, `kill`) that a handler will see is
+//! likewise delivered at the guest instruction the thread was about to run
+//! (counting mode): at a clean point of the translation, stepped to the
+//! next one if it stopped inside the engine's own code
+//! (`place_interrupted`), with the block's counts cut there.
+//!
 //! Signals sent to the client (by `timeout`, `kill`, a terminal) reach it
 //! directly: the caller's process is the client, and the tracer, in a
 //! session of its own, receives none of them.
