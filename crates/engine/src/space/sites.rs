@@ -30,7 +30,7 @@ struct Packed {
 
 /// One clean point: host and guest offsets as in [`Packed`], and its kind.
 #[derive(Debug, Clone, Copy)]
-#[repr(packed)]
+#[repr(C, packed)]
 struct PackedPoint {
     host: u16,
     guest: u16,

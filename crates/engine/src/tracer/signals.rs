@@ -83,7 +83,7 @@ impl Tracer<'_> {
         if self.handler_runs(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
-            if !is_synchronous(sig) && !self.place_interrupted(tid)? {
+            if !is_synchronous(sig) && !self.place_interrupted(tid, sig)? {
                 return Ok(());
             }
             self.save_spills(tid)?;
@@ -133,9 +133,9 @@ impl Tracer<'_> {
     /// far) it stays where it is, a counter update it stopped inside
     /// rewound to its load, so that the update runs whole after the handler
     /// and keeps the counts the handler adds meanwhile. Returns whether the
-    /// thread still stands at the signal's delivery stop (not when it exited
-    /// meanwhile).
-    fn place_interrupted(&mut self, tid: i32) -> Result<bool, EngineError> {
+    /// thread still stands at the signal's delivery stop (not when it exited,
+    /// or a fault of a stepped instruction was delivered instead).
+    fn place_interrupted(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let mut regs = get_regs(tid)?;
         let mut steps = 0;
@@ -161,8 +161,19 @@ impl Tracer<'_> {
                 if info.is_none() {
                     info = Some(sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?);
                 }
-                if !self.step(tid)? {
-                    return Ok(false);
+                match self.step(tid)? {
+                    Step::Done => {}
+                    Step::Gone => return Ok(false),
+                    Step::Raised(other) => {
+                        // The stepped instruction (an indirect branch's
+                        // target load) faulted: that signal is delivered
+                        // now, as at the guest instruction, and this one is
+                        // sent again after it.
+                        let tgid = self.tasks[&tid].tgid;
+                        self.requeue.push((tgid, tid, sig));
+                        self.on_signal(tid, other)?;
+                        return Ok(false);
+                    }
                 }
                 steps += 1;
                 regs = get_regs(tid)?;
@@ -196,14 +207,15 @@ impl Tracer<'_> {
     }
 
     /// Runs `tid` (at a signal-delivery stop, whose signal is withheld)
-    /// for one instruction. Signals that arrive meanwhile are sent again
-    /// later. `false` if it exited instead (its exit is handled).
-    fn step(&mut self, tid: i32) -> Result<bool, EngineError> {
+    /// for one instruction. Asynchronous signals that arrive meanwhile are
+    /// sent again later.
+    fn step(&mut self, tid: i32) -> Result<Step, EngineError> {
         let tgid = self.tasks[&tid].tgid;
         sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
         loop {
             match wait_for(tid)? {
-                WaitStatus::Stopped(_, libc::SIGTRAP) => return Ok(true),
+                WaitStatus::Stopped(_, libc::SIGTRAP) => return Ok(Step::Done),
+                WaitStatus::Stopped(_, sg) if is_synchronous(sg) => return Ok(Step::Raised(sg)),
                 WaitStatus::Stopped(_, sg) => {
                     // Another signal came first: deliver it later, and
                     // step on.
@@ -212,7 +224,7 @@ impl Tracer<'_> {
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                     self.on_thread_exit(tid);
-                    return Ok(false);
+                    return Ok(Step::Gone);
                 }
                 WaitStatus::Event(..) | WaitStatus::EventStop(..) | WaitStatus::Syscall(_) => {
                     sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
@@ -464,6 +476,17 @@ impl Tracer<'_> {
         self.resume(tid, 0)?;
         Ok(())
     }
+}
+
+/// How a single step ended.
+enum Step {
+    /// At the next instruction (a SIGTRAP stop).
+    Done,
+    /// The thread exited (its exit is handled).
+    Gone,
+    /// The instruction raised this synchronous signal (at its delivery
+    /// stop).
+    Raised(i32),
 }
 
 /// A handler the client installed for a signal.
