@@ -392,10 +392,13 @@ impl Emitter {
     }
 
     /// Flag-preserving counter increment: through RAX, spilled to its slot.
-    pub fn add_counter_keep_flags(&mut self, off: u32) {
+    /// Returns the host address of the update's load.
+    pub fn add_counter_keep_flags(&mut self, off: u32) -> u64 {
         self.store_gs(Register::RAX, layout::S_RAX);
+        let load = self.here();
         self.add_counter_via(Register::RAX, off);
         self.load_gs(Register::RAX, layout::S_RAX);
+        load
     }
 
     /// `rcx -= key` where `key_not` holds `!key`, then `jrcxz hit`; on a
@@ -656,7 +659,8 @@ impl Emitter {
 
     /// Before `rep movs/stos/lods/ins/outs`: adds RCX + 1 (Cachegrind's
     /// count, known before it runs) to the counter at `ctr`. Flag-free.
-    pub fn count_rep(&mut self, ctr: u32) {
+    /// Returns the host address of the update's load.
+    pub fn count_rep(&mut self, ctr: u32) -> u64 {
         self.store_gs(Register::RAX, layout::S_RAX);
         let load = self.here();
         self.load_gs(Register::RAX, ctr);
@@ -667,6 +671,7 @@ impl Emitter {
         self.store_gs(Register::RAX, ctr);
         self.counter_updates.push((load, self.here()));
         self.load_gs(Register::RAX, layout::S_RAX);
+        load
     }
 
     /// Before `repe/repne cmps/scas`: keeps RCX for [`Emitter::count_cond_rep_after`].

@@ -157,6 +157,12 @@ pub fn cont(pid: i32, sig: i32) -> io::Result<()> {
     ptrace(libc::PTRACE_CONT, pid, 0, sig as usize).map(drop)
 }
 
+/// Runs a stopped task for one instruction, delivering `sig` (0 for
+/// none); it stops again with SIGTRAP.
+pub fn single_step(pid: i32, sig: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_SINGLESTEP, pid, 0, sig as usize).map(drop)
+}
+
 /// Resumes a stopped task until the next syscall entry/exit.
 pub fn cont_syscall(pid: i32, sig: i32) -> io::Result<()> {
     ptrace(libc::PTRACE_SYSCALL, pid, 0, sig as usize).map(drop)

@@ -131,6 +131,45 @@ pub struct GuestSite {
     pub regs: SiteRegs,
 }
 
+/// What a thread stopped at a [`CleanPoint`] needs besides its RIP to be in
+/// the guest's exact state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PointKind {
+    /// Nothing: the guest's registers are all in place.
+    Clean,
+    /// The load of a counter update through RAX, spilled: the guest's RAX
+    /// is in its spill slot (`layout::S_RAX`); RAX itself holds it only if
+    /// the load has not run (a thread inside the update is rewound here).
+    RaxSpilled,
+    /// Right after a guest `syscall` (run natively in the gate, or by the
+    /// tool): RCX is the guest address after it, R11 the flags, as the
+    /// processor leaves them (the gate's own `syscall` left host values).
+    AfterSyscall,
+    /// At a rep string instruction whose counting has begun (the guest
+    /// instruction itself, possibly part-way): its own counter has the
+    /// count of a whole execution (plain `rep`, added before it) or its
+    /// starting RCX is kept for the count after it (`repe`/`repne`,
+    /// `cond`).
+    Rep {
+        /// `repe`/`repne`.
+        cond: bool,
+    },
+}
+
+/// A host address in a translation where the guest's state is exactly the
+/// one before guest instruction `guest` runs (what an asynchronous signal
+/// is delivered with): between guest instructions, outside any
+/// instrumentation sequence. Points are recorded in host order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanPoint {
+    /// The host address.
+    pub host: u64,
+    /// The guest instruction to run next (possibly the block's end).
+    pub guest: u64,
+    /// What else the guest's state needs.
+    pub kind: PointKind,
+}
+
 /// The code and metadata of one translated block.
 #[derive(Debug, Clone, Default)]
 pub struct Translation {
@@ -171,6 +210,9 @@ pub struct Translation {
     /// The host code of each guest instruction that may fault, in order
     /// (what a synchronous signal's context is mapped back with).
     pub sites: Vec<GuestSite>,
+    /// Counting mode: the clean points, in host order (what an
+    /// asynchronous signal's context is mapped back with).
+    pub points: Vec<CleanPoint>,
     /// Direct successors (for eager translation).
     pub successors: Vec<u64>,
     /// Host ranges of the counter updates that take several instructions
@@ -509,6 +551,7 @@ impl<'a> Builder<'a> {
             regs: SiteRegs::Guest,
         };
         b.t.body = b.e.here();
+        b.point(guest, PointKind::Clean);
         b.smc_check(items, code, guest);
         b
     }
@@ -537,6 +580,31 @@ impl Builder<'_> {
         self.exit_jmp_unaligned(guest_target);
     }
 
+    /// An exit `jmp rel32` to `next`, the guest instruction that runs next
+    /// as far as the guest is concerned (the block's fall-through): the
+    /// jump and any padding before it are clean points for it.
+    fn exit_jmp_next(&mut self, next: u64, kind: PointKind) {
+        self.point(next, kind);
+        self.e.align_rel32(1);
+        self.point(next, kind);
+        self.exit_jmp_unaligned(next);
+    }
+
+    /// Records the current host address as a clean point before guest
+    /// instruction `guest` (see [`CleanPoint`]).
+    fn point(&mut self, guest: u64, kind: PointKind) {
+        self.point_at(self.e.here(), guest, kind);
+    }
+
+    fn point_at(&mut self, host: u64, guest: u64, kind: PointKind) {
+        match self.t.points.last() {
+            Some(p) if p.host == host => return,
+            Some(p) => debug_assert!(p.host < host, "clean points in host order"),
+            None => {}
+        }
+        self.t.points.push(CleanPoint { host, guest, kind });
+    }
+
     /// An exit `jmp rel32` right here (the caller keeps its field within a
     /// cache line).
     fn exit_jmp_unaligned(&mut self, guest_target: u64) {
@@ -547,8 +615,10 @@ impl Builder<'_> {
         self.tail_jmp = Some((at, self.e.here(), guest_target));
     }
 
-    fn exit_jcc(&mut self, cc: u8, guest_target: u64) {
+    /// An exit `jcc rel32` standing for the guest branch at `ip`.
+    fn exit_jcc(&mut self, cc: u8, guest_target: u64, ip: u64) {
         self.e.align_rel32(2);
+        self.point(ip, PointKind::Clean);
         let site = self.e.jcc(cc, self.e.here());
         self.t.exits.push((site, guest_target));
         self.t.successors.push(guest_target);
@@ -640,10 +710,12 @@ impl Builder<'_> {
                     // target. Both jumps' rel32 fields in one cache line, no
                     // padding between them.
                     self.e.align_span(i.len() as u64 + 10);
+                    self.point(i.ip(), PointKind::Clean);
                     let taken = self.e.new_label();
                     let off = (i.ip() - guest) as usize;
                     // Its opcode (and prefixes) as they are; the rel8 is the last byte.
                     self.e.short_branch(&code[off..off + i.len() - 1], taken);
+                    self.point(next, PointKind::Clean);
                     self.exit_jmp_unaligned(next);
                     self.e.bind(taken);
                     self.exit_jmp_unaligned(i.near_branch_target());
@@ -656,13 +728,13 @@ impl Builder<'_> {
                             i.ip()
                         ))
                     })?;
-                    self.exit_jcc(cc, i.near_branch_target());
-                    self.exit_jmp(next);
+                    self.exit_jcc(cc, i.near_branch_target(), i.ip());
+                    self.exit_jmp_next(next, PointKind::Clean);
                 }
             },
             FlowControl::Call if i.mnemonic() == Mnemonic::Syscall => {
                 self.syscall(next);
-                self.exit_jmp(next);
+                self.exit_jmp_next(next, PointKind::AfterSyscall);
             }
             FlowControl::Call => {
                 self.site(i.ip(), self.regs);
@@ -697,7 +769,7 @@ impl Builder<'_> {
             }
             FlowControl::Interrupt | FlowControl::Exception => {
                 self.copy(i, code, guest)?;
-                self.exit_jmp(next);
+                self.exit_jmp_next(next, PointKind::Clean);
             }
             FlowControl::XbeginXabortXend if i.mnemonic() == Mnemonic::Xbegin => {
                 self.xbegin_aborts(i);
@@ -706,7 +778,7 @@ impl Builder<'_> {
                 // Outside a transaction (there are none): xabort does
                 // nothing, xend faults, natively.
                 self.copy(i, code, guest)?;
-                self.exit_jmp(next);
+                self.exit_jmp_next(next, PointKind::Clean);
             }
             _ => {
                 return Err(TransError(format!(
@@ -748,6 +820,8 @@ impl Builder<'_> {
     fn syscall(&mut self, guest_next: u64) {
         let systab = (self.ctx.core() + layout::SYSTAB) as u32;
         let stop_rip = self.e.syscall_gate(systab, layout::MAGIC_SYSCALL);
+        // Where the tool resumes the thread after a syscall it handled.
+        self.point_at(stop_rip, guest_next, PointKind::AfterSyscall);
         self.t.syscalls.push(SyscallSite {
             stop_rip,
             guest_next,
@@ -758,10 +832,13 @@ impl Builder<'_> {
         let ctr = self.ctx.alloc_counter();
         self.t.reps.push((i.ip(), ctr));
         if !is_cond_rep(i) {
-            self.e.count_rep(ctr);
+            let load = self.e.count_rep(ctr);
+            self.point_at(load, i.ip(), PointKind::RaxSpilled);
+            self.point(i.ip(), PointKind::Rep { cond: false });
             return self.copy(i, code, guest);
         }
         self.e.count_cond_rep_before();
+        self.point(i.ip(), PointKind::Rep { cond: true });
         self.copy(i, code, guest)?;
         self.e.count_cond_rep_after(ctr, i.has_repe_prefix());
         Ok(())
@@ -801,7 +878,12 @@ pub fn translate(
 ) -> Result<Translation, TransError> {
     let instrumented = ctx.instrumented();
     if let Some(mode) = ctx.trace().filter(|_| instrumented) {
-        return traced::translate_traced(code, guest, host, ctx, mode);
+        // Trace mode keeps no clean points: its records of a block are
+        // written as it goes, and cannot be taken back part-way.
+        return traced::translate_traced(code, guest, host, ctx, mode).map(|mut t| {
+            t.points.clear();
+            t
+        });
     }
     let (items, stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
     let counter = if instrumented { ctx.alloc_counter() } else { 0 };
@@ -812,13 +894,24 @@ pub fn translate(
         Placement::Nowhere
     };
     if placement == Placement::Spill {
-        b.e.add_counter_keep_flags(counter);
+        // A thread inside the update is rewound to its load, the guest's
+        // RAX in its slot.
+        let load = b.e.add_counter_keep_flags(counter);
+        b.point_at(load, guest, PointKind::RaxSpilled);
     }
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {
+        let ip = item.ip();
+        b.point(ip, PointKind::Clean);
         match placement {
-            Placement::DeadFlags(at) if at == n => b.e.add_counter(counter),
-            Placement::DeadRegister(at, r) if at == n => b.e.add_counter_via(r, counter),
+            Placement::DeadFlags(at) if at == n => {
+                b.e.add_counter(counter);
+                b.point(ip, PointKind::Clean);
+            }
+            Placement::DeadRegister(at, r) if at == n => {
+                b.e.add_counter_via(r, counter);
+                b.point(ip, PointKind::Clean);
+            }
             _ => {}
         }
         match item {
@@ -855,7 +948,7 @@ pub fn translate(
         }
     }
     if let Stop::Continue(next) = stop {
-        b.exit_jmp(next);
+        b.exit_jmp_next(next, PointKind::Clean);
     }
     b.seal(end);
     Ok(b.t)
@@ -994,6 +1087,104 @@ mod tests {
             d.iter().any(|l| l.starts_with("add qword ptr gs:")),
             "{d:?}"
         );
+    }
+
+    /// The host instruction at each clean point of `t`, with the point.
+    fn at_points(t: &Translation) -> Vec<(String, u64, PointKind)> {
+        use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+        let mut by_addr = std::collections::HashMap::new();
+        let mut f = IntelFormatter::new();
+        for i in Decoder::with_ip(64, &t.code, t.host, DecoderOptions::NONE) {
+            let mut text = String::new();
+            f.format(&i, &mut text);
+            by_addr.insert(i.ip(), text);
+        }
+        t.points
+            .iter()
+            .map(|p| {
+                let text = by_addr.get(&p.host).cloned();
+                let text =
+                    text.unwrap_or_else(|| panic!("{:#x}: no instruction starts there", p.host));
+                (text, p.guest, p.kind)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn clean_points_lie_between_guest_instructions() {
+        // 1000: add rax,1 ; dec rcx ; jnz 1000 (falls through to 1009)
+        let code = [0x48, 0x83, 0xc0, 0x01, 0x48, 0xff, 0xc9, 0x75, 0xf7];
+        let mut ctx = Ctx {
+            next: 0x1000,
+            ..Ctx::default()
+        };
+        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let clean = PointKind::Clean;
+        let p = at_points(&t);
+        let short: Vec<(&str, u64)> = p
+            .iter()
+            .map(|(s, g, k)| {
+                assert_eq!(*k, clean);
+                (s.split(' ').next().unwrap(), *g)
+            })
+            .collect();
+        // Before and after the counter (flags dead before the add), then
+        // each instruction and the fall-through.
+        assert_eq!(
+            short,
+            [
+                ("add", 0x1000),
+                ("add", 0x1000),
+                ("dec", 0x1004),
+                ("jne", 0x1007),
+                ("jmp", 0x1009)
+            ],
+            "{p:?}"
+        );
+        assert!(p[0].0.starts_with("add qword ptr gs:"), "{p:?}");
+        assert_eq!(p[1].0, "add rax,1");
+
+        // mov eax, 39 ; syscall: after the gate's syscall (native) or the
+        // tool's stop, the guest is after its syscall, RCX and R11 to fix.
+        let code = [0xb8, 0x27, 0, 0, 0, 0x0f, 0x05];
+        let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let after: Vec<_> = t
+            .points
+            .iter()
+            .filter(|p| p.kind == PointKind::AfterSyscall)
+            .collect();
+        assert!(after.iter().all(|p| p.guest == 0x1007), "{after:?}");
+        let stop = t.syscalls[0].stop_rip;
+        assert!(after.iter().any(|p| p.host == stop), "{after:?}");
+        let d = at_points(&t);
+        assert!(
+            d.iter()
+                .any(|(s, g, _)| s.starts_with("jmp") && *g == 0x1007),
+            "{d:?}"
+        );
+        assert!(
+            d.iter()
+                .any(|(s, g, _)| s.starts_with("movzx") && *g == 0x1005),
+            "{d:?}"
+        );
+
+        // rep movsb: clean before its count and at its load; at the
+        // instruction itself its counter has begun.
+        let t = translate(&[0xf3, 0xa4, 0xc3], 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let d = at_points(&t);
+        let rep = d
+            .iter()
+            .find(|(_, _, k)| *k == PointKind::Rep { cond: false })
+            .unwrap_or_else(|| panic!("{d:?}"));
+        assert_eq!((rep.0.as_str(), rep.1), ("rep movsb [rdi],[rsi]", 0x1000));
+
+        // Trace mode keeps none.
+        let mut ctx = Ctx {
+            trace: BOTH_MODES[1],
+            ..Ctx::default()
+        };
+        let t = translate(&[0x48, 0x83, 0xc0, 0x01, 0xc3], 0x1000, 0x40_0000, &mut ctx).unwrap();
+        assert!(t.points.is_empty());
     }
 
     fn disasm(t: &Translation) -> Vec<String> {

@@ -39,7 +39,7 @@ pub(crate) use trace::{Tracing, MARK_SIGNAL, MARK_SIGRETURN};
 use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
 use crate::layout::{self, MAX_BLOCK_BYTES};
-use crate::translate::{self, SyscallSite, TransCtx};
+use crate::translate::{self, PointKind, SyscallSite, TransCtx};
 use crate::{EngineError, EngineStats, ModuleRecord, SmcCheck};
 use areas::Areas;
 use blocks::{Block, Blocks};
@@ -48,8 +48,8 @@ use links::Links;
 use lookups::Lookups;
 use modules::Modules;
 use rustc_hash::FxHashMap as HashMap;
-pub use sites::GuestPoint;
 use sites::HostSites;
+pub use sites::{GuestPoint, Resumption};
 use std::collections::VecDeque;
 
 /// Performs one syscall inside the stopped client thread: `(nr, args)` ->
@@ -263,28 +263,73 @@ impl Space {
             count.wrapping_sub(rcx)
         };
         self.mem.write(slot, &count.to_le_bytes());
-        self.fault_in_block(host, p.guest);
+        self.cut_execution(p.block, None, host, p.next);
         Ok(())
     }
 
-    /// A fault stopped a thread at host `host`, in the code of guest
-    /// instruction `guest`: this execution of the block counts its
-    /// instructions up to and including that one, once. The block counter
-    /// counts all of them at once; whatever the handler does next (leave
-    /// with `siglongjmp`, or return, and the code goes on from there as a
-    /// new block), the instructions after it would be counted once too
-    /// many if the counter had run, and the ones up to it never if it had
-    /// not. (Only for rep instructions, where this is Cachegrind's count;
-    /// elsewhere VEX's batching of Ir events within a superblock decides
-    /// what Cachegrind counts before a fault, docs/conformance.md.)
-    fn fault_in_block(&mut self, host: u64, guest: u64) {
-        let Some(p) = self.sites.lookup(host) else {
+    /// An asynchronous signal interrupted a thread of area `area` (guest
+    /// RCX `rcx`) at host `host`: if that is a clean point, the signal is
+    /// to be delivered with the guest instruction there as the RIP, and
+    /// whatever follows (the handler returns there as a new block, or
+    /// leaves) this execution of the block counts exactly the instructions
+    /// before it, and a rep string instruction interrupted part-way the
+    /// iterations done (the rest count when it goes on, as a new
+    /// execution). Returns the point, or `None` when `host` is not one
+    /// (inside the engine's own code between guest instructions).
+    pub fn interrupted(
+        &mut self,
+        host: u64,
+        rcx: u64,
+        area: u64,
+    ) -> Result<Option<Resumption>, EngineError> {
+        let Some(p) = self.sites.clean_point(host) else {
+            return Ok(None);
+        };
+        if let PointKind::Rep { cond } = p.kind {
+            let Some(&(_, ctr)) = self
+                .blocks
+                .get(p.block)
+                .filter(|b| b.body == p.body)
+                .and_then(|b| b.reps.iter().find(|&&(at, _)| at == p.guest))
+            else {
+                return Ok(None);
+            };
+            let slot = area + u64::from(ctr);
+            let count = self.mem.read_u64(slot)?;
+            let count = if cond {
+                // The iterations done so far; the count after it comes
+                // when it goes on.
+                let before = self.mem.read_u64(area + u64::from(layout::S_RCX0))?;
+                count.wrapping_add(before.wrapping_sub(rcx))
+            } else {
+                // RCX + 1 were added for the whole; the rest are added
+                // again when it goes on.
+                count.wrapping_sub(rcx.wrapping_add(1))
+            };
+            self.mem.write(slot, &count.to_le_bytes());
+        }
+        self.cut_execution(p.block, Some(p.body), host, p.guest);
+        Ok(Some(p))
+    }
+
+    /// A signal stopped a thread at host `host` in a translation of block
+    /// `block` (at `body`, when known), and this execution of the block
+    /// ends there: it counts its instructions before guest address `end`,
+    /// once. The block counter counts all of them at once; whatever the
+    /// handler does next (leave with `siglongjmp`, or return, and the code
+    /// goes on from there as a new block), the instructions from `end` on
+    /// would be counted once too many if the counter had run, and the ones
+    /// before it never if it had not. (For a fault, only in rep
+    /// instructions, where this is Cachegrind's count; elsewhere VEX's
+    /// batching of Ir events within a superblock decides what Cachegrind
+    /// counts before a fault, docs/conformance.md.)
+    fn cut_execution(&mut self, block: u64, body: Option<u64>, host: u64, end: u64) {
+        let Some(b) = self.blocks.get_mut(block) else {
             return;
         };
-        let Some(b) = self.blocks.get_mut(p.block) else {
-            return;
-        };
-        if b.counter == 0 || b.counter_end == 0 {
+        if b.counter == 0 || b.counter_end == 0 || body.is_some_and(|body| body != b.body) {
+            // Uncounted, or a retired translation (whose counter is not
+            // this block's).
             return;
         }
         let counted_already = host >= b.counter_end;
@@ -292,7 +337,7 @@ impl Space {
             b.deltas = vec![0; b.counted.len()];
         }
         for (&a, d) in b.counted.iter().zip(&mut b.deltas) {
-            match (counted_already, a > guest) {
+            match (counted_already, a >= end) {
                 (true, true) => *d -= 1,
                 (false, false) => *d += 1,
                 _ => {}
@@ -322,6 +367,11 @@ impl Space {
     pub fn new_stack_id(&mut self) -> u64 {
         self.stack_ids += 1;
         self.stack_ids
+    }
+
+    /// Whether the space is in trace mode (records for a tool).
+    pub fn is_tracing(&self) -> bool {
+        self.tracing.is_some()
     }
 
     /// Whether code is translated instrumented.
@@ -480,8 +530,14 @@ impl Space {
             self.requests.insert(s.stop_rip, *s);
         }
         self.sigills.extend(t.sigills.iter().copied());
-        self.sites
-            .insert(host, t.code.len() as u64, guest, t.guest_end, &t.sites);
+        self.sites.insert(
+            host,
+            t.code.len() as u64,
+            guest,
+            t.guest_end,
+            &t.sites,
+            &t.points,
+        );
         self.sites
             .insert_counter_updates(host, t.code.len() as u64, &t.counter_updates);
         if let Some(tr) = &mut self.tracing {

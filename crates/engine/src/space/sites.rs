@@ -4,13 +4,18 @@
 //! by the translation's host address. A synchronous signal raised in
 //! translated code is given the guest instruction's context with it.
 //!
+//! In counting mode each translation also has its clean points
+//! (`translate::CleanPoint`): host addresses between guest instructions
+//! where the guest's state is exact, which an asynchronous signal is
+//! delivered at (five bytes each, about one per guest instruction).
+//!
 //! Kept rather than recomputed by translating the block again: a block's
 //! guest bytes may have changed since (self-modifying code), its layout
 //! depends on what was linked and chained at the time, and the translator
 //! hands out counters, ids and literals as it goes. Six bytes per guest
 //! instruction, less than the block table holds for its counts.
 
-use crate::translate::{GuestSite, SiteRegs};
+use crate::translate::{CleanPoint, GuestSite, PointKind, SiteRegs};
 use iced_x86::Register;
 use std::collections::BTreeMap;
 
@@ -22,6 +27,21 @@ struct Packed {
     guest: u16,
     regs: u8,
 }
+
+/// One clean point: host and guest offsets as in [`Packed`], and its kind.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, packed)]
+struct PackedPoint {
+    host: u16,
+    guest: u16,
+    kind: u8,
+}
+
+const CLEAN: u8 = 0;
+const AFTER_SYSCALL: u8 = 1;
+const REP: u8 = 2;
+const COND_REP: u8 = 3;
+const RAX_SPILLED: u8 = 4;
 
 const GUEST: u8 = 0;
 const RCX_SPILLED: u8 = 1;
@@ -42,6 +62,22 @@ struct BlockSites {
     /// Where its sites are in [`HostSites::sites`].
     first: u32,
     count: u32,
+    /// Where its clean points are in [`HostSites::points`].
+    first_point: u32,
+    points: u32,
+}
+
+/// A clean point (see `translate::CleanPoint`) of some translation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resumption {
+    /// The guest address of the block whose translation this is.
+    pub block: u64,
+    /// The host address of that translation.
+    pub body: u64,
+    /// The guest instruction to run next.
+    pub guest: u64,
+    /// What else the guest's state needs.
+    pub kind: PointKind,
 }
 
 /// The guest's view of a host address inside a translation.
@@ -65,6 +101,8 @@ pub(super) struct HostSites {
     /// The sites of all translations, each one's in a row (one vector
     /// rather than an allocation per block; a replaced translation's stay).
     sites: Vec<Packed>,
+    /// The clean points of all translations, likewise.
+    points: Vec<PackedPoint>,
     /// Multi-instruction counter updates: the end of each (past its store)
     /// by the host address of its load.
     counter_updates: BTreeMap<u64, u64>,
@@ -81,9 +119,10 @@ fn reg_of(n: u8) -> Option<Register> {
 }
 
 impl HostSites {
-    /// Records the sites of a translation of the block `[guest, guest_end)`
-    /// at `host`, `host_len` bytes long. A translation at the same host
-    /// address replaces any before (the chunk's memory was reused).
+    /// Records the sites and clean points of a translation of the block
+    /// `[guest, guest_end)` at `host`, `host_len` bytes long. A translation
+    /// at the same host address replaces any before (the chunk's memory was
+    /// reused).
     pub fn insert(
         &mut self,
         host: u64,
@@ -91,6 +130,7 @@ impl HostSites {
         guest: u64,
         guest_end: u64,
         sites: &[GuestSite],
+        points: &[CleanPoint],
     ) {
         let mut borrowed = [NO_REG; 2];
         let first = self.sites.len();
@@ -120,11 +160,39 @@ impl HostSites {
             };
             self.sites.push(Packed { host, guest, regs });
         }
-        let (Ok(first), Ok(host_len)) = (u32::try_from(first), u32::try_from(host_len)) else {
+        let first_point = self.points.len();
+        // Points past the code (its dropped tail jump) belong to the block
+        // placed there.
+        let offsets = |p: &CleanPoint| {
+            let h = p.host.checked_sub(host).filter(|&h| h < host_len)?;
+            let g = p
+                .guest
+                .checked_sub(guest)
+                .filter(|_| p.guest <= guest_end)?;
+            Some((u16::try_from(h).ok()?, u16::try_from(g).ok()?))
+        };
+        self.points.extend(points.iter().filter_map(|p| {
+            let (host, guest) = offsets(p)?;
+            let kind = match p.kind {
+                PointKind::Clean => CLEAN,
+                PointKind::RaxSpilled => RAX_SPILLED,
+                PointKind::AfterSyscall => AFTER_SYSCALL,
+                PointKind::Rep { cond: false } => REP,
+                PointKind::Rep { cond: true } => COND_REP,
+            };
+            Some(PackedPoint { host, guest, kind })
+        }));
+        let (Ok(first), Ok(host_len), Ok(first_point)) = (
+            u32::try_from(first),
+            u32::try_from(host_len),
+            u32::try_from(first_point),
+        ) else {
             self.sites.truncate(first);
+            self.points.truncate(first_point);
             return;
         };
-        if sites.is_empty() {
+        let npoints = self.points.len() as u32 - first_point;
+        if sites.is_empty() && npoints == 0 {
             return;
         }
         self.by_host.insert(
@@ -136,8 +204,41 @@ impl HostSites {
                 borrowed,
                 first,
                 count: sites.len() as u32,
+                first_point,
+                points: npoints,
             },
         );
+    }
+
+    /// The clean point at host address `host` exactly, if there is one.
+    pub fn clean_point(&self, host: u64) -> Option<Resumption> {
+        let (&start, b) = self.by_host.range(..=host).next_back()?;
+        let off = u16::try_from(host - start).ok()?;
+        if u64::from(off) >= u64::from(b.host_len) {
+            return None;
+        }
+        let points = &self.points[b.first_point as usize..][..b.points as usize];
+        let n = points.partition_point(|p| {
+            let h = p.host;
+            h < off
+        });
+        let p = points.get(n).filter(|p| {
+            let h = p.host;
+            h == off
+        })?;
+        let kind = match p.kind {
+            CLEAN => PointKind::Clean,
+            AFTER_SYSCALL => PointKind::AfterSyscall,
+            REP => PointKind::Rep { cond: false },
+            RAX_SPILLED => PointKind::RaxSpilled,
+            _ => PointKind::Rep { cond: true },
+        };
+        Some(Resumption {
+            block: b.guest,
+            body: start,
+            guest: b.guest + u64::from(p.guest),
+            kind,
+        })
     }
 
     /// Records the multi-instruction counter updates of a translation
@@ -217,6 +318,7 @@ mod tests {
                 site(0x5020, 0x1004, b),
                 site(0x5030, 0x1007, SiteRegs::RcxSpilled),
             ],
+            &[],
         );
         m.insert(
             0x5040,
@@ -224,6 +326,7 @@ mod tests {
             0x2000,
             0x2001,
             &[site(0x5040, 0x2000, SiteRegs::Guest)],
+            &[],
         );
         assert_eq!(m.lookup(0x500f), None, "before the first instruction");
         let p = m.lookup(0x5010).unwrap();
@@ -265,7 +368,62 @@ mod tests {
     fn trace_mode_without_an_address_register_borrows_one() {
         let mut m = HostSites::default();
         let b = SiteRegs::Borrowed(Register::R11, None);
-        m.insert(0x5000, 0x20, 0x1000, 0x1003, &[site(0x5008, 0x1000, b)]);
+        m.insert(
+            0x5000,
+            0x20,
+            0x1000,
+            0x1003,
+            &[site(0x5008, 0x1000, b)],
+            &[],
+        );
         assert_eq!(m.lookup(0x5008).unwrap().regs, b);
+    }
+
+    fn point(host: u64, guest: u64, kind: PointKind) -> CleanPoint {
+        CleanPoint { host, guest, kind }
+    }
+
+    #[test]
+    fn only_clean_points_map_an_interrupted_thread() {
+        let mut m = HostSites::default();
+        let rep = PointKind::Rep { cond: false };
+        m.insert(
+            0x5000,
+            0x40,
+            0x1000,
+            0x1009,
+            &[],
+            &[
+                point(0x5000, 0x1000, PointKind::Clean),
+                point(0x5010, 0x1004, rep),
+                point(0x5030, 0x1009, PointKind::AfterSyscall),
+                // Past the code (a dropped tail): the next block's.
+                point(0x5040, 0x1009, PointKind::Clean),
+                // Outside the block's guest range: not representable.
+                point(0x5038, 0x9000, PointKind::Clean),
+            ],
+        );
+        let p = m.clean_point(0x5010).unwrap();
+        assert_eq!(
+            (p.block, p.body, p.guest, p.kind),
+            (0x1000, 0x5000, 0x1004, rep)
+        );
+        assert_eq!(m.clean_point(0x5000).unwrap().guest, 0x1000);
+        assert_eq!(m.clean_point(0x5030).unwrap().kind, PointKind::AfterSyscall);
+        for host in [0x4fff, 0x5001, 0x500f, 0x5020, 0x5038, 0x5040] {
+            assert_eq!(m.clean_point(host), None, "{host:#x}");
+        }
+        // A block with points and no faulting instruction is still mapped,
+        // and its sites are not.
+        m.insert(
+            0x6000,
+            0x10,
+            0x2000,
+            0x2002,
+            &[],
+            &[point(0x6000, 0x2000, PointKind::Clean)],
+        );
+        assert_eq!(m.clean_point(0x6000).unwrap().guest, 0x2000);
+        assert_eq!(m.lookup(0x6000), None);
     }
 }

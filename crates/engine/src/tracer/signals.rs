@@ -15,17 +15,23 @@
 //! one the handler chose) is sent to its translation at the rt_sigreturn
 //! stop, so the code after a handler always runs translated.
 //!
+//! An asynchronous signal (a timer, `kill`) that a handler will see is
+//! likewise delivered at the guest instruction the thread was about to run
+//! (counting mode): at a clean point of the translation, stepped to the
+//! next one if it stopped inside the engine's own code
+//! (`place_interrupted`), with the block's counts cut there.
+//!
 //! Signals sent to the client (by `timeout`, `kill`, a terminal) reach it
 //! directly: the caller's process is the client, and the tracer, in a
 //! session of its own, receives none of them.
 
 use super::exits::gpr;
 use super::inject::Injection;
-use super::{cont_syscall, debug_enabled, get_regs, set_regs, syscalls, wait_for, Tracer};
+use super::{cont_syscall, debug_enabled, get_regs, os_err, set_regs, syscalls, wait_for, Tracer};
 use crate::layout;
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
-use crate::translate::SiteRegs;
+use crate::translate::{PointKind, SiteRegs};
 use crate::EngineError;
 
 /// Offset in the thread area of scratch memory for a rewritten sigaction.
@@ -40,6 +46,10 @@ const MAX_NESTED: usize = 64;
 const FRAME_RIP: u64 = 8 + 8 + 24 + 16 * 8;
 /// `si_code` of a signal the kernel raised for a trap such as `int3`.
 const SI_KERNEL: i32 = 0x80;
+/// Most instructions an asynchronous signal's thread is stepped through
+/// to reach a clean point (an indirect branch's lookup and probe take a
+/// dozen or two).
+const MAX_STEPS: u32 = 40;
 
 impl Tracer<'_> {
     /// Waits for the next syscall stop of `tid` (of process `tgid`), which
@@ -83,8 +93,8 @@ impl Tracer<'_> {
         if self.handler_runs(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
-            if !is_synchronous(sig) {
-                self.rewind_counter_update(tid)?;
+            if !is_synchronous(sig) && !self.place_interrupted(tid, sig)? {
+                return Ok(());
             }
             self.save_spills(tid)?;
             self.mark_trace(tid, MARK_SIGNAL)?;
@@ -121,18 +131,116 @@ impl Tracer<'_> {
         runs
     }
 
-    /// An asynchronous signal is about to be delivered to `tid`: if it
-    /// stopped inside a counter update (loaded, not yet stored), the
-    /// update is rewound to its load, so that it runs whole after the
-    /// handler and keeps the counts the handler adds meanwhile.
-    fn rewind_counter_update(&mut self, tid: i32) -> Result<(), EngineError> {
+    /// The delivery stop of an asynchronous signal `sig` of `tid`, which a
+    /// handler will see: in counting mode, a thread in translated code is
+    /// given the guest's context at the clean point (between guest
+    /// instructions) it stopped at, as natively: RIP the guest instruction
+    /// to run next (`Space::interrupted` keeps the counts exact whatever
+    /// the handler does), RCX and R11 what a `syscall` it has just returned
+    /// from leaves. One inside the engine's own code (an indirect branch's
+    /// lookup, a counter update) is first stepped to the next clean point,
+    /// a few instructions on; where that fails (a `syscall` first, or too
+    /// far) it stays where it is, a counter update it stopped inside
+    /// rewound to its load, so that the update runs whole after the handler
+    /// and keeps the counts the handler adds meanwhile. Returns whether the
+    /// thread still stands at the signal's delivery stop (not when it exited,
+    /// or a fault of a stepped instruction was delivered instead).
+    fn place_interrupted(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let mut regs = get_regs(tid)?;
-        if let Some(load) = space.borrow().interrupted_counter_update(regs.rip) {
-            regs.rip = load;
+        let mut steps = 0;
+        let mut info = None;
+        loop {
+            let rewound = space.borrow().interrupted_counter_update(regs.rip);
+            let at = rewound.unwrap_or(regs.rip);
+            let point = space.borrow_mut().interrupted(at, regs.rcx, regs.gs_base)?;
+            if let Some(p) = point {
+                regs.rip = p.guest;
+                match p.kind {
+                    PointKind::AfterSyscall => {
+                        regs.rcx = p.guest;
+                        regs.r11 = regs.eflags;
+                    }
+                    PointKind::RaxSpilled => {
+                        let slot = regs.gs_base + u64::from(layout::S_RAX);
+                        regs.rax = space.borrow_mut().mem().read_u64(slot)?;
+                    }
+                    PointKind::Clean | PointKind::Rep { .. } => {}
+                }
+            } else if steps < MAX_STEPS && self.steppable(&space, regs.rip) {
+                if info.is_none() {
+                    info = Some(sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?);
+                }
+                match self.step(tid)? {
+                    Step::Done => {}
+                    Step::Gone => return Ok(false),
+                    Step::Raised(other) => {
+                        // The stepped instruction (an indirect branch's
+                        // target load) faulted: that signal is delivered
+                        // now, as at the guest instruction, and this one is
+                        // sent again after it.
+                        let tgid = self.tasks[&tid].tgid;
+                        self.requeue.push((tgid, tid, sig));
+                        self.on_signal(tid, other)?;
+                        return Ok(false);
+                    }
+                }
+                steps += 1;
+                regs = get_regs(tid)?;
+                continue;
+            } else {
+                regs.rip = at;
+            }
             set_regs(tid, &regs)?;
+            if let Some(info) = info {
+                // Stopped by the step's SIGTRAP: the signal is delivered
+                // instead, with its own siginfo.
+                sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
+            }
+            return Ok(true);
         }
-        Ok(())
+    }
+
+    /// Whether a thread at host `rip` in `space` may be single-stepped
+    /// towards a clean point: in the code cache, in counting mode, and not
+    /// at a `syscall` (which would run, or stop in the tool, meanwhile).
+    fn steppable(
+        &self,
+        space: &std::rc::Rc<std::cell::RefCell<crate::space::Space>>,
+        rip: u64,
+    ) -> bool {
+        let mut sp = space.borrow_mut();
+        if !sp.in_code_cache(rip) || sp.is_tracing() {
+            return false;
+        }
+        sp.mem().read(rip, 2).is_ok_and(|b| b[..] != [0x0f, 0x05])
+    }
+
+    /// Runs `tid` (at a signal-delivery stop, whose signal is withheld)
+    /// for one instruction. Asynchronous signals that arrive meanwhile are
+    /// sent again later.
+    fn step(&mut self, tid: i32) -> Result<Step, EngineError> {
+        let tgid = self.tasks[&tid].tgid;
+        sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+        loop {
+            match wait_for(tid)? {
+                WaitStatus::Stopped(_, libc::SIGTRAP) => return Ok(Step::Done),
+                WaitStatus::Stopped(_, sg) if is_synchronous(sg) => return Ok(Step::Raised(sg)),
+                WaitStatus::Stopped(_, sg) => {
+                    // Another signal came first: deliver it later, and
+                    // step on.
+                    self.requeue.push((tgid, tid, sg));
+                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                }
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    self.on_thread_exit(tid);
+                    return Ok(Step::Gone);
+                }
+                WaitStatus::Event(..) | WaitStatus::EventStop(..) | WaitStatus::Syscall(_) => {
+                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                }
+            }
+        }
     }
 
     /// The delivery stop of a synchronous signal `sig` of `tid`: when a
@@ -378,6 +486,17 @@ impl Tracer<'_> {
         self.resume(tid, 0)?;
         Ok(())
     }
+}
+
+/// How a single step ended.
+enum Step {
+    /// At the next instruction (a SIGTRAP stop).
+    Done,
+    /// The thread exited (its exit is handled).
+    Gone,
+    /// The instruction raised this synchronous signal (at its delivery
+    /// stop).
+    Raised(i32),
 }
 
 /// A handler the client installed for a signal.
