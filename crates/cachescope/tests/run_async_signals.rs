@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use run_support::{compile, native, require, under_cachescope, CgOut, End, TempDir};
+use run_support::{calls_and_functions, compile, native, require, under_cachescope, End, TempDir};
 
 /// Builds the fixture in `dir`.
 fn build(dir: &TempDir) -> std::path::PathBuf {
@@ -74,13 +74,7 @@ fn a_raised_signals_handler_sees_the_address_in_libc() {
 /// Ir per function of the fixture's `count` mode, and the calls of `unit`
 /// it printed.
 fn counts(out: &Path, stdout: &[u8]) -> (BTreeMap<String, u64>, u64) {
-    let text = String::from_utf8_lossy(stdout);
-    let calls = text
-        .trim()
-        .strip_prefix("calls ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected output {text:?}"));
-    (CgOut::read(out).functions_in("async_signals.c"), calls)
+    calls_and_functions(out, stdout, "async_signals.c")
 }
 
 /// Runs the `count` mode (with `quiet`: no timer) under Valgrind.

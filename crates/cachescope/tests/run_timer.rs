@@ -13,20 +13,16 @@ mod run_support;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use run_support::{compile, require, under_cachescope, under_valgrind, CgOut, End, TempDir};
+use run_support::{
+    calls_and_functions, compile, require, under_cachescope, under_valgrind, End, TempDir,
+};
 
 /// Calls of `unit` without the timer.
 const QUIET_CALLS: u64 = 3_000_000;
 
 /// Ir per function of `timer.c`, and the calls of `unit` it printed.
 fn counts(out: &Path, stdout: &[u8]) -> (BTreeMap<String, u64>, u64) {
-    let text = String::from_utf8_lossy(stdout);
-    let calls = text
-        .trim()
-        .strip_prefix("calls ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected output {text:?}"));
-    (CgOut::read(out).functions_in("timer.c"), calls)
+    calls_and_functions(out, stdout, "timer.c")
 }
 
 #[test]

@@ -293,3 +293,16 @@ pub fn require_callgrind_annotate() {
         "Valgrind's callgrind_annotate is not installed: the oracle tests need it (scripts/setup)"
     );
 }
+
+/// A fixture that prints `calls N` (how many calls its work function got,
+/// which depends on how many signals arrived): N, and Ir per function of
+/// the source file `file` in the profile at `out`.
+pub fn calls_and_functions(out: &Path, stdout: &[u8], file: &str) -> (BTreeMap<String, u64>, u64) {
+    let text = String::from_utf8_lossy(stdout);
+    let calls = text
+        .trim()
+        .strip_prefix("calls ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {text:?}"));
+    (CgOut::read(out).functions_in(file), calls)
+}

@@ -206,9 +206,13 @@ impl Space {
         self.cache.stub_target(rip)
     }
 
-    /// The syscall site that stopped at `rip`.
-    pub fn syscall_site(&self, rip: u64) -> Option<SyscallSite> {
-        self.syscalls.get(&rip).copied()
+    /// The syscall site that stopped at `rip` (an error names an unknown
+    /// one: a stop at a syscall exit comes from a site the tool made).
+    pub fn syscall_site(&self, rip: u64) -> Result<SyscallSite, EngineError> {
+        self.syscalls
+            .get(&rip)
+            .copied()
+            .ok_or_else(|| EngineError(format!("unknown syscall site at {rip:#x}")))
     }
 
     /// The client-request site that stopped at `rip`.

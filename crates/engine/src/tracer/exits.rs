@@ -202,9 +202,7 @@ pub(super) fn enter_block(regs: &mut Regs, body: u64, spills: &Spills) {
 /// An intercepted guest syscall (other than the signal ones): answered here
 /// or run for real from the stop, as a native `syscall` would.
 fn on_syscall(sp: &mut Space, regs: &mut Regs, sysno: u64) -> Result<(), EngineError> {
-    let site = sp
-        .syscall_site(regs.rip)
-        .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
+    let site = sp.syscall_site(regs.rip)?;
     regs.rcx = site.guest_next;
     match sysno as usize {
         syscalls::RSEQ => {

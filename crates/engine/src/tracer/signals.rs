@@ -354,10 +354,7 @@ impl Tracer<'_> {
         sysno: u64,
     ) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
-        let site = space
-            .borrow()
-            .syscall_site(regs.rip)
-            .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
+        let site = space.borrow().syscall_site(regs.rip)?;
         if let Some(saved) = self.tasks.get_mut(&tid).and_then(|t| t.sig_spills.pop()) {
             space.borrow_mut().mem().write(regs.gs_base, &saved);
         }
@@ -413,10 +410,7 @@ impl Tracer<'_> {
     pub(super) fn on_sigaction(&mut self, tid: i32, regs: Regs) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
         let tgid = self.tasks[&tid].tgid;
-        let site = space
-            .borrow()
-            .syscall_site(regs.rip)
-            .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
+        let site = space.borrow().syscall_site(regs.rip)?;
         let (sig, act, oldact) = (regs.rdi as i32, regs.rsi, regs.rdx);
         let mut change: Option<Option<Handler>> = None;
         let mut r = regs;

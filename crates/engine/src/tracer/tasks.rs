@@ -263,10 +263,7 @@ impl Tracer<'_> {
         sysno: u64,
     ) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
-        let site = space
-            .borrow()
-            .syscall_site(regs.rip)
-            .ok_or_else(|| EngineError(format!("unknown syscall site at {:#x}", regs.rip)))?;
+        let site = space.borrow().syscall_site(regs.rip)?;
         regs.rcx = site.guest_next;
         let mut run = sysno;
         match sysno as usize {
