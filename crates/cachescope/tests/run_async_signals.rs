@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use run_support::{calls_and_functions, compile, native, require, under_cachescope, End, TempDir};
+use run_support::{
+    calls_and_functions, compile, counted_runs, native, require, under_cachescope, End, TempDir,
+};
 
 /// Builds the fixture in `dir`.
 fn build(dir: &TempDir) -> std::path::PathBuf {
@@ -126,12 +128,8 @@ fn counts_stay_exact_when_signals_land_anywhere_in_a_function() {
     // and the handlers'), the handler's own code as many instructions per
     // signal as under Valgrind (it reads its context and tail-calls
     // `unit`), `main` as Valgrind counts it.
-    for run in 0..3 {
-        let out = dir.join(&format!("timer{run}.out"));
-        let opt = format!("--cachegrind-out-file={}", out.display());
-        let r = under_cachescope(dir.path(), &["-q", &opt], exe.as_os_str(), &["count"], None);
-        assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
-        let (fns, calls) = counts(&out, &r.stdout);
+    let runs = counted_runs(&dir, &exe, &["count"], "async_signals.c", 3);
+    for (run, (fns, calls)) in runs.into_iter().enumerate() {
         let signals = calls - CALLS;
         assert!(signals > 100, "only {signals} timer signals in run {run}");
         assert_eq!(

@@ -11,7 +11,8 @@
 mod run_support;
 
 use run_support::{
-    compile, native, require, under_cachescope, under_valgrind, CgOut, End, TempDir,
+    compile, native, require, same_in_both_modes, under_cachescope, under_valgrind, CgOut, End,
+    TempDir,
 };
 
 #[test]
@@ -46,18 +47,7 @@ fn synchronous_signals_see_the_native_context() {
                 "{text}"
             );
         }
-        for sim in [&[][..], &["--cache-sim=yes", "--branch-sim=yes"][..]] {
-            let mut opts = vec!["-q", "--cachegrind-out-file=/dev/null"];
-            opts.extend_from_slice(sim);
-            let ours = under_cachescope(dir.path(), &opts, exe.as_os_str(), &[mode], None);
-            assert_eq!(
-                String::from_utf8_lossy(&ours.stdout),
-                text,
-                "{mode} {sim:?}: {}",
-                ours.stderr_text()
-            );
-            assert_eq!(ours.end, nat.end, "{mode} {sim:?}: {}", ours.stderr_text());
-        }
+        same_in_both_modes(dir.path(), &exe, &[mode], &text, nat.end);
     }
 }
 

@@ -6,7 +6,7 @@
 
 mod run_support;
 
-use run_support::{compile, native, require, under_cachescope, End, TempDir};
+use run_support::{compile, native, require, same_in_both_modes, End, TempDir};
 
 #[test]
 fn sigill_is_delivered_as_natively() {
@@ -30,18 +30,7 @@ fn sigill_is_delivered_as_natively() {
                 );
             }
         }
-        for sim in [&[][..], &["--cache-sim=yes", "--branch-sim=yes"][..]] {
-            let mut opts = vec!["-q", "--cachegrind-out-file=/dev/null"];
-            opts.extend_from_slice(sim);
-            let ours = under_cachescope(dir.path(), &opts, exe.as_os_str(), &[mode], None);
-            assert_eq!(
-                String::from_utf8_lossy(&ours.stdout),
-                text,
-                "{mode} {sim:?}: {}",
-                ours.stderr_text()
-            );
-            assert_eq!(ours.end, nat.end, "{mode} {sim:?}: {}", ours.stderr_text());
-        }
+        same_in_both_modes(dir.path(), &exe, &[mode], &text, nat.end);
     }
 }
 

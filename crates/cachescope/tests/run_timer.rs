@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use run_support::{
-    calls_and_functions, compile, require, under_cachescope, under_valgrind, End, TempDir,
+    calls_and_functions, compile, counted_runs, require, under_cachescope, under_valgrind, End,
+    TempDir,
 };
 
 /// Calls of `unit` without the timer.
@@ -60,12 +61,10 @@ fn a_10khz_timer_loses_no_counts() {
     // With the timer: `unit` exactly per_call times the calls it got (main's
     // and the handlers'), the handler's own code twice per signal (a move
     // and the tail jump to `unit`), `main` as Valgrind counts it.
-    for run in 0..3 {
-        let out = dir.join(&format!("timer{run}.out"));
-        let opt = format!("--cachegrind-out-file={}", out.display());
-        let r = under_cachescope(dir.path(), &["-q", &opt], exe.as_os_str(), &[], None);
-        assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
-        let (fns, calls) = counts(&out, &r.stdout);
+    for (run, (fns, calls)) in counted_runs(&dir, &exe, &[], "timer.c", 3)
+        .into_iter()
+        .enumerate()
+    {
         let signals = calls - QUIET_CALLS;
         assert!(signals > 100, "only {signals} timer signals in run {run}");
         assert_eq!(

@@ -306,3 +306,53 @@ pub fn calls_and_functions(out: &Path, stdout: &[u8], file: &str) -> (BTreeMap<S
         .unwrap_or_else(|| panic!("unexpected output {text:?}"));
     (CgOut::read(out).functions_in(file), calls)
 }
+
+/// Runs `exe args` under cachescope in counting mode and in trace mode
+/// (both simulations): each run must print `native_stdout` and end as
+/// `native_end` did natively.
+pub fn same_in_both_modes(
+    cwd: &Path,
+    exe: &Path,
+    args: &[&str],
+    native_stdout: &str,
+    native_end: End,
+) {
+    for sim in [&[][..], &["--cache-sim=yes", "--branch-sim=yes"][..]] {
+        let mut opts = vec!["-q", "--cachegrind-out-file=/dev/null"];
+        opts.extend_from_slice(sim);
+        let ours = under_cachescope(cwd, &opts, exe.as_os_str(), args, None);
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            native_stdout,
+            "{args:?} {sim:?}: {}",
+            ours.stderr_text()
+        );
+        assert_eq!(
+            ours.end,
+            native_end,
+            "{args:?} {sim:?}: {}",
+            ours.stderr_text()
+        );
+    }
+}
+
+/// Runs `exe args` under cachescope `runs` times (a fixture that prints
+/// `calls N`, see [`calls_and_functions`]); for each run, Ir per function
+/// of source file `file` and the calls printed.
+pub fn counted_runs(
+    dir: &TempDir,
+    exe: &Path,
+    args: &[&str],
+    file: &str,
+    runs: usize,
+) -> Vec<(BTreeMap<String, u64>, u64)> {
+    (0..runs)
+        .map(|run| {
+            let out = dir.join(&format!("run{run}.out"));
+            let opt = format!("--cachegrind-out-file={}", out.display());
+            let r = under_cachescope(dir.path(), &["-q", &opt], exe.as_os_str(), args, None);
+            assert_eq!(r.end, End::Code(0), "run {run}: {}", r.stderr_text());
+            calls_and_functions(&out, &r.stdout, file)
+        })
+        .collect()
+}

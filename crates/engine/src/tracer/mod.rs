@@ -32,6 +32,7 @@ mod tasks;
 use crate::space::Space;
 use crate::stream::Consumer;
 use crate::sys::{self, Regs, WaitStatus};
+use crate::translate::SyscallSite;
 use crate::{EngineError, LaunchConfig, Outcome, ProfileSink};
 pub use launch::{find_program, ProgramError, Unrunnable};
 use std::cell::RefCell;
@@ -168,6 +169,18 @@ impl Tracer<'_> {
     fn space_of(&self, tid: i32) -> Option<Rc<RefCell<Space>>> {
         let t = self.tasks.get(&tid)?;
         Some(self.procs.get(&t.tgid)?.space.clone())
+    }
+
+    /// The address space of `tid`, stopped at the syscall site whose stop
+    /// is at `rip`, and that site (the syscalls the tool emulates).
+    fn syscall_stop(
+        &self,
+        tid: i32,
+        rip: u64,
+    ) -> Result<(Rc<RefCell<Space>>, SyscallSite), EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let site = space.borrow().syscall_site(rip)?;
+        Ok((space, site))
     }
 
     /// Lets a stopped task run on (delivering `sig` unless 0), after writing

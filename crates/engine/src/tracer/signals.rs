@@ -353,8 +353,7 @@ impl Tracer<'_> {
         mut regs: Regs,
         sysno: u64,
     ) -> Result<(), EngineError> {
-        let space = self.space_of(tid).expect("known task");
-        let site = space.borrow().syscall_site(regs.rip)?;
+        let (space, site) = self.syscall_stop(tid, regs.rip)?;
         if let Some(saved) = self.tasks.get_mut(&tid).and_then(|t| t.sig_spills.pop()) {
             space.borrow_mut().mem().write(regs.gs_base, &saved);
         }
@@ -408,9 +407,8 @@ impl Tracer<'_> {
     /// trampoline into its translation; the client always reads back its own
     /// values in `oldact`.
     pub(super) fn on_sigaction(&mut self, tid: i32, regs: Regs) -> Result<(), EngineError> {
-        let space = self.space_of(tid).expect("known task");
+        let (space, site) = self.syscall_stop(tid, regs.rip)?;
         let tgid = self.tasks[&tid].tgid;
-        let site = space.borrow().syscall_site(regs.rip)?;
         let (sig, act, oldact) = (regs.rdi as i32, regs.rsi, regs.rdx);
         let mut change: Option<Option<Handler>> = None;
         let mut r = regs;

@@ -262,8 +262,7 @@ impl Tracer<'_> {
         mut regs: Regs,
         sysno: u64,
     ) -> Result<(), EngineError> {
-        let space = self.space_of(tid).expect("known task");
-        let site = space.borrow().syscall_site(regs.rip)?;
+        let (space, site) = self.syscall_stop(tid, regs.rip)?;
         regs.rcx = site.guest_next;
         let mut run = sysno;
         match sysno as usize {
