@@ -7,6 +7,7 @@
 //! they have a fixed size and a known address), and branches inside a
 //! sequence go to [`Label`]s resolved when the label is bound.
 
+mod signals;
 mod smc;
 mod trace;
 
@@ -631,14 +632,17 @@ impl Emitter {
     }
 
     /// A guest `syscall`: the number's byte in the interest table at
-    /// absolute `systab` says whether the tool wants to see it (then a
-    /// magic exit, with the number in the RAX slot) or it runs natively
-    /// right here. RCX and R11 are free (the syscall clobbers them); flags
-    /// are preserved. Returns the host address where the tool's stop is
-    /// seen (just after the magic syscall); the tool either turns the magic
-    /// syscall into the real one, which then returns there, or sets RIP.
-    pub fn syscall_gate(&mut self, systab: u32, nr: u32) -> u64 {
-        let (native, done) = (self.new_label(), self.new_label());
+    /// absolute `systab` says whether it runs natively right here
+    /// ([`layout::SYSTAB_NATIVE`]), the tool wants to see it (a magic exit,
+    /// with the number in the RAX slot) or it is an `rt_sigreturn` the
+    /// stub at absolute `sigreturn` handles (entered with R11 = the exit,
+    /// where it goes when it needs the tool). RCX and R11 are free (the
+    /// syscall clobbers them); flags are preserved. Returns the host
+    /// address where the tool's stop is seen (just after the magic
+    /// syscall); the tool either turns the magic syscall into the real one,
+    /// which then returns there, or sets RIP.
+    pub fn syscall_gate(&mut self, systab: u32, sigreturn: u32, nr: u32) -> u64 {
+        let (native, done, stub) = (self.new_label(), self.new_label(), self.new_label());
         self.movzx16(Register::R11, Register::RAX);
         self.insn(Instruction::with2(
             Code::Movzx_r32_rm8,
@@ -647,8 +651,33 @@ impl Emitter {
         ));
         self.mov(Register::RCX, Register::R11);
         self.jrcxz(native);
+        self.lea(
+            Register::RCX,
+            MemoryOperand::with_base_displ(Register::R11, -i64::from(layout::SYSTAB_SIGRETURN)),
+        );
+        self.jrcxz(stub);
+        let exit = self.new_label();
+        self.jmp_short(exit);
+        self.bind(stub);
+        // The exit's address: after these 5 + 10 + 2 bytes.
+        let exit_at = self.here() + 17;
+        self.insn(Instruction::with2(
+            Code::Mov_r32_imm32,
+            Register::ECX,
+            sigreturn,
+        ));
+        self.insn(Instruction::with2(
+            Code::Mov_r64_imm64,
+            Register::R11,
+            exit_at,
+        ));
+        self.insn(Instruction::with1(Code::Jmp_rm64, Register::RCX));
+        self.bind(exit);
+        assert_eq!(self.here(), exit_at, "stub jump of the syscall gate");
         self.store_gs(Register::RAX, layout::S_RAX);
         self.magic_syscall(nr);
+        // The tool resumes a syscall it turned into the real one right
+        // after its stop, at the native `syscall` (`on_sigreturn`).
         let stop = self.here();
         self.jmp_short(done);
         self.bind(native);
@@ -906,7 +935,7 @@ pub(crate) mod tests {
     #[test]
     fn syscall_gate_reaches_native_syscall_or_exit() {
         let mut e = Emitter::new(0x1000);
-        let stop = e.syscall_gate(0x7000_0000, 0xc05c02);
+        let stop = e.syscall_gate(0x7000_0000, 0x7001_0400, 0xc05c02);
         let d = disasm(&e);
         assert_eq!(d[0], "movzx r11d,ax");
         assert_eq!(d[1], "movzx r11d,byte ptr [r11+70000000h]");
@@ -915,6 +944,20 @@ pub(crate) mod tests {
         // The first syscall is the magic one; the native one follows the jmp.
         assert_eq!(native + 2, stop);
         assert!(d.last().unwrap() == "syscall");
+        // After the stop's jump over it, the native syscall (where the
+        // tool resumes a syscall it handled as the real one).
+        let after_stop = disasm_at(&e.bytes[(stop + 2 - 0x1000) as usize..], stop + 2);
+        assert_eq!(after_stop[0], "syscall");
+        // Byte 2: on to the rt_sigreturn stub, with the exit in R11.
+        assert_eq!(d[4], "lea rcx,[r11-2]");
+        assert!(d[5].starts_with("jrcxz"));
+        let exit = addr_of(&e, "mov gs:[0],rax");
+        let stub = d
+            .iter()
+            .position(|s| s == "jmp rcx")
+            .expect("jump to the stub");
+        assert_eq!(d[stub - 2], "mov ecx,70010400h");
+        assert_eq!(d[stub - 1], format!("mov r11,{exit:X}h"));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //!
 //! | offset      | size    | contents                                          |
 //! |-------------|---------|---------------------------------------------------|
-//! | `SYSTAB`    | 64 KiB  | one byte per syscall number (low 16 bits): 1 = the tool wants to see it |
-//! | `GADGET`    | 4 KiB   | `syscall; mov rdi, rax; mov eax, MAGIC_INJECT; syscall` for syscall injection |
+//! | `SYSTAB`    | 64 KiB  | one byte per syscall number (low 16 bits): 0 native, 1 the tool's, 2 the `rt_sigreturn` stub |
+//! | `GADGET`    | 4 KiB   | `syscall; mov rdi, rax; mov eax, MAGIC_INJECT; syscall` for syscall injection, the patch gadget, the `rt_sigreturn` stub |
 //! | `HTAB`      | 20 MiB  | indirect-branch table: 65536 home buckets of 64 bytes, then 262144 overflow buckets |
 //!
 //! Each client thread has its own *thread area* (a separate private mapping
@@ -58,13 +58,38 @@ pub const AREA_SIZE: u64 = 32 << 20;
 pub const AREA_HINT: u64 = 0x10_0000_0000;
 /// Offset of the first counter in a thread area.
 pub const AREA_COUNTERS: u32 = 0x1_0000;
+/// Offset in a thread area of the spill slots of interrupted code, kept
+/// while a signal handler runs (which reuses the slots): [`SIGSAVE_LEVELS`]
+/// sets of [`SPILL_BYTES`], used as a stack indexed by the nesting depth in
+/// [`S_SIG_DEPTH`] modulo the number of sets. The handler's trampoline
+/// pushes, its `rt_sigreturn` pops (see `emit::signals`).
+pub const AREA_SIGSAVE: u64 = 0x1000;
+/// Spill sets kept for nested handlers; a deeper level reuses the oldest
+/// (handlers that left with `siglongjmp` never pop theirs).
+pub const SIGSAVE_LEVELS: u64 = 64;
 /// Offset in a thread area of the list the patch gadget applies: entries
 /// of {address, value, size} (8 bytes each), up to [`MAX_PATCHES`].
-pub const AREA_PATCHES: u64 = 0x1000;
+pub const AREA_PATCHES: u64 = AREA_SIGSAVE + SIGSAVE_LEVELS * SPILL_BYTES;
 /// Most entries in one run of the patch gadget.
 pub const MAX_PATCHES: usize = ((AREA_COUNTERS as u64 - AREA_PATCHES) / 24) as usize;
 /// Offset in the core region of the patch gadget (after the injection one).
 pub const PATCH_GADGET: u64 = GADGET + 0x100;
+/// Offset in the core region of the `rt_sigreturn` stub (after the patch
+/// gadget), which translated code enters for that syscall (its byte in
+/// the interest table is [`SYSTAB_SIGRETURN`]).
+pub const SIGRETURN_STUB: u64 = GADGET + 0x400;
+/// Interest-table byte of a syscall that runs natively.
+pub const SYSTAB_NATIVE: u8 = 0;
+/// Interest-table byte of a syscall the tool sees (a magic exit).
+pub const SYSTAB_TOOL: u8 = 1;
+/// Interest-table byte of `rt_sigreturn` when the client handles it
+/// itself, through the stub at [`SIGRETURN_STUB`].
+pub const SYSTAB_SIGRETURN: u8 = 2;
+/// Where the interrupted RIP is in a signal frame, from the stack pointer
+/// at its `rt_sigreturn` (the frame's `ucontext`: flags, link, `stack_t`,
+/// then the `sigcontext` registers r8-r15, rdi, rsi, rbp, rbx, rdx, rax,
+/// rcx, rsp, rip).
+pub const FRAME_RIP: u64 = 8 + 8 + 24 + 16 * 8;
 
 /// Slot offset: the client's RAX, saved by emitted code.
 pub const S_RAX: u32 = 0;
@@ -88,6 +113,10 @@ pub const S_BORROW_A: u32 = 56;
 /// Bytes of spill slots at the start of a thread area (saved and restored
 /// around signal handlers, which reuse them).
 pub const SPILL_BYTES: u64 = 64;
+/// Slot offset: how many signal handlers of the thread have started and
+/// not returned (the top of the stack at [`AREA_SIGSAVE`]). Outside the
+/// spill slots, which are saved and restored around handlers.
+pub const S_SIG_DEPTH: u32 = 0x40;
 /// Thread-area offset of the `--stats=yes` counter of indirect transfers
 /// resolved by the inline lookup (way 0 of the home bucket). Outside the
 /// spill slots: a signal handler's return must not roll it back.

@@ -819,7 +819,10 @@ impl Builder<'_> {
     /// the rest run natively right here.
     fn syscall(&mut self, guest_next: u64) {
         let systab = (self.ctx.core() + layout::SYSTAB) as u32;
-        let stop_rip = self.e.syscall_gate(systab, layout::MAGIC_SYSCALL);
+        let sigreturn = (self.ctx.core() + layout::SIGRETURN_STUB) as u32;
+        let stop_rip = self
+            .e
+            .syscall_gate(systab, sigreturn, layout::MAGIC_SYSCALL);
         // Where the tool resumes the thread after a syscall it handled.
         self.point_at(stop_rip, guest_next, PointKind::AfterSyscall);
         self.t.syscalls.push(SyscallSite {

@@ -135,11 +135,30 @@ impl Areas {
         let lookups = read_lookup_counts(area, mem);
         add_to(&mut self.lookup_totals, &lookups);
         mem.write(area + u64::from(S_STAT_INLINE_HITS), &[0; 24]);
+        // No signal handler of the next thread has started.
+        mem.write(area + u64::from(layout::S_SIG_DEPTH), &[0; 8]);
         mem.write(
             area + u64::from(AREA_COUNTERS),
             &vec![0u8; self.counters_len()],
         );
         self.free.push(area);
+    }
+
+    /// Leaving a signal handler of the stopped thread whose area is `area`:
+    /// the spill slots its trampoline pushed come back (the client's own
+    /// `rt_sigreturn` stub does the same, `emit::signals`).
+    pub fn pop_signal_spills(area: u64, mem: &mut dyn ClientMemory) -> Result<(), EngineError> {
+        let depth_at = area + u64::from(layout::S_SIG_DEPTH);
+        let depth = mem.read_u64(depth_at)?;
+        if depth == 0 {
+            return Ok(());
+        }
+        let level = (depth - 1) % layout::SIGSAVE_LEVELS;
+        let set = area + layout::AREA_SIGSAVE + level * layout::SPILL_BYTES;
+        let saved = mem.read(set, layout::SPILL_BYTES as usize)?;
+        mem.write(area, &saved);
+        mem.write(depth_at, &(depth - 1).to_le_bytes());
+        Ok(())
     }
 
     /// What every thread counted: the totals of exited threads plus the

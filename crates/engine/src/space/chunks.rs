@@ -320,7 +320,8 @@ impl CodeCache {
     }
 
     /// Makes the entry for the signal handler at guest `handler` in chunk
-    /// `ci`: what the kernel is told to call. It enters the translation
+    /// `ci`: what the kernel is told to call. It pushes the interrupted
+    /// code's spill slots (`emit::signals`) and enters the translation
     /// through the indirect-branch lookup (so it never goes stale).
     pub fn add_handler_entry(
         &mut self,
@@ -331,6 +332,7 @@ impl CodeCache {
     ) -> u64 {
         let (htab, probe) = (self.htab(), self.chunks[ci].probe_stub);
         let (at, _) = self.put_aux(ci, mem, |e| {
+            e.push_spills();
             e.spill_rax_rcx();
             e.target_rcx(handler);
             e.lookup(htab, probe, count_lookups);
@@ -475,8 +477,13 @@ mod tests {
             sp.signal_trampoline(CODE, &mut mmap_as_asked).unwrap(),
             entry
         );
+        // The interrupted code's spills pushed (3 + 2 * 8 + 2
+        // instructions), then the lookup of the handler.
+        let insns = insns_at(&fake, entry, 24);
+        assert_eq!(insns[0], "mov r11,gs:[40h]");
+        assert_eq!(insns[20], "xor eax,eax");
         assert_eq!(
-            insns_at(&fake, entry, 3),
+            insns[21..],
             ["mov gs:[8],rcx", "mov gs:[0],rax", "mov rcx,401000h"]
         );
     }

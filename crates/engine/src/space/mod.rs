@@ -361,6 +361,18 @@ impl Space {
         self.cache.holds(host)
     }
 
+    /// Whether host address `host` is the engine's: the code cache or the
+    /// core region (gadgets, stubs).
+    pub fn in_engine_code(&self, host: u64) -> bool {
+        self.in_code_cache(host) || (self.core..self.core + layout::CORE_SIZE).contains(&host)
+    }
+
+    /// Leaving a signal handler of the stopped thread whose area is `area`:
+    /// see [`areas::Areas::pop_signal_spills`].
+    pub fn pop_signal_spills(&mut self, area: u64) -> Result<(), EngineError> {
+        areas::Areas::pop_signal_spills(area, &mut *self.mem)
+    }
+
     /// The executable mappings code was translated from so far.
     pub fn module_records(&self) -> &[crate::ModuleRecord] {
         self.modules.records()

@@ -144,13 +144,19 @@ impl Space {
         Ok(start)
     }
 
+    /// Whether records carry calls and returns (then signal deliveries and
+    /// handler returns are marked in them by the tool).
+    pub fn is_tracing_calls(&self) -> bool {
+        self.tracing.as_ref().is_some_and(|t| t.mode.sp)
+    }
+
     /// Puts `marker` in the trace buffer of the stopped thread whose area is
     /// `area`, after the records written so far, if records carry what
     /// call tools need (signal deliveries and returns matter only to them).
     /// A marker may go past the buffer's limit: the thread's next block
     /// check flushes.
     pub fn trace_marker(&mut self, area: u64, marker: u32) -> Result<(), EngineError> {
-        if !self.tracing.as_ref().is_some_and(|t| t.mode.sp) {
+        if !self.is_tracing_calls() {
             return Ok(());
         }
         let at = area + u64::from(S_TRACE_PTR);

@@ -97,7 +97,9 @@ impl Tracer<'_> {
         })?;
         mem.write(core + layout::GADGET, &gadget);
         mem.write(core + layout::PATCH_GADGET, &Emitter::patch_gadget());
-        mem.write(core + layout::SYSTAB, &interest_table());
+        let mut stub = Emitter::new(core + layout::SIGRETURN_STUB);
+        stub.sigreturn_stub((core + layout::HTAB) as u32);
+        mem.write(core + layout::SIGRETURN_STUB, &stub.bytes);
         let mut space = Space::new(Box::new(mem), core);
         space.count_lookups = self.cfg.stats;
         // --instr-at-start=no: each new image starts uninstrumented.
@@ -115,6 +117,13 @@ impl Tracer<'_> {
                 space.set_tracing(Tracing::new(mode, consumer.link(tool)));
             }
         }
+        // Calls and returns are traced with a marker at each handler's
+        // start and return, which the tool writes: there every
+        // rt_sigreturn comes to the tool.
+        let tool_sigreturn = space.is_tracing_calls();
+        space
+            .mem()
+            .write(core + layout::SYSTAB, &interest_table(tool_sigreturn));
         inj.gadget = core + layout::GADGET;
         let area = space.alloc_area(&mut inj.injector())?;
         let body = space.ensure(regs.rip, &mut inj.injector())?;
@@ -129,12 +138,16 @@ impl Tracer<'_> {
     }
 }
 
-/// The syscall-interest table: one byte per syscall number, 1 for those
-/// translated code hands to the tool.
-fn interest_table() -> Vec<u8> {
-    let mut systab = vec![0u8; 0x1_0000];
+/// The syscall-interest table: one byte per syscall number, for those
+/// translated code hands to the tool [`layout::SYSTAB_TOOL`];
+/// `rt_sigreturn` goes to the client's own stub unless `tool_sigreturn`.
+fn interest_table(tool_sigreturn: bool) -> Vec<u8> {
+    let mut systab = vec![layout::SYSTAB_NATIVE; 0x1_0000];
     for nr in syscalls::INTERCEPTED {
-        systab[nr] = 1;
+        systab[nr] = layout::SYSTAB_TOOL;
+    }
+    if !tool_sigreturn {
+        systab[syscalls::RT_SIGRETURN] = layout::SYSTAB_SIGRETURN;
     }
     systab
 }

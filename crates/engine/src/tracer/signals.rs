@@ -5,6 +5,12 @@
 //! slots, the interrupted code's slots are saved at delivery and restored
 //! at the handler's rt_sigreturn.
 //!
+//! Handlers reuse their thread's spill slots: the interrupted code's
+//! slots are pushed by the handler's trampoline and popped at its
+//! `rt_sigreturn`, both in the client (`emit::signals`); that
+//! `rt_sigreturn` comes to the tool (`on_sigreturn`) only when the client
+//! cannot find the translation of the frame's RIP itself.
+//!
 //! A synchronous signal raised by a guest instruction in translated code
 //! (a fault, a trap, the SIGILL of the `ud2` standing for an instruction
 //! the processor cannot run) is delivered with the guest's context, as
@@ -36,20 +42,12 @@ use crate::EngineError;
 
 /// Offset in the thread area of scratch memory for a rewritten sigaction.
 const SIGACTION_SCRATCH: u64 = 0x800;
-/// Most spill sets kept per thread (handlers that longjmp'd out never
-/// return).
-const MAX_NESTED: usize = 64;
-/// Where the interrupted RIP is in a signal frame, from the stack pointer
-/// at its rt_sigreturn (the frame's `ucontext`: flags, link, `stack_t`,
-/// then the `sigcontext` registers r8-r15, rdi, rsi, rbp, rbx, rdx, rax,
-/// rcx, rsp, rip).
-const FRAME_RIP: u64 = 8 + 8 + 24 + 16 * 8;
 /// `si_code` of a signal the kernel raised for a trap such as `int3`.
 const SI_KERNEL: i32 = 0x80;
 /// Most instructions an asynchronous signal's thread is stepped through
 /// to reach a clean point (an indirect branch's lookup and probe take a
-/// dozen or two).
-const MAX_STEPS: u32 = 40;
+/// dozen or two, a handler's trampoline forty).
+const MAX_STEPS: u32 = 64;
 
 impl Tracer<'_> {
     /// Waits for the next syscall stop of `tid` (of process `tgid`), which
@@ -96,7 +94,6 @@ impl Tracer<'_> {
             if !is_synchronous(sig) && !self.place_interrupted(tid, sig)? {
                 return Ok(());
             }
-            self.save_spills(tid)?;
             self.mark_trace(tid, MARK_SIGNAL)?;
             if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
                 self.log_delivery(tid, sig)?;
@@ -297,23 +294,6 @@ impl Tracer<'_> {
         Ok(true)
     }
 
-    /// Keeps the interrupted code's spill slots until the handler's
-    /// rt_sigreturn.
-    fn save_spills(&mut self, tid: i32) -> Result<(), EngineError> {
-        let space = self.space_of(tid).expect("known task");
-        let task = self.tasks.get_mut(&tid).expect("known task");
-        let saved = space
-            .borrow_mut()
-            .mem()
-            .read(task.area, layout::SPILL_BYTES as usize)?;
-        if task.sig_spills.len() >= MAX_NESTED {
-            // Handlers that longjmp'd out never returned: forget the oldest.
-            task.sig_spills.remove(0);
-        }
-        task.sig_spills.push(saved);
-        Ok(())
-    }
-
     /// Tells the thread's tool (through its trace buffer, in order with its
     /// records) that a handler starts or returns.
     fn mark_trace(&mut self, tid: i32, marker: u32) -> Result<(), EngineError> {
@@ -344,9 +324,10 @@ impl Tracer<'_> {
     }
 
     /// `rt_sigreturn` (syscall `sysno`) from translated code stopped with
-    /// `regs`: leaving a handler, the interrupted code's spills come back,
-    /// and the sigreturn is issued from the site's native `syscall` as a
-    /// syscall of its own.
+    /// `regs` (where the client's stub did not find the frame's RIP, or
+    /// calls are traced): leaving a handler, the interrupted code's spills
+    /// come back, and the sigreturn is issued from the site's native
+    /// `syscall` as a syscall of its own.
     pub(super) fn on_sigreturn(
         &mut self,
         tid: i32,
@@ -354,9 +335,7 @@ impl Tracer<'_> {
         sysno: u64,
     ) -> Result<(), EngineError> {
         let (space, site) = self.syscall_stop(tid, regs.rip)?;
-        if let Some(saved) = self.tasks.get_mut(&tid).and_then(|t| t.sig_spills.pop()) {
-            space.borrow_mut().mem().write(regs.gs_base, &saved);
-        }
+        space.borrow_mut().pop_signal_spills(regs.gs_base)?;
         self.mark_trace(tid, MARK_SIGRETURN)?;
         self.frame_to_translation(tid, regs)?;
         regs.rip = site.stop_rip + 2;
@@ -370,15 +349,18 @@ impl Tracer<'_> {
     /// The frame `tid`'s rt_sigreturn (stopped with `regs`) is about to
     /// restore: a guest RIP in it (a synchronous signal's, or one the
     /// handler set) becomes the address of its translation, so the code
-    /// after the handler runs translated. One that cannot be translated is
-    /// left as it is: the client then faults there, as natively.
+    /// after the handler runs translated, and the translation is published
+    /// in the indirect-branch table, where the client's own stub finds it
+    /// next time. One that cannot be translated is left as it is: the
+    /// client then faults there, as natively; so is one in the engine's own
+    /// code (a signal delivered where no guest state was clean).
     fn frame_to_translation(&mut self, tid: i32, regs: Regs) -> Result<(), EngineError> {
         let space = self.space_of(tid).expect("known task");
-        let at = regs.rsp.wrapping_add(FRAME_RIP);
+        let at = regs.rsp.wrapping_add(layout::FRAME_RIP);
         let Ok(rip) = space.borrow_mut().mem().read_u64(at) else {
             return Ok(());
         };
-        if space.borrow().in_code_cache(rip) {
+        if space.borrow().in_engine_code(rip) {
             return Ok(());
         }
         let tgid = self.tasks[&tid].tgid;
@@ -396,7 +378,11 @@ impl Tracer<'_> {
         }
         self.requeue_signals(tgid, inj);
         match body {
-            Ok(body) => space.borrow_mut().mem().write(at, &body.to_le_bytes()),
+            Ok(body) => {
+                let mut sp = space.borrow_mut();
+                sp.publish(rip);
+                sp.mem().write(at, &body.to_le_bytes());
+            }
             Err(e) if debug_enabled() => eprintln!("[engine] sigreturn to {rip:#x}: {}", e.0),
             Err(_) => {}
         }

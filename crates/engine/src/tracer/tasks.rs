@@ -42,9 +42,6 @@ pub(super) struct Task {
     pub(super) tgid: i32,
     /// The thread area (GS base) this thread owns.
     pub(super) area: u64,
-    /// Spill slots saved when a signal handler was entered, restored at its
-    /// rt_sigreturn (the handler's translated code reuses the slots).
-    pub(super) sig_spills: Vec<Vec<u8>>,
 }
 
 /// A traced process.
@@ -78,14 +75,7 @@ impl Tracer<'_> {
     }
 
     fn add_task(&mut self, tid: i32, tgid: i32, area: u64) {
-        self.tasks.insert(
-            tid,
-            Task {
-                tgid,
-                area,
-                sig_spills: Vec::new(),
-            },
-        );
+        self.tasks.insert(tid, Task { tgid, area });
     }
 
     /// How many threads, of every process, run in `space`.
