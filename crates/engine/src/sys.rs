@@ -48,11 +48,9 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
 /// per stop and resume across processors sleeping, 13-17 us polling).
 const SPIN: std::time::Duration = std::time::Duration::from_micros(60);
 
-/// Waits for `pid` (-1: any traced task, `__WALL`), retrying on EINTR:
-/// polls for up to [`SPIN`] first, then sleeps.
-fn wait_spinning(pid: i32) -> io::Result<WaitStatus> {
-    let started = std::time::Instant::now();
-    let mut flags = libc::__WALL | libc::WNOHANG;
+/// One `waitpid(pid, flags)`, retried on EINTR: the report, or `None`
+/// when `WNOHANG` found none.
+fn waitpid(pid: i32, flags: i32) -> io::Result<Option<WaitStatus>> {
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: plain syscall; `status` is a valid out pointer.
@@ -64,16 +62,27 @@ fn wait_spinning(pid: i32) -> io::Result<WaitStatus> {
                     return Err(err);
                 }
             }
-            0 => {
-                if started.elapsed() >= SPIN {
-                    flags = libc::__WALL;
-                } else {
-                    // The tracee may be waiting for this processor: let
-                    // it run (returns at once when nothing else is ready).
-                    std::thread::yield_now();
-                }
-            }
-            r => return Ok(decode_status(r, status)),
+            0 => return Ok(None),
+            r => return Ok(Some(decode_status(r, status))),
+        }
+    }
+}
+
+/// Waits for `pid` (-1: any traced task, `__WALL`): polls for up to
+/// [`SPIN`] first, then sleeps.
+fn wait_spinning(pid: i32) -> io::Result<WaitStatus> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < SPIN {
+        if let Some(status) = waitpid(pid, libc::__WALL | libc::WNOHANG)? {
+            return Ok(status);
+        }
+        // The tracee may be waiting for this processor: let it run
+        // (returns at once when nothing else is ready).
+        std::thread::yield_now();
+    }
+    loop {
+        if let Some(status) = waitpid(pid, libc::__WALL)? {
+            return Ok(status);
         }
     }
 }
@@ -92,25 +101,14 @@ pub fn wait_pid_or_gone(pid: i32) -> io::Result<Option<WaitStatus>> {
     let started = std::time::Instant::now();
     let mut nap = std::time::Duration::from_micros(5);
     loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: plain syscall; `status` is a valid out pointer.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
-        match r {
-            -1 => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(err);
-                }
-            }
-            0 => {
-                if started.elapsed() > std::time::Duration::from_millis(1) && gone(pid) {
-                    return Ok(None);
-                }
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(std::time::Duration::from_millis(2));
-            }
-            r => return Ok(Some(decode_status(r, status))),
+        if let Some(status) = waitpid(pid, libc::__WALL | libc::WNOHANG)? {
+            return Ok(Some(status));
         }
+        if started.elapsed() > std::time::Duration::from_millis(1) && gone(pid) {
+            return Ok(None);
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(std::time::Duration::from_millis(2));
     }
 }
 
