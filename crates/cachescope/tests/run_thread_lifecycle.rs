@@ -1,6 +1,7 @@
 //! Threads meeting the process lifecycle (`fixtures/engine/thread_lifecycle.c`,
 //! the cases of Valgrind's `pth_term_signal`, `pth_self_kill_15_other` and
-//! `threaded-fork` and an exec from a thread, issue 9): the same output and
+//! `threaded-fork`, an exec from a thread and a signal sent to a thread just
+//! before its action changes, issue 9): the same output and
 //! exit as natively, every time, no hang, and a profile of what ran even when
 //! a signal ends the process.
 
@@ -27,14 +28,27 @@ fn threads_meet_exit_signals_fork_and_exec_as_natively() {
         "thread_lifecycle.c",
         &exe,
     );
-    for mode in ["kill-group", "exit-group", "fork-thread", "exec-thread"] {
-        let nat = native(dir.path(), exe.as_os_str(), &[mode], None);
+    let modes = [
+        "kill-group",
+        "exit-group",
+        "fork-thread",
+        "exec-thread",
+        "kill-then-default",
+    ];
+    for mode in modes {
         let expected_end = match mode {
             "kill-group" => End::Signal(SIGTERM),
             "exit-group" => End::Code(7),
+            "kill-then-default" => End::Code(3),
             _ => End::Code(0),
         };
-        assert_eq!(nat.end, expected_end, "{mode} natively");
+        // kill-then-default is a race natively too, which the signalled
+        // thread wins unless the machine is too busy to wake it at once:
+        // a few tries to see the native behaviour.
+        let nat = (0..5)
+            .map(|_| native(dir.path(), exe.as_os_str(), &[mode], None))
+            .find(|nat| nat.end == expected_end)
+            .unwrap_or_else(|| panic!("{mode} natively never ended as {expected_end:?}"));
         for run in 0..RUNS {
             let out = dir.join(&format!("{mode}-{run}.out"));
             let opt = format!("--cachegrind-out-file={}", out.display());

@@ -92,6 +92,11 @@ pub fn wait_any() -> io::Result<WaitStatus> {
     wait_spinning(-1)
 }
 
+/// A report of any traced task if one is there (`WNOHANG`).
+pub fn poll_any() -> io::Result<Option<WaitStatus>> {
+    waitpid(-1, libc::__WALL | libc::WNOHANG)
+}
+
 /// Waits for one particular task, or finds it dead without a report to
 /// come: a thread-group leader that died while its other threads live is a
 /// zombie that `waitpid` reports only once they are gone, and those may be

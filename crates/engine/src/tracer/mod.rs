@@ -59,6 +59,10 @@ struct Tracer<'a> {
     outcome: Option<Outcome>,
     /// Trace mode's consumer thread (when a tool is given).
     consumer: Option<Consumer>,
+    /// A signal whose deliveries to a handler are, for now, stepped into
+    /// the handler before anything else happens (see
+    /// `deliver_pending_first`).
+    stepped_signal: Option<i32>,
 }
 
 /// Entry point behind [`crate::run`].
@@ -76,6 +80,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         requeue: Vec::new(),
         outcome: None,
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
+        stepped_signal: None,
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());
@@ -96,17 +101,24 @@ impl Tracer<'_> {
                 Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok(()),
                 Err(e) => return Err(os_err("waitpid", e)),
             };
-            if debug_enabled() {
-                eprintln!("[engine] {st:?}");
-            }
-            if let Err(e) = self.dispatch(st) {
-                // A thread killed while the tool worked in it: its exit
-                // instead of what the work was for.
-                let tid = inject::vanished_thread(&e).ok_or(e)?;
-                self.on_thread_exit(tid);
-                self.resume(tid, 0)?;
-            }
+            self.handle(st)?;
         }
+    }
+
+    /// Handles one event of a traced task ([`Tracer::dispatch`]), or the
+    /// exit of a thread killed while the tool worked in it.
+    fn handle(&mut self, st: WaitStatus) -> Result<(), EngineError> {
+        if debug_enabled() {
+            eprintln!("[engine] {st:?}");
+        }
+        if let Err(e) = self.dispatch(st) {
+            // A thread killed while the tool worked in it: its exit
+            // instead of what the work was for.
+            let tid = inject::vanished_thread(&e).ok_or(e)?;
+            self.on_thread_exit(tid);
+            self.resume(tid, 0)?;
+        }
+        Ok(())
     }
 
     /// Handles one event of a traced task.

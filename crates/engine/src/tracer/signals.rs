@@ -98,6 +98,9 @@ impl Tracer<'_> {
             if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
                 self.log_delivery(tid, sig)?;
             }
+            if self.stepped_signal == Some(sig) {
+                return self.step_into_handler(tid, sig);
+            }
         }
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig)?;
@@ -393,6 +396,7 @@ impl Tracer<'_> {
     /// trampoline into its translation; the client always reads back its own
     /// values in `oldact`.
     pub(super) fn on_sigaction(&mut self, tid: i32, regs: Regs) -> Result<(), EngineError> {
+        self.deliver_pending_first(tid, regs.rdi as i32)?;
         let (space, site) = self.syscall_stop(tid, regs.rip)?;
         let tgid = self.tasks[&tid].tgid;
         let (sig, act, oldact) = (regs.rdi as i32, regs.rsi, regs.rdx);
@@ -466,6 +470,112 @@ impl Tracer<'_> {
     }
 }
 
+/// Longest wait for other threads' pending signals before an
+/// `rt_sigaction` goes ahead (a thread that does not take its signal in
+/// that time, being stopped or busy in a long tool stop, gets it after).
+const PENDING_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Tracer<'_> {
+    /// `tid` is about to change the action of signal `sig`: the signals
+    /// `sig` already pending for its process's other threads (and not
+    /// blocked there) are delivered first, with the action they were sent
+    /// under. Natively the kernel wakes such a thread at once and it takes
+    /// its signal before the sender's next syscall can run (Valgrind's
+    /// `pth_self_kill 15 killotherthread`: `pthread_kill` of a thread, then
+    /// `sigaction(SIG_DFL)`); here its delivery stop waits for the tracer,
+    /// which might see the `rt_sigaction` first, and the thread then died
+    /// of a signal its handler catches natively. Other tasks' events are
+    /// handled meanwhile as in the event loop.
+    fn deliver_pending_first(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
+        let Some(tgid) = self.tasks.get(&tid).map(|t| t.tgid) else {
+            return Ok(());
+        };
+        if !(1..=64).contains(&sig) {
+            return Ok(());
+        }
+        if self.procs.get(&tgid).is_none_or(|p| p.threads.len() < 2) {
+            return Ok(());
+        }
+        // A thread may stand at its delivery stop already (the signal is
+        // no longer pending then: its report is handled first), or be on
+        // its way there (pending: its stop is awaited), or have got there
+        // since the last look (so a last look at the reports).
+        // Each is stepped into its handler before the action changes: a
+        // thread merely resumed with its signal looks the action up only
+        // when it next runs.
+        self.stepped_signal = Some(sig);
+        let started = std::time::Instant::now();
+        let result = (|| loop {
+            while let Some(st) = sys::poll_any().map_err(|e| os_err("waitpid", e))? {
+                self.handle(st)?;
+            }
+            if started.elapsed() >= PENDING_WAIT || !self.pending_elsewhere(tgid, tid, sig) {
+                break Ok(());
+            }
+            std::thread::yield_now();
+        })()
+        .and_then(|()| {
+            while let Some(st) = sys::poll_any().map_err(|e| os_err("waitpid", e))? {
+                self.handle(st)?;
+            }
+            Ok(())
+        });
+        self.stepped_signal = None;
+        result
+    }
+
+    /// Delivers `sig` to `tid` (at its delivery stop, ready) by stepping it
+    /// into the handler: the kernel looks the action up, builds the frame
+    /// and stops the thread at the handler's first instruction (a SIGTRAP
+    /// stop), from where it runs on.
+    fn step_into_handler(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
+        if let Some(space) = self.space_of(tid) {
+            space.borrow_mut().mem().flush()?;
+        }
+        if sys::single_step(tid, sig).is_err() {
+            return Ok(()); // gone meanwhile
+        }
+        let tgid = self.tasks[&tid].tgid;
+        loop {
+            match wait_for(tid)? {
+                WaitStatus::Stopped(_, libc::SIGTRAP) => return self.resume(tid, 0),
+                WaitStatus::Stopped(_, other) => {
+                    // Another signal first: sent again after this one.
+                    self.requeue.push((tgid, tid, other));
+                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                }
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    self.on_thread_exit(tid);
+                    return Ok(());
+                }
+                WaitStatus::Event(_, libc::PTRACE_EVENT_EXIT) => {
+                    self.on_thread_exit(tid);
+                    return self.resume(tid, 0);
+                }
+                WaitStatus::Event(..) | WaitStatus::EventStop(..) | WaitStatus::Syscall(_) => {
+                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                }
+            }
+        }
+    }
+
+    /// Whether a thread of process `tgid` other than `tid` has `sig`
+    /// pending for itself and not blocked (from `/proc`).
+    fn pending_elsewhere(&self, tgid: i32, tid: i32, sig: i32) -> bool {
+        let Some(proc) = self.procs.get(&tgid) else {
+            return false;
+        };
+        let bit = 1u64 << (sig - 1);
+        proc.threads.iter().filter(|&&t| t != tid).any(|&t| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{tgid}/task/{t}/status"))
+            else {
+                return false;
+            };
+            status_mask(&status, "SigPnd:") & !status_mask(&status, "SigBlk:") & bit != 0
+        })
+    }
+}
+
 /// How a single step ended.
 enum Step {
     /// At the next instruction (a SIGTRAP stop).
@@ -500,9 +610,15 @@ fn has_handler(tid: i32, sig: i32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
         return false;
     };
+    sig >= 1 && status_mask(&status, "SigCgt:") & (1u64 << (sig - 1)) != 0
+}
+
+/// A signal mask line (`SigPnd:`, `SigBlk:`, `SigCgt:`...) of a
+/// `/proc/.../status` text; 0 if it is missing.
+fn status_mask(status: &str, key: &str) -> u64 {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|mask| sig >= 1 && mask & (1u64 << (sig - 1)) != 0)
+        .unwrap_or(0)
 }
