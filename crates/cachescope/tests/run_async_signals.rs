@@ -145,3 +145,30 @@ fn counts_stay_exact_when_signals_land_anywhere_in_a_function() {
         );
     }
 }
+
+/// Signals that arrive while the tool works in a thread (an injection, a
+/// single step, a syscall it runs) reach the handler as they were sent:
+/// `fixtures/engine/siginfo_timer.c` counts deliveries of its POSIX timer
+/// whose `si_code` is not `SI_TIMER` (thousands per run when the tool
+/// re-sent held signals with `tgkill`).
+#[test]
+fn held_signals_keep_their_siginfo() {
+    require("gcc");
+    let dir = TempDir::new("siginfo-timer");
+    let exe = dir.join("siginfo_timer");
+    compile("gcc", &["-O1", "-g", "-pthread"], "siginfo_timer.c", &exe);
+    let nat = native(dir.path(), exe.as_os_str(), &[], None);
+    assert_eq!(nat.end, End::Code(0));
+    assert_eq!(String::from_utf8_lossy(&nat.stdout), "wrong 0 of some\n");
+    for run in 0..3 {
+        let r = under_cachescope(
+            dir.path(),
+            &["-q", "--cachegrind-out-file=/dev/null"],
+            exe.as_os_str(),
+            &[],
+            None,
+        );
+        assert_eq!(r.end, End::Code(0), "run {run}: {}", r.stderr_text());
+        assert_eq!(r.stdout, nat.stdout, "run {run}");
+    }
+}

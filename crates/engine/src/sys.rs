@@ -606,6 +606,30 @@ pub fn set_siginfo(pid: i32, info: &SigInfo) -> io::Result<()> {
     ptrace(libc::PTRACE_SETSIGINFO, pid, 0, info.0.as_ptr() as usize).map(drop)
 }
 
+/// The signals a tracee blocks (`PTRACE_GETSIGMASK`), bit `n - 1` for
+/// signal `n`.
+pub fn get_sigmask(pid: i32) -> io::Result<u64> {
+    let mut mask: u64 = 0;
+    ptrace(
+        libc::PTRACE_GETSIGMASK,
+        pid,
+        std::mem::size_of::<u64>(),
+        &mut mask as *mut u64 as usize,
+    )?;
+    Ok(mask)
+}
+
+/// Sets the signals a tracee blocks (`PTRACE_SETSIGMASK`).
+pub fn set_sigmask(pid: i32, mask: u64) -> io::Result<()> {
+    ptrace(
+        libc::PTRACE_SETSIGMASK,
+        pid,
+        std::mem::size_of::<u64>(),
+        &mask as *const u64 as usize,
+    )
+    .map(drop)
+}
+
 /// A memory file of the client mapped into the tool as well: the tool
 /// writes translated code there with plain stores instead of a system
 /// call per stop (see `client_mem::ProcMemory::share`).

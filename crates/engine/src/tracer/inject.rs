@@ -8,8 +8,11 @@
 //! The thread must be at a stop from which new registers take effect (a
 //! seccomp stop, a syscall-exit stop or a signal stop); it is left at the
 //! magic stop after the gadget, and its caller sets its registers again.
-//! Signals that arrive meanwhile are held back and re-sent when it resumes.
+//! The thread's asynchronous signals are blocked meanwhile (they stay
+//! pending in the kernel); one already on its way is held back and re-sent
+//! when the thread resumes.
 
+use super::signals::{hold_signals, release_signals};
 use super::{cont, debug_enabled, get_regs, os_err, set_regs, Tracer};
 use crate::client_mem::LivePatch;
 use crate::layout;
@@ -96,6 +99,14 @@ impl Injection {
     /// Runs the thread with registers `r` until the gadget there makes its
     /// MAGIC_INJECT syscall; returns the registers at that stop.
     fn run_gadget(&mut self, r: &Regs) -> Result<Regs, EngineError> {
+        let held = hold_signals(self.tid);
+        let regs = self.run_gadget_held(r);
+        release_signals(self.tid, held);
+        regs
+    }
+
+    /// [`Injection::run_gadget`] with the asynchronous signals held.
+    fn run_gadget_held(&mut self, r: &Regs) -> Result<Regs, EngineError> {
         let tid = self.tid;
         set_regs(tid, r)?;
         cont(tid)?;

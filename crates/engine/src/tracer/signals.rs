@@ -220,6 +220,14 @@ impl Tracer<'_> {
     /// for one instruction. Asynchronous signals that arrive meanwhile are
     /// sent again later.
     fn step(&mut self, tid: i32) -> Result<Step, EngineError> {
+        let held = hold_signals(tid);
+        let step = self.step_held(tid);
+        release_signals(tid, held);
+        step
+    }
+
+    /// [`Tracer::step`] with the asynchronous signals held.
+    fn step_held(&mut self, tid: i32) -> Result<Step, EngineError> {
         let tgid = self.tasks[&tid].tgid;
         sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
         loop {
@@ -429,8 +437,11 @@ impl Tracer<'_> {
         space.borrow_mut().mem().flush()?;
         set_regs(tid, &r)?;
         // Run it to its syscall-exit stop, to see its result.
+        let held = hold_signals(tid);
         cont_syscall(tid)?;
-        if !self.await_syscall_stop(tgid, tid)? {
+        let stopped = self.await_syscall_stop(tgid, tid)?;
+        release_signals(tid, held);
+        if !stopped {
             return Ok(());
         }
         let mut out = get_regs(tid)?;
@@ -595,6 +606,40 @@ pub(super) struct Handler {
     pub(super) addr: u64,
     /// `SA_RESETHAND`: the kernel resets it to the default at delivery.
     pub(super) once: bool,
+}
+
+/// Blocks in stopped thread `tid` every signal but those the processor
+/// raises (blocked, a fault would reset its handler: design/engine.md) and
+/// SIGKILL/SIGSTOP, while the tool runs the thread for its own purposes (an
+/// injection, single steps, a syscall it runs): a signal sent meanwhile
+/// stays pending in the kernel, with its own siginfo and only once, and is
+/// delivered as usual after [`release_signals`]. Returns the thread's own
+/// mask (`None` if it could not be read: nothing is changed then).
+pub(super) fn hold_signals(tid: i32) -> Option<u64> {
+    let own = sys::get_sigmask(tid).ok()?;
+    let mut keep = 0u64;
+    for sig in [
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ] {
+        keep |= 1u64 << (sig - 1);
+    }
+    sys::set_sigmask(tid, own | !keep).ok()?;
+    Some(own)
+}
+
+/// Gives thread `tid` its own signal mask back (see [`hold_signals`]).
+pub(super) fn release_signals(tid: i32, own: Option<u64>) {
+    if let Some(own) = own {
+        // A thread that vanished meanwhile needs no mask.
+        let _ = sys::set_sigmask(tid, own);
+    }
 }
 
 /// Signals the processor raises for the instruction that is running.
