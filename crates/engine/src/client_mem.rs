@@ -358,6 +358,8 @@ mod fake {
     struct State {
         bytes: HashMap<u64, u8>,
         live: Vec<LivePatch>,
+        /// Every write, plain or live: (address, length, live).
+        log: Vec<(u64, usize, bool)>,
         maps: Vec<Mapping>,
         multi: bool,
     }
@@ -414,11 +416,18 @@ mod fake {
         pub fn live_writes(&self) -> Vec<LivePatch> {
             self.0.borrow().live.clone()
         }
+
+        /// Every write made so far, in order: (address, length, whether
+        /// it was a live write).
+        pub fn write_log(&self) -> Vec<(u64, usize, bool)> {
+            self.0.borrow().log.clone()
+        }
     }
 
     impl ClientMemory for FakeMemory {
         fn write(&mut self, addr: u64, bytes: &[u8]) {
             self.poke(addr, bytes);
+            self.0.borrow_mut().log.push((addr, bytes.len(), false));
         }
 
         fn write_live(&mut self, addr: u64, value: u64, size: u32) {
@@ -431,6 +440,7 @@ mod fake {
             );
             self.poke(addr, &value.to_le_bytes()[..size as usize]);
             self.0.borrow_mut().live.push((addr, value, size));
+            self.0.borrow_mut().log.push((addr, size as usize, true));
         }
 
         fn flush(&mut self) -> Result<(), EngineError> {

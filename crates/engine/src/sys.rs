@@ -40,14 +40,6 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-/// How long a wait polls before it sleeps in the kernel. A tracee's next
-/// stop often follows its resumption within microseconds (a signal's
-/// delivery, then its handler's `rt_sigreturn`; an exit, then the next);
-/// a tracer asleep then must be woken on its idle processor, which in a
-/// virtual machine costs tens of microseconds per stop (measured: 50 us
-/// per stop and resume across processors sleeping, 13-17 us polling).
-const SPIN: std::time::Duration = std::time::Duration::from_micros(60);
-
 /// One `waitpid(pid, flags)`, retried on EINTR: the report, or `None`
 /// when `WNOHANG` found none.
 fn waitpid(pid: i32, flags: i32) -> io::Result<Option<WaitStatus>> {
@@ -68,18 +60,14 @@ fn waitpid(pid: i32, flags: i32) -> io::Result<Option<WaitStatus>> {
     }
 }
 
-/// Waits for `pid` (-1: any traced task, `__WALL`): polls for up to
-/// [`SPIN`] first, then sleeps.
-fn wait_spinning(pid: i32) -> io::Result<WaitStatus> {
-    let started = std::time::Instant::now();
-    while started.elapsed() < SPIN {
-        if let Some(status) = waitpid(pid, libc::__WALL | libc::WNOHANG)? {
-            return Ok(status);
-        }
-        // The tracee may be waiting for this processor: let it run
-        // (returns at once when nothing else is ready).
-        std::thread::yield_now();
-    }
+/// Waits for `pid` (-1: any traced task, `__WALL`).
+///
+/// Polling for a while before sleeping was tried (a stop is reported
+/// 13-17 us sooner than to a tracer asleep on an idle virtual processor,
+/// 50 us): once a signal cost one stop it no longer paid (gcc 5% slower,
+/// xz with two threads 10% faster, signal-heavy programs the same), and a
+/// processor spent polling is one the client's threads do not have.
+fn wait_blocking(pid: i32) -> io::Result<WaitStatus> {
     loop {
         if let Some(status) = waitpid(pid, libc::__WALL)? {
             return Ok(status);
@@ -89,7 +77,7 @@ fn wait_spinning(pid: i32) -> io::Result<WaitStatus> {
 
 /// Waits for any traced task (`__WALL`), retrying on EINTR.
 pub fn wait_any() -> io::Result<WaitStatus> {
-    wait_spinning(-1)
+    wait_blocking(-1)
 }
 
 /// A report of any traced task if one is there (`WNOHANG`).
@@ -133,7 +121,7 @@ fn gone(pid: i32) -> bool {
 
 /// Waits for one particular task.
 pub fn wait_pid(pid: i32) -> io::Result<WaitStatus> {
-    wait_spinning(pid)
+    wait_blocking(pid)
 }
 
 fn decode_status(pid: i32, status: i32) -> WaitStatus {

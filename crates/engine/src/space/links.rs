@@ -140,6 +140,45 @@ mod tests {
     }
 
     #[test]
+    fn a_block_is_linked_to_only_once_the_block_chained_after_it_is_written() {
+        let (mut sp, fake) = fake_space();
+        // CODE: je A ; ret.  A = CODE+0x100: add rax,1 ; jmp B.
+        // B = CODE+0x180: ret.
+        let a = CODE + 0x100;
+        let b = CODE + 0x180;
+        let mut code = vec![0u8; 0x181];
+        code[..7].copy_from_slice(&[0x0f, 0x84, 0xfa, 0x00, 0x00, 0x00, 0xc3]);
+        code[0x100..0x109].copy_from_slice(&[0x48, 0x83, 0xc0, 0x01, 0xe9, 0x77, 0x00, 0x00, 0x00]);
+        code[0x180] = 0xc3;
+        load(&fake, CODE, &code, "/bin/chain");
+        sp.translate_at(CODE, &mut mmap_as_asked, None, 0).unwrap();
+        let field = sp.links.waiting[&a][0];
+        // A's translation falls through into B's, placed right after it.
+        let abody = sp.translate_at(a, &mut mmap_as_asked, None, 0).unwrap();
+        let bbody = sp.blocks.body(b).expect("B chained after A");
+        assert!(bbody > abody);
+        // Another thread may take the field the moment it is patched: B's
+        // code must be there by then.
+        let log = fake.write_log();
+        let linked = log
+            .iter()
+            .position(|&(at, _, live)| live && at == field)
+            .expect("the field waiting for A is patched");
+        let b_written = log
+            .iter()
+            .position(|&(at, len, live)| !live && at <= bbody && bbody < at + len as u64)
+            .expect("B's code is written");
+        assert!(
+            b_written < linked,
+            "B written at {b_written}, A linked at {linked}"
+        );
+        assert_eq!(
+            addr_in(&find(&fake, sp.blocks.body(CODE).unwrap(), 8, "je ")),
+            abody
+        );
+    }
+
+    #[test]
     fn a_target_out_of_rel32_reach_goes_through_a_far_jump() {
         let (mut sp, fake) = fake_space();
         // A: jmp B, 2 GiB - 64 KiB on, in another mapping.

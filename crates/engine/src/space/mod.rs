@@ -595,8 +595,6 @@ impl Space {
                 checked: smc_stub.map(|_| code[..(t.guest_end - guest) as usize].into()),
             },
         );
-        self.lookups.translated(guest, t.body, &mut *self.mem);
-        self.link_waiting(guest, t.body);
         if let Some(next) = chain {
             let end = self.cache.chunk(ci).code_next;
             if self.translate_at(next, inj, Some(ci), depth + 1).is_err() {
@@ -610,6 +608,12 @@ impl Space {
                 self.links.wait(next, field);
             }
         }
+        // Published only now, its fall-through written: a waiting field is
+        // patched at once (the code cache is shared memory), and another
+        // thread taking it before the chained block was written ran into
+        // zeros (Valgrind's `threadederrno` crashed so under load).
+        self.lookups.translated(guest, t.body, &mut *self.mem);
+        self.link_waiting(guest, t.body);
         Ok(t.body)
     }
 }

@@ -139,7 +139,7 @@ const VANISHED: &str = "the client's thread exited while the tool worked in it: 
 
 /// The error of an injection into `tid`, which was killed meanwhile (see
 /// [`vanished_thread`]).
-fn vanished(tid: i32) -> EngineError {
+pub(super) fn vanished(tid: i32) -> EngineError {
     EngineError(format!("{VANISHED}{tid}"))
 }
 

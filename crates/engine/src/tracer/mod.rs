@@ -244,26 +244,37 @@ fn debug_enabled() -> bool {
     *ON.get_or_init(|| std::env::var_os("CACHESCOPE_ENGINE_DEBUG").is_some())
 }
 
-// The ptrace requests of the tracer proper, failing with the user's message.
+// The ptrace requests of the tracer proper, failing with the user's
+// message; or, for a task no longer there to be stopped (ESRCH: killed
+// meanwhile by a sibling's fatal signal or exit_group), with the error that
+// makes the event loop handle its exit instead of giving up on the run.
+
+/// The error of a ptrace request `what` about `tid`.
+fn task_err(tid: i32, what: &str, e: std::io::Error) -> EngineError {
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        return inject::vanished(tid);
+    }
+    os_err(what, e)
+}
 
 /// Reads the registers of the stopped task `tid`.
 fn get_regs(tid: i32) -> Result<Regs, EngineError> {
-    sys::get_regs(tid).map_err(|e| os_err("cannot read client registers", e))
+    sys::get_regs(tid).map_err(|e| task_err(tid, "cannot read client registers", e))
 }
 
 /// Writes the registers of the stopped task `tid`.
 fn set_regs(tid: i32, regs: &Regs) -> Result<(), EngineError> {
-    sys::set_regs(tid, regs).map_err(|e| os_err("cannot set client registers", e))
+    sys::set_regs(tid, regs).map_err(|e| task_err(tid, "cannot set client registers", e))
 }
 
 /// Resumes `tid` until its next stop, with no signal.
 fn cont(tid: i32) -> Result<(), EngineError> {
-    sys::cont(tid, 0).map_err(|e| os_err("cannot resume the client", e))
+    sys::cont(tid, 0).map_err(|e| task_err(tid, "cannot resume the client", e))
 }
 
 /// Resumes `tid` until its next stop or syscall entry or exit, with no signal.
 fn cont_syscall(tid: i32) -> Result<(), EngineError> {
-    sys::cont_syscall(tid, 0).map_err(|e| os_err("cannot resume the client", e))
+    sys::cont_syscall(tid, 0).map_err(|e| task_err(tid, "cannot resume the client", e))
 }
 
 /// Waits for the next report about `tid`.
