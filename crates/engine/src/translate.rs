@@ -550,6 +550,12 @@ impl<'a> Builder<'a> {
             tail_jmp: None,
             regs: SiteRegs::Guest,
         };
+        if b.ctx.smc_stub().is_some() {
+            // Code that may change gets retired while other threads run it:
+            // its entry (the check's first store, 9 bytes) is then replaced
+            // by a jump in one 8-byte store, atomic within a cache line.
+            b.e.align_span(8);
+        }
         b.t.body = b.e.here();
         b.point(guest, PointKind::Clean);
         b.smc_check(items, code, guest);

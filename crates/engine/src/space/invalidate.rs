@@ -79,14 +79,40 @@ impl Space {
 
     /// Makes the translation of `guest` unreachable: its body's entry
     /// jumps to the exit stub of its guest address, until translated again.
+    ///
+    /// Other threads may be running that code: where the body's first
+    /// instruction is at least the jump's 5 bytes long (no thread can be
+    /// inside it) and its first 8 bytes lie in one cache line, the jump goes
+    /// in with the 3 bytes after it in one atomic 8-byte store, so a thread
+    /// sees the old entry or the jump, never a mix. A checked block's entry
+    /// always qualifies (the translator places it so); another's may not,
+    /// and is written plainly.
     fn retire(&mut self, guest: u64) {
         let body = self.blocks.retire(guest);
         let ci = self.cache.chunk_of(body);
         let stub = self.cache.exit_stub(ci, guest, &mut *self.mem);
         let mut e = Emitter::new(body);
         let field = e.jmp(stub);
-        self.mem.write(body, &e.bytes);
+        match self.entry_word(body) {
+            Some(mut word) => {
+                word[..5].copy_from_slice(&e.bytes);
+                self.mem.write_live(body, u64::from_le_bytes(word), 8);
+            }
+            None => self.mem.write(body, &e.bytes),
+        }
         self.links.wait(guest, field);
+    }
+
+    /// The 8 bytes at `body` if one atomic store of them can replace its
+    /// first instruction by a jump (see [`Space::retire`]).
+    fn entry_word(&mut self, body: u64) -> Option<[u8; 8]> {
+        if body % 64 > 56 {
+            return None;
+        }
+        let bytes = self.mem.read(body, 15).ok()?;
+        let first =
+            iced_x86::Decoder::with_ip(64, &bytes, body, iced_x86::DecoderOptions::NONE).decode();
+        (!first.is_invalid() && first.len() >= 5).then(|| bytes[..8].try_into().expect("8 bytes"))
     }
 }
 
@@ -255,6 +281,34 @@ mod tests {
         assert_eq!(sp.blocks.body(JIT), Some(new));
         sp.code_changed(JIT + 0x10);
         assert!(sp.blocks.contains(JIT));
+    }
+
+    #[test]
+    fn checked_blocks_are_retired_by_one_atomic_store_at_their_entry() {
+        let (mut sp, fake) = fake_space();
+        // Forty JIT blocks (N % 8 nops, mov eax,N ; ret), each checked:
+        // their sizes vary, and so do their bodies' offsets in cache lines.
+        const JIT: u64 = 0x60_0000;
+        fake.add_mapping(JIT, JIT + 0x1000, "rwxp", "");
+        let starts: Vec<u64> = (0..40).map(|n| JIT + 0x20 * n).collect();
+        for (n, &g) in starts.iter().enumerate() {
+            let mut code = vec![0x90; n % 8];
+            code.extend_from_slice(&[0xb8, n as u8, 0, 0, 0, 0xc3]);
+            fake.poke(g, &code);
+        }
+        let bodies: Vec<u64> = starts
+            .iter()
+            .map(|&g| sp.ensure(g, &mut mmap_as_asked).unwrap())
+            .collect();
+        sp.invalidate(JIT, JIT + 0x1000);
+        let live = fake.live_writes();
+        for &body in &bodies {
+            assert!(body % 64 <= 56, "entry {body:#x} crosses a cache line");
+            // The jump and the 3 bytes after it, one store; a thread sees
+            // the check's first store or the jump.
+            assert!(live.iter().any(|&(at, _, size)| at == body && size == 8));
+            assert!(insns_at(&fake, body, 1)[0].starts_with("jmp "));
+        }
     }
 
     #[test]
