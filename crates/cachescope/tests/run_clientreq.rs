@@ -120,6 +120,43 @@ fn valgrind_printf_prints_and_returns_as_valgrind_does() {
     assert!(frame(&ours).starts_with("VALGRIND_PRINTF_BACKTRACE (valgrind.h:"));
 }
 
+/// The client lines and stack-trace lines of `stderr`, without pids and
+/// addresses (Valgrind loads programs at another base).
+fn traces(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            if let Some(text) = l.strip_prefix("**") {
+                return text.split_once("** ").map(|(_, t)| t.to_string());
+            }
+            let frame = l.split_once("==    ")?.1;
+            let (at, rest) = frame.split_once(" 0x")?;
+            Some(format!("{at} {}", rest.split_once(": ")?.1))
+        })
+        .collect()
+}
+
+#[test]
+fn printf_backtrace_names_the_callers_as_valgrind_does() {
+    require("valgrind");
+    require("gcc");
+    let dir = TempDir::new("clientreq-backtrace");
+    for opt in ["-O0", "-O2"] {
+        let exe = dir.join(&format!("backtrace{opt}"));
+        compile("gcc", &[opt, "-g"], "backtrace.c", &exe);
+        let [(_, ours), (_, theirs)] = both(&dir, &exe, opt, &[]);
+        let (ours, theirs) = (traces(&ours), traces(&theirs));
+        assert_eq!(ours, theirs, "{opt}: ours, then Valgrind's");
+        // Callers through libc's qsort (its CFI), and at -O0 the twelve
+        // frames of a deep recursion.
+        assert!(ours.iter().any(|l| l.starts_with("by qsort")), "{ours:#?}");
+        let frames = ours
+            .iter()
+            .filter(|l| l.starts_with("at ") || l.starts_with("by "));
+        assert!(frames.count() >= 3 + 6 + 3, "{ours:#?}");
+    }
+}
+
 /// `measured` runs 2005 instructions between its two requests: `mov` once,
 /// `dec` and `jnz` 1000 times each, the three instructions setting up the
 /// second request and that request. The first request's block runs while

@@ -326,9 +326,29 @@ pub struct Message<'a> {
     /// For `VALGRIND_PRINTF_BACKTRACE`: the stack trace to print after the
     /// text, innermost first (instruction addresses: the request's own
     /// first, then return addresses minus one, as Valgrind shows them).
+    /// The engine gives the request's own frame; the callers are found by
+    /// unwinding `stack`.
     pub backtrace: &'a [u64],
+    /// For `VALGRIND_PRINTF_BACKTRACE`: the requesting thread's registers
+    /// and stack, to unwind.
+    pub stack: Option<ThreadStack<'a>>,
     /// The process's executable mappings, to symbolize `backtrace` with.
     pub modules: &'a [ModuleRecord],
+}
+
+/// A stopped thread's stack as a [`Message`] carries it: the registers
+/// unwinding starts from and a copy of the stack from RSP up.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadStack<'a> {
+    /// The instruction address of the innermost frame (a guest address).
+    pub rip: u64,
+    /// The stack pointer: the address of `bytes[0]`.
+    pub rsp: u64,
+    /// The frame pointer.
+    pub rbp: u64,
+    /// The stack's contents from `rsp` on (up to 64 KiB, less where the
+    /// stack's mapping ends).
+    pub bytes: &'a [u8],
 }
 
 /// Receives each process's profile when that process exits.

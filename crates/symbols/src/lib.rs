@@ -26,6 +26,7 @@ pub mod lines;
 mod perfmap;
 mod preload;
 pub mod symtab;
+pub mod unwind;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ pub use demangle::NameOptions;
 pub use elf::{ObjectData, ObjectInfo, SectionKind};
 pub use perfmap::PerfMap;
 pub use preload::{Preloaded, Preloader};
+pub use unwind::{StackCopy, Unwinder};
 
 /// An executable mapping of a client process: which file is mapped where.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -111,6 +111,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         cmd: attribute::command_line(&opts.program, &opts.args),
         expander,
         symbols: Symbolizer::with_names(opts.names),
+        unwinder: symbols::Unwinder::new(),
         log,
         trace,
     };
@@ -240,12 +241,18 @@ fn frame_text(symbols: &mut Symbolizer, mappings: &[symbols::Mapping], ip: u64) 
     }
 }
 
+/// The most frames a client's stack trace shows (Valgrind's
+/// `--num-callers` default).
+const NUM_CALLERS: usize = 12;
+
 /// Receives each exiting process's counts and writes its profile.
 struct CgSink<'a> {
     opts: &'a RunOptions,
     cmd: String,
     expander: Expander,
     symbols: Symbolizer,
+    /// For `VALGRIND_PRINTF_BACKTRACE`'s callers.
+    unwinder: symbols::Unwinder,
     log: Log,
     /// With `--tool=lackey`: where the processes' tools write the trace.
     trace: Option<::lackey::TraceOut>,
@@ -334,10 +341,33 @@ impl ProfileSink for CgSink<'_> {
         }
         let mappings: Vec<symbols::Mapping> =
             message.modules.iter().map(attribute::mapping).collect();
-        for (n, &ip) in message.backtrace.iter().enumerate() {
+        let mut frames = message.backtrace.to_vec();
+        if let Some(stack) = &message.stack {
+            let copy = symbols::StackCopy {
+                rip: stack.rip,
+                rsp: stack.rsp,
+                rbp: stack.rbp,
+                bytes: stack.bytes.to_vec(),
+            };
+            let callers = self.unwinder.callers(
+                &mut self.symbols,
+                &mappings,
+                &copy,
+                NUM_CALLERS.saturating_sub(frames.len()),
+            );
+            // Shown at the call, as Valgrind shows callers.
+            frames.extend(callers.iter().map(|ra| ra - 1));
+        }
+        for (n, &ip) in frames.iter().enumerate() {
             let at = if n == 0 { "at" } else { "by" };
             let frame = frame_text(&mut self.symbols, &mappings, ip);
             self.log.umsg(pid, &format!("   {at} 0x{ip:X}: {frame}"));
+            // Valgrind's stack traces end at main (--show-below-main=no),
+            // or at the first function below it if main was not seen.
+            let func = self.symbols.locate(&mappings, ip).func;
+            if &*func == "main" || &*func == "(below main)" {
+                break;
+            }
         }
     }
 

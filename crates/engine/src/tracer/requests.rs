@@ -17,7 +17,7 @@ use crate::clientreq::{self, Request, RequestTool, ToolRequest};
 use crate::space::Space;
 use crate::sys::Regs;
 use crate::translate::SyscallSite;
-use crate::{layout, vprintf, EngineError, Message, MessageKind};
+use crate::{layout, vprintf, EngineError, Message, MessageKind, ThreadStack};
 use events::ClientRequest;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -102,10 +102,21 @@ impl Tracer<'_> {
                     // The request's own frame: Valgrind shows the address
                     // after the magic sequence.
                     let frames = [site.guest_next];
+                    let bytes = if backtrace {
+                        stack_copy(&mut sp, regs.rsp)
+                    } else {
+                        Vec::new()
+                    };
                     let message = Message {
                         kind: MessageKind::Client,
                         text: &text,
                         backtrace: if backtrace { &frames } else { &[] },
+                        stack: backtrace.then_some(ThreadStack {
+                            rip: site.guest_next,
+                            rsp: regs.rsp,
+                            rbp: regs.rbp,
+                            bytes: &bytes,
+                        }),
                         modules: sp.module_records(),
                     };
                     self.sink.message(tgid, &message);
@@ -161,6 +172,7 @@ impl Tracer<'_> {
                         kind: MessageKind::User,
                         text: &text,
                         backtrace: &[],
+                        stack: None,
                         modules: &[],
                     },
                 );
@@ -178,8 +190,25 @@ impl Tracer<'_> {
                 kind: MessageKind::Debug,
                 text,
                 backtrace: &[],
+                stack: None,
                 modules: &[],
             },
         );
     }
+}
+
+/// How much of a thread's stack a backtrace request copies: Valgrind's
+/// twelve frames fit many times over.
+const STACK_COPY: u64 = 64 * 1024;
+
+/// The client's stack from `rsp` up, to [`STACK_COPY`] bytes or the end of
+/// the mapping that holds it (nothing if none does).
+fn stack_copy(sp: &mut Space, rsp: u64) -> Vec<u8> {
+    let end = sp
+        .mem()
+        .maps()
+        .ok()
+        .and_then(|maps| maps.into_iter().find(|m| m.start <= rsp && rsp < m.end))
+        .map_or(rsp, |m| m.end.min(rsp.saturating_add(STACK_COPY)));
+    sp.mem().read(rsp, (end - rsp) as usize).unwrap_or_default()
 }
