@@ -120,6 +120,32 @@ fn valgrind_printf_prints_and_returns_as_valgrind_does() {
     assert!(frame(&ours).starts_with("VALGRIND_PRINTF_BACKTRACE (valgrind.h:"));
 }
 
+#[test]
+fn non_simd_calls_run_the_function_natively_as_valgrind_does() {
+    require("valgrind");
+    require("gcc");
+    let dir = TempDir::new("clientreq-call");
+    let exe = build(&dir);
+    // Natively the requests return 0 and call nothing.
+    let n = native(dir.path(), exe.as_os_str(), &["call"], None);
+    assert_eq!(String::from_utf8_lossy(&n.stdout), "call 0 0 0 0 0 1234\n");
+    // Under both tools (same output asserted): each function gets the
+    // thread's number (1 for main, 2 for the second thread) and its
+    // arguments, its result comes back, registers survive; it runs
+    // uncounted, so the fixture's functions count alike.
+    let [(ours, _), (theirs, _)] = both(&dir, &exe, "call", &[]);
+    let mine = ir_per_function(&read_profile(&ours), "clientreq.c");
+    assert_eq!(mine, CgOut::read(&theirs).functions_in("clientreq.c"));
+    for f in ["call0", "call2", "call3"] {
+        assert!(!mine.contains_key(f), "{f} counted: {mine:?}");
+    }
+    let cs = under_cachescope(dir.path(), &[], exe.as_os_str(), &["call"], None);
+    assert_eq!(
+        String::from_utf8_lossy(&cs.stdout),
+        "call 1000 1006 3600 2000 4 1234\n"
+    );
+}
+
 /// The client lines and stack-trace lines of `stderr`, without pids and
 /// addresses (Valgrind loads programs at another base).
 fn traces(stderr: &str) -> Vec<String> {

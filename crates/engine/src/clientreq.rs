@@ -14,6 +14,9 @@ const RUNNING_ON_VALGRIND: u64 = 0x1001;
 const DISCARD_TRANSLATIONS: u64 = 0x1002;
 const COUNT_ERRORS: u64 = 0x1201;
 const STACK_REGISTER: u64 = 0x1501;
+/// `VALGRIND_NON_SIMD_CALL0` .. `3`: 0x1101 + the number of arguments.
+const CLIENT_CALL0: u64 = 0x1101;
+const CLIENT_CALL3: u64 = 0x1104;
 /// `VALGRIND_PRINTF` of old (Valgrind before 3.7): on x86-64 the `va_list`
 /// is passed by reference anyway.
 const PRINTF: u64 = 0x1401;
@@ -87,6 +90,15 @@ pub enum Request {
         va_list: u64,
         backtrace: bool,
     },
+    /// `VALGRIND_NON_SIMD_CALL0..3(func, args...)` (`arity` arguments):
+    /// `func(tid, args...)` runs natively, uninstrumented, and its result
+    /// is the answer (the arguments past the call's own are whatever the
+    /// block holds). A null `func` is only reported, as Valgrind does.
+    NonSimdCall {
+        func: u64,
+        arity: u64,
+        args: [u64; 3],
+    },
     /// Start or stop instrumentation (the run's tool's request).
     Instrumentation { on: bool },
     /// `CALLGRIND_DUMP_STATS_AT(reason)`: the string is the client's.
@@ -119,6 +131,11 @@ pub fn decode(args: &[u64; 6], config: &RequestConfig) -> Request {
             len: args[2],
         },
         COUNT_ERRORS => Request::CountErrors,
+        CLIENT_CALL0..=CLIENT_CALL3 => Request::NonSimdCall {
+            func: args[1],
+            arity: args[0] - CLIENT_CALL0,
+            args: [args[2], args[3], args[4]],
+        },
         STACK_REGISTER => Request::StackRegister,
         PRINTF | PRINTF_VALIST_BY_REF => Request::Printf {
             format: args[1],
@@ -172,6 +189,14 @@ mod tests {
             assert_eq!(
                 req(0x1002, tool),
                 Request::DiscardTranslations { addr: 11, len: 22 }
+            );
+            assert_eq!(
+                req(0x1102, tool),
+                Request::NonSimdCall {
+                    func: 11,
+                    arity: 1,
+                    args: [22, 0, 0]
+                }
             );
         }
     }

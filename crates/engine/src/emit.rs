@@ -560,6 +560,16 @@ impl Emitter {
         self.magic_syscall(nr);
     }
 
+    /// The return stub of native client calls (`VALGRIND_NON_SIMD_CALL`):
+    /// the function's result (RAX) into RDX, then the `MAGIC_CALL_RETURN`
+    /// exit.
+    pub fn call_return_stub() -> Vec<u8> {
+        let mut e = Emitter::new(0);
+        e.mov(Register::RDX, Register::RAX);
+        e.magic_syscall(layout::MAGIC_CALL_RETURN);
+        e.bytes
+    }
+
     /// The injection gadget: the injected `syscall` (set up in the
     /// registers), then its result into RDI and the `MAGIC_INJECT` exit.
     pub fn injection_gadget() -> Vec<u8> {

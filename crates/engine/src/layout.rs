@@ -78,6 +78,10 @@ pub const PATCH_GADGET: u64 = GADGET + 0x100;
 /// gadget), which translated code enters for that syscall (its byte in
 /// the interest table is [`SYSTAB_SIGRETURN`]).
 pub const SIGRETURN_STUB: u64 = GADGET + 0x400;
+/// Offset in the core region of the return stub of native client calls
+/// (`VALGRIND_NON_SIMD_CALL`): the called function returns there, and it
+/// exits with [`MAGIC_CALL_RETURN`], the result in RDX.
+pub const CALL_RETURN_STUB: u64 = GADGET + 0xc00;
 /// Interest-table byte of a syscall that runs natively.
 pub const SYSTAB_NATIVE: u8 = 0;
 /// Interest-table byte of a syscall the tool sees (a magic exit).
@@ -164,6 +168,8 @@ pub const MAGIC_REQUEST: u32 = MAGIC_LO + 5;
 /// (the block's guest address in `S_TARGET`). (`MAGIC_LO + 5` is the
 /// client requests'.)
 pub const MAGIC_SMC: u32 = MAGIC_LO + 6;
+/// Exit: a native client call returned (see [`CALL_RETURN_STUB`]).
+pub const MAGIC_CALL_RETURN: u32 = MAGIC_LO + 7;
 
 /// Size of one code-cache chunk (reserved address space; pages are only
 /// touched as they are used).

@@ -409,6 +409,14 @@ impl Space {
         }
     }
 
+    /// Publishes core-region code at `addr` under its own address: a
+    /// translated branch there (a `ret` to the return stub of a native
+    /// client call that a signal handler's return sent into translated
+    /// code) runs it as it is.
+    pub fn publish_core_stub(&mut self, addr: u64) {
+        self.lookups.publish(addr, addr, &mut *self.mem);
+    }
+
     /// A code-cache entry point for the client's signal handler `guest`:
     /// what the kernel is told to call. It enters the translation through
     /// the indirect-branch lookup.

@@ -99,8 +99,14 @@ impl Tracer<'_> {
         mem.write(core + layout::PATCH_GADGET, &Emitter::patch_gadget());
         let mut stub = Emitter::new(core + layout::SIGRETURN_STUB);
         stub.sigreturn_stub((core + layout::HTAB) as u32);
+        debug_assert!(layout::SIGRETURN_STUB + stub.bytes.len() as u64 <= layout::CALL_RETURN_STUB);
         mem.write(core + layout::SIGRETURN_STUB, &stub.bytes);
+        mem.write(
+            core + layout::CALL_RETURN_STUB,
+            &Emitter::call_return_stub(),
+        );
         let mut space = Space::new(Box::new(mem), core);
+        space.publish_core_stub(core + layout::CALL_RETURN_STUB);
         space.count_lookups = self.cfg.stats;
         // --instr-at-start=no: each new image starts uninstrumented.
         space.set_instrumented(self.cfg.requests.instr_at_start);

@@ -35,6 +35,9 @@ impl Tracer<'_> {
         if nr == layout::MAGIC_REQUEST {
             return self.on_request(tid, space, regs, &spills);
         }
+        if nr == layout::MAGIC_CALL_RETURN {
+            return self.end_native_call(tid, &regs);
+        }
         if nr == layout::MAGIC_SYSCALL {
             let sysno = spills.rax;
             if debug_enabled() {

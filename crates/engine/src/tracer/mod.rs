@@ -63,6 +63,9 @@ struct Tracer<'a> {
     /// the handler before anything else happens (see
     /// `deliver_pending_first`).
     stepped_signal: Option<i32>,
+    /// Threads running a native client call (`VALGRIND_NON_SIMD_CALL`):
+    /// their registers at the request, given back when it returns.
+    native_calls: HashMap<i32, Regs>,
 }
 
 /// Entry point behind [`crate::run`].
@@ -81,6 +84,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         outcome: None,
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
         stepped_signal: None,
+        native_calls: HashMap::new(),
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());

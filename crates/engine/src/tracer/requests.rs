@@ -50,6 +50,11 @@ impl Tracer<'_> {
                 u64::from_le_bytes(block[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
             });
             let request = clientreq::decode(&args, &self.cfg.requests);
+            if let Request::NonSimdCall { func, args, .. } = request {
+                if func != 0 {
+                    return self.start_native_call(tid, &space, regs, func, args);
+                }
+            }
             if let Some(result) = self.answer(tgid, &space, &regs, site, request) {
                 regs.rdx = result;
             }
@@ -64,6 +69,52 @@ impl Tracer<'_> {
             self.requeue_signals(tgid, inj);
         }
         set_regs(tid, &regs)?;
+        self.resume(tid, 0)
+    }
+
+    /// `VALGRIND_NON_SIMD_CALLn(func, args)` from thread `tid` (its
+    /// registers `regs`, ready to go on after the request): `func(thread
+    /// id, args...)` runs natively, as Valgrind runs it on the real CPU,
+    /// uninstrumented, on the thread's stack below the red zone, and
+    /// returns to the core's return stub, where
+    /// [`Tracer::end_native_call`] takes over.
+    fn start_native_call(
+        &mut self,
+        tid: i32,
+        space: &Rc<RefCell<Space>>,
+        regs: Regs,
+        func: u64,
+        args: [u64; 3],
+    ) -> Result<(), EngineError> {
+        let core = space.borrow().core;
+        // 16-byte aligned at the call, as a `call` leaves it.
+        let sp = ((regs.rsp - 128) & !15) - 8;
+        let stub = core + layout::CALL_RETURN_STUB;
+        space.borrow_mut().mem().write(sp, &stub.to_le_bytes());
+        let mut call = regs;
+        call.rsp = sp;
+        call.rip = func;
+        call.rdi = valgrind_thread_id(self.tasks.get(&tid).map_or(0, |t| t.area));
+        call.rsi = args[0];
+        call.rdx = args[1];
+        call.rcx = args[2];
+        call.rax = 0;
+        self.native_calls.insert(tid, regs);
+        set_regs(tid, &call)?;
+        self.resume(tid, 0)
+    }
+
+    /// The native call of thread `tid`, stopped at the return stub with
+    /// `regs`, returned: the thread goes on after its request with the
+    /// function's result in RDX, its other registers as they were.
+    pub(super) fn end_native_call(&mut self, tid: i32, regs: &Regs) -> Result<(), EngineError> {
+        let Some(mut back) = self.native_calls.remove(&tid) else {
+            return Err(EngineError(format!(
+                "thread {tid} reached the return of a native client call it did not make"
+            )));
+        };
+        back.rdx = regs.rdx;
+        set_regs(tid, &back)?;
         self.resume(tid, 0)
     }
 
@@ -82,6 +133,21 @@ impl Tracer<'_> {
         let tool_answer = (self.cfg.requests.tool == RequestTool::Callgrind).then_some(0);
         match request {
             Request::RunningOnValgrind => Some(1),
+            // A function is called by `on_request`; none, Valgrind says so.
+            Request::NonSimdCall { func, arity, .. } => {
+                let text = format!("VG_USERREQ__CLIENT_CALL{arity}: func={func:#x}");
+                self.sink.message(
+                    tgid,
+                    &Message {
+                        kind: MessageKind::Debug,
+                        text: &text,
+                        backtrace: &[],
+                        stack: None,
+                        modules: &[],
+                    },
+                );
+                None
+            }
             Request::CountErrors => Some(0),
             Request::StackRegister => Some(space.borrow_mut().new_stack_id()),
             Request::DiscardTranslations { addr, len } => {
@@ -211,4 +277,13 @@ fn stack_copy(sp: &mut Space, rsp: u64) -> Vec<u8> {
         .and_then(|maps| maps.into_iter().find(|m| m.start <= rsp && rsp < m.end))
         .map_or(rsp, |m| m.end.min(rsp.saturating_add(STACK_COPY)));
     sp.mem().read(rsp, (end - rsp) as usize).unwrap_or_default()
+}
+
+/// Valgrind's number for the thread whose area is `area`: 1 for the first
+/// thread, then in the order areas were mapped (an exited thread's number
+/// is reused, as Valgrind reuses its thread slots).
+fn valgrind_thread_id(area: u64) -> u64 {
+    area.checked_sub(layout::AREA_HINT)
+        .filter(|off| off % layout::AREA_SIZE == 0)
+        .map_or(1, |off| off / layout::AREA_SIZE + 1)
 }

@@ -220,6 +220,7 @@ impl Tracer<'_> {
     /// A thread exits: its counters join its process's, and the process's
     /// profile is reported if it was the last one.
     pub(super) fn on_thread_exit(&mut self, tid: i32) {
+        self.native_calls.remove(&tid);
         let Some(task) = self.tasks.remove(&tid) else {
             return;
         };
