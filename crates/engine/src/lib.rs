@@ -336,6 +336,19 @@ pub struct Message<'a> {
     pub modules: &'a [ModuleRecord],
 }
 
+impl<'a> Message<'a> {
+    /// A message of `kind` that is only `text`.
+    pub fn line(kind: MessageKind, text: &'a str) -> Self {
+        Message {
+            kind,
+            text,
+            backtrace: &[],
+            stack: None,
+            modules: &[],
+        }
+    }
+}
+
 /// A stopped thread's stack as a [`Message`] carries it: the registers
 /// unwinding starts from and a copy of the stack from RSP up.
 #[derive(Debug, Clone, Copy)]

@@ -135,16 +135,9 @@ impl Tracer<'_> {
             Request::RunningOnValgrind => Some(1),
             // A function is called by `on_request`; none, Valgrind says so.
             Request::NonSimdCall { func, arity, .. } => {
-                let text = format!("VG_USERREQ__CLIENT_CALL{arity}: func={func:#x}");
-                self.sink.message(
+                self.debug(
                     tgid,
-                    &Message {
-                        kind: MessageKind::Debug,
-                        text: &text,
-                        backtrace: &[],
-                        stack: None,
-                        modules: &[],
-                    },
+                    &format!("VG_USERREQ__CLIENT_CALL{arity}: func={func:#x}"),
                 );
                 None
             }
@@ -232,16 +225,8 @@ impl Tracer<'_> {
             }
             Request::UnknownCachegrind(code) => {
                 let text = format!("Warning: unknown cachegrind client request code {code:x}");
-                self.sink.message(
-                    tgid,
-                    &Message {
-                        kind: MessageKind::User,
-                        text: &text,
-                        backtrace: &[],
-                        stack: None,
-                        modules: &[],
-                    },
-                );
+                self.sink
+                    .message(tgid, &Message::line(MessageKind::User, &text));
                 None
             }
             Request::Default => None,
@@ -250,16 +235,8 @@ impl Tracer<'_> {
 
     /// A debug message (`--PID-- text`) from process `tgid`.
     fn debug(&mut self, tgid: i32, text: &str) {
-        self.sink.message(
-            tgid,
-            &Message {
-                kind: MessageKind::Debug,
-                text,
-                backtrace: &[],
-                stack: None,
-                modules: &[],
-            },
-        );
+        self.sink
+            .message(tgid, &Message::line(MessageKind::Debug, text));
     }
 }
 
