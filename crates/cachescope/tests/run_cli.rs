@@ -267,6 +267,8 @@ fn trace_children_profiles_exec_d_programs() {
     assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
     assert_eq!(r.stdout, b"hi there\n");
     assert!(files_with_prefix(&dir.0, "no.").is_empty());
+    // Nor a word on stderr: the tool let go of the process at its exec.
+    assert_eq!(r.stderr_text(), "");
     // With `yes`, the exec'd program is profiled under its own command line.
     let r = cs(
         &dir,

@@ -108,6 +108,7 @@ fn main() -> ExitCode {
     };
     match engine::run(&cfg, &mut Print) {
         Ok(engine::Outcome::Exited(c)) => ExitCode::from(c as u8),
+        Ok(engine::Outcome::Untraced) => ExitCode::SUCCESS,
         Ok(engine::Outcome::Signaled(s)) => {
             eprintln!("count: killed by signal {s}");
             ExitCode::from(128 + s as u8)

@@ -414,6 +414,10 @@ pub enum Outcome {
     Exited(i32),
     /// It was killed by this signal.
     Signaled(i32),
+    /// It went on natively in a program the run did not follow (an exec
+    /// without `trace_children`, or one the sink declined): its end is
+    /// its caller's to see, not the tool's.
+    Untraced,
 }
 
 /// Something that stops the engine from running the client, with a one-line

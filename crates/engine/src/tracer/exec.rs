@@ -15,7 +15,7 @@ use crate::layout::{self, CORE_CANDIDATES, CORE_SIZE};
 use crate::space::{Space, Tracing};
 use crate::sys::{self, WaitStatus};
 use crate::translate::TraceMode;
-use crate::EngineError;
+use crate::{EngineError, Outcome};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
@@ -41,6 +41,9 @@ impl Tracer<'_> {
         }
         if !follow {
             let _ = sys::detach(pid, 0);
+            if pid == self.main_pid {
+                self.outcome = Some(Outcome::Untraced);
+            }
             return Ok(());
         }
         self.take_over_exec(pid)
