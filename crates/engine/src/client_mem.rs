@@ -85,6 +85,9 @@ pub trait ClientMemory {
     /// tool works (then live writes wait for the patch gadget).
     fn set_multi(&mut self, multi: bool);
 
+    /// What [`ClientMemory::set_multi`] said last.
+    fn is_multi(&self) -> bool;
+
     /// The live writes that wait for the patch gadget, emptying the queue:
     /// the caller makes them with atomic stores after the plain ones.
     fn take_live(&mut self) -> Vec<LivePatch>;
@@ -311,6 +314,10 @@ impl ClientMemory for ProcMemory {
         self.queue.multi = multi;
     }
 
+    fn is_multi(&self) -> bool {
+        self.queue.multi
+    }
+
     fn take_live(&mut self) -> Vec<LivePatch> {
         self.queue.take_live()
     }
@@ -453,6 +460,10 @@ mod fake {
 
         fn set_multi(&mut self, multi: bool) {
             self.0.borrow_mut().multi = multi;
+        }
+
+        fn is_multi(&self) -> bool {
+            self.0.borrow().multi
         }
 
         fn take_live(&mut self) -> Vec<LivePatch> {

@@ -21,6 +21,9 @@ use super::Space;
 use crate::emit::Emitter;
 use crate::layout::MAX_BLOCK_GUEST_BYTES;
 
+/// The one-byte breakpoint a retired entry may become.
+const INT3: u8 = 0xcc;
+
 impl Space {
     /// The guest range `[start, end)` is being unmapped or remapped: drops
     /// the translations of code in it (see the module doc).
@@ -85,15 +88,25 @@ impl Space {
     /// inside it) and its first 8 bytes lie in one cache line, the jump goes
     /// in with the 3 bytes after it in one atomic 8-byte store, so a thread
     /// sees the old entry or the jump, never a mix. A checked block's entry
-    /// always qualifies (the translator places it so); another's may not,
-    /// and is written plainly.
+    /// always qualifies (the translator places it so). Another's, with other
+    /// threads about, gets an `int3` in its first byte instead (one byte:
+    /// a thread inside its first instructions runs on unharmed), and a
+    /// thread that enters it traps to the tool, which sends it on (see
+    /// [`Space::entry_trap`]). Alone, the client cannot see the jump being
+    /// written.
     fn retire(&mut self, guest: u64) {
         let body = self.blocks.retire(guest);
+        let word = self.entry_word(body);
+        if word.is_none() && self.mem.is_multi() {
+            self.mem.write(body, &[INT3]);
+            self.entry_traps.insert(body, guest);
+            return;
+        }
         let ci = self.cache.chunk_of(body);
         let stub = self.cache.exit_stub(ci, guest, &mut *self.mem);
         let mut e = Emitter::new(body);
         let field = e.jmp(stub);
-        match self.entry_word(body) {
+        match word {
             Some(mut word) => {
                 word[..5].copy_from_slice(&e.bytes);
                 self.mem.write_live(body, u64::from_le_bytes(word), 8);
@@ -101,6 +114,22 @@ impl Space {
             None => self.mem.write(body, &e.bytes),
         }
         self.links.wait(guest, field);
+    }
+
+    /// A thread trapped on the `int3` at the entry of the retired body
+    /// `body` (its RIP is past it): where it goes on, its registers being
+    /// the guest's as at any block entry (the current translation of the
+    /// block's guest address, or the exit stub that translates it).
+    /// `None` if `body` is no such entry.
+    pub fn entry_trap(&mut self, body: u64) -> Option<u64> {
+        let guest = *self.entry_traps.get(&body)?;
+        Some(match self.blocks.body(guest) {
+            Some(current) => current,
+            None => {
+                let ci = self.cache.chunk_of(body);
+                self.cache.exit_stub(ci, guest, &mut *self.mem)
+            }
+        })
     }
 
     /// The 8 bytes at `body` if one atomic store of them can replace its
@@ -309,6 +338,38 @@ mod tests {
             assert!(live.iter().any(|&(at, _, size)| at == body && size == 8));
             assert!(insns_at(&fake, body, 1)[0].starts_with("jmp "));
         }
+    }
+
+    #[test]
+    fn with_threads_about_a_short_entry_becomes_a_trap_that_leads_on() {
+        let (mut sp, fake) = fake_space();
+        // cmovz rax,rbx (reads ZF: the block's first instruction stays
+        // first, 4 bytes) ; add rax,1 ; ret
+        let code = [0x48, 0x0f, 0x44, 0xc3, 0x48, 0x83, 0xc0, 0x01, 0xc3];
+        load(&fake, LIB, &code, "/lib/cmov.so");
+        let body = sp.ensure(LIB, &mut mmap_as_asked).unwrap();
+        let before = fake.peek(body, 8);
+        assert!(
+            insns_at(&fake, body, 1)[0].starts_with("cmove "),
+            "{:?}",
+            insns_at(&fake, body, 3)
+        );
+        sp.mem().set_multi(true);
+        sp.invalidate(LIB, LIB + 0x1000);
+        // One byte changed, nothing else: a thread past it runs on.
+        let after = fake.peek(body, 8);
+        assert_eq!(after[0], 0xcc);
+        assert_eq!(after[1..], before[1..]);
+        // A thread that traps there goes to a stub that translates LIB,
+        // then, once it is translated again, to the new body.
+        let stub = sp.entry_trap(body).expect("a trap");
+        assert_eq!(sp.stub_target(stub_stop(stub)), Some(LIB));
+        let new = sp.ensure(LIB, &mut mmap_as_asked).unwrap();
+        assert_ne!(new, body);
+        assert_eq!(sp.entry_trap(body), Some(new));
+        assert_eq!(sp.entry_trap(new), None);
+        // Translating it again patched nothing into the old body.
+        assert_eq!(fake.peek(body, 8), after);
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub struct Space {
     /// Guest addresses of the instructions that raise SIGILL, by the host
     /// address of the `ud2` standing for each.
     sigills: HashMap<u64, u64>,
+    /// Retired bodies whose entry became an `int3` (see
+    /// `invalidate::retire`): their guest addresses, by body.
+    entry_traps: HashMap<u64, u64>,
     /// The guest instructions of translated code, by host address.
     sites: HostSites,
     /// Whether blocks are translated instrumented (counted or traced):
@@ -125,6 +128,7 @@ impl Space {
             syscalls: HashMap::default(),
             requests: HashMap::default(),
             sigills: HashMap::default(),
+            entry_traps: HashMap::default(),
             sites: HostSites::default(),
             instrumented: true,
             stack_ids: 0,
@@ -155,6 +159,7 @@ impl Space {
             syscalls: self.syscalls.clone(),
             requests: self.requests.clone(),
             sigills: self.sigills.clone(),
+            entry_traps: self.entry_traps.clone(),
             sites: self.sites.clone(),
             instrumented: self.instrumented,
             stack_ids: self.stack_ids,

@@ -85,6 +85,9 @@ impl Tracer<'_> {
         if !self.tasks.contains_key(&tid) {
             return self.resume(tid, sig);
         }
+        if sig == libc::SIGTRAP && self.left_retired_entry(tid)? {
+            return self.resume(tid, 0);
+        }
         if is_synchronous(sig) {
             self.place_fault(tid, sig)?;
         }
@@ -105,6 +108,22 @@ impl Tracer<'_> {
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig)?;
         Ok(())
+    }
+
+    /// Whether `tid` trapped on the `int3` of a retired block's entry
+    /// (see `Space::entry_trap`); if so it is sent on to the block's
+    /// current translation, and the trap is the tool's, not the client's.
+    fn left_retired_entry(&mut self, tid: i32) -> Result<bool, EngineError> {
+        let Some(space) = self.space_of(tid) else {
+            return Ok(false);
+        };
+        let mut regs = get_regs(tid)?;
+        let Some(dest) = space.borrow_mut().entry_trap(regs.rip.wrapping_sub(1)) else {
+            return Ok(false);
+        };
+        regs.rip = dest;
+        set_regs(tid, &regs)?;
+        Ok(true)
     }
 
     /// Whether the delivery of `sig` to `tid` runs a handler the client
