@@ -66,6 +66,9 @@ struct Tracer<'a> {
     /// Threads running a native client call (`VALGRIND_NON_SIMD_CALL`):
     /// their registers at the request, given back when it returns.
     native_calls: HashMap<i32, Regs>,
+    /// Reports taken from the kernel and not handled yet, oldest first
+    /// (see [`Tracer::queue_reports`]).
+    reports: std::collections::VecDeque<WaitStatus>,
 }
 
 /// Entry point behind [`crate::run`].
@@ -85,6 +88,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
         stepped_signal: None,
         native_calls: HashMap::new(),
+        reports: std::collections::VecDeque::new(),
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());
@@ -100,12 +104,39 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
 impl Tracer<'_> {
     fn event_loop(&mut self) -> Result<(), EngineError> {
         loop {
-            let st = match sys::wait_any() {
-                Ok(st) => st,
-                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok(()),
-                Err(e) => return Err(os_err("waitpid", e)),
+            let st = match self.reports.pop_front() {
+                Some(st) => st,
+                None => match sys::wait_any() {
+                    Ok(st) => {
+                        self.queue_reports()?;
+                        st
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok(()),
+                    Err(e) => return Err(os_err("waitpid", e)),
+                },
             };
             self.handle(st)?;
+        }
+    }
+
+    /// Takes every report already there into the queue of reports to
+    /// handle: each task stopped now is handled once before any is handled
+    /// again. (`waitpid(-1)` scans the newest tasks first: threads that
+    /// stop again as soon as they are resumed, a busy loop filling its
+    /// trace buffer, starved an older thread's stop for minutes.)
+    fn queue_reports(&mut self) -> Result<(), EngineError> {
+        while let Some(st) = poll_kernel()? {
+            self.reports.push_back(st);
+        }
+        Ok(())
+    }
+
+    /// The next report to handle if one is there: queued first, then the
+    /// kernel's.
+    pub(super) fn poll_report(&mut self) -> Result<Option<WaitStatus>, EngineError> {
+        match self.reports.pop_front() {
+            Some(st) => Ok(Some(st)),
+            None => poll_kernel(),
         }
     }
 
@@ -235,6 +266,15 @@ impl Tracer<'_> {
                 }
             }
         }
+    }
+}
+
+/// A report of any traced task if the kernel has one (none, too, when no
+/// task is left to report).
+fn poll_kernel() -> Result<Option<WaitStatus>, EngineError> {
+    match sys::poll_any() {
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => Ok(None),
+        other => other.map_err(|e| os_err("waitpid", e)),
     }
 }
 

@@ -536,7 +536,7 @@ impl Tracer<'_> {
         self.stepped_signal = Some(sig);
         let started = std::time::Instant::now();
         let result = (|| loop {
-            while let Some(st) = sys::poll_any().map_err(|e| os_err("waitpid", e))? {
+            while let Some(st) = self.poll_report()? {
                 self.handle(st)?;
             }
             if started.elapsed() >= PENDING_WAIT || !self.pending_elsewhere(tgid, tid, sig) {
@@ -545,7 +545,7 @@ impl Tracer<'_> {
             std::thread::yield_now();
         })()
         .and_then(|()| {
-            while let Some(st) = sys::poll_any().map_err(|e| os_err("waitpid", e))? {
+            while let Some(st) = self.poll_report()? {
                 self.handle(st)?;
             }
             Ok(())
