@@ -104,8 +104,11 @@ pub(crate) enum Msg {
 
 /// Record buffers circulating between the tracer and the consumer: the
 /// client waits when all are with the consumer (memory stays bounded, 2 MiB
-/// each); other messages (block metadata) never wait behind the simulation.
-const IN_FLIGHT: usize = 8;
+/// each, up to 3 MiB with the slack); other messages (block metadata) never
+/// wait behind the simulation. Four: when the consumer keeps up, one or two
+/// are in use; when it does not, more buffers only hold more memory (eight
+/// put bzip2's peak RSS above Cachegrind's, at the same speed).
+const IN_FLIGHT: usize = 4;
 
 /// The circulating record buffers. The tracer takes one per flush (and
 /// waits if none is free); the consumer gives it back once decoded

@@ -16,6 +16,7 @@
 //!   same line number is merged into it, whatever its file (a Valgrind
 //!   quirk that shows as an inlined header line counted in its caller).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -95,7 +96,10 @@ impl LineData {
         } else {
             RunTimeEndian::Big
         };
-        let mut owned: HashMap<&'static str, Vec<u8>> = HashMap::new();
+        // Borrowed from the object's read cache where it can be: a copy of
+        // each section would double what a big library's DWARF costs
+        // (libpython's five sections are 12 MB) while its lines are read.
+        let mut sections: HashMap<&'static str, Cow<'_, [u8]>> = HashMap::new();
         for id in [
             ".debug_info",
             ".debug_abbrev",
@@ -106,9 +110,8 @@ impl LineData {
             let data = obj
                 .section_by_name(id)
                 .and_then(|s| s.uncompressed_data().ok())
-                .map(|c| c.into_owned())
                 .unwrap_or_default();
-            owned.insert(id, data);
+            sections.insert(id, data);
         }
         let mut builder = Builder {
             in_code,
@@ -117,7 +120,7 @@ impl LineData {
             file_ids: HashMap::new(),
         };
         // Malformed DWARF just yields fewer lines (Valgrind also carries on).
-        let _ = builder.read_all(&owned, endian);
+        let _ = builder.read_all(&sections, endian);
         builder.finish()
     }
 }
@@ -142,7 +145,7 @@ impl Builder<'_> {
 
     fn read_all(
         &mut self,
-        sections: &HashMap<&'static str, Vec<u8>>,
+        sections: &HashMap<&'static str, Cow<'_, [u8]>>,
         endian: RunTimeEndian,
     ) -> gimli::Result<()> {
         let sect = |id: &str| EndianSlice::new(&sections[id][..], endian);
