@@ -2,7 +2,7 @@
 //! branch models on it, and charges every event to the instruction that
 //! caused it in a [`CostTable`].
 
-use cachesim::{BranchPredictor, CacheSim, Outcome};
+use cachesim::{BranchPredictor, CacheConfig, CacheSim, Outcome};
 use events::{AccessKind, BlockId, BlockInfo, Needs, Record, Tool};
 
 use crate::set::{Event, EventCounts, EventSet};
@@ -325,12 +325,16 @@ pub struct CachegrindTool {
     /// The block entered last and how many of its instructions have been
     /// fetched since: fetches inside it need no address lookup.
     in_block: Option<(usize, usize)>,
+    /// I1, D1 and LL as simulated (what the profile's `desc:` lines say),
+    /// kept apart from the model, which [`end`](Self::end) frees.
+    geometry: Option<[CacheConfig; 3]>,
 }
 
 impl CachegrindTool {
     /// A tool that simulates `caches` (cold) if given, and the branch
     /// predictor if `branch_sim`; Ir is always counted.
     pub fn new(caches: Option<CacheSim>, branch_sim: bool) -> CachegrindTool {
+        let geometry = caches.as_ref().map(|c| [c.i1(), c.d1(), c.ll()]);
         let sim = BlockSim::new(caches, branch_sim, false);
         let set = sim.events();
         CachegrindTool {
@@ -339,6 +343,7 @@ impl CachegrindTool {
             sim,
             current: None,
             in_block: None,
+            geometry,
         }
     }
 
@@ -365,6 +370,17 @@ impl CachegrindTool {
         }
     }
 
+    /// The run is over: adds what [`finish`](Self::finish) adds, then
+    /// frees the model (cache tags, predictor state, block plans), keeping
+    /// the costs and the geometry the profile names. The attribution that
+    /// follows allocates about as much again, and with the model still
+    /// held the two made the run's peak memory (a 256 MB LL alone has
+    /// 32 MiB of tags). Block runs after it are not simulated.
+    pub fn end(&mut self) {
+        self.finish();
+        self.sim = BlockSim::new(None, false, self.sim.modify_as_write);
+    }
+
     /// The events collected.
     pub fn events(&self) -> EventSet {
         self.table.events()
@@ -384,11 +400,11 @@ impl CachegrindTool {
     /// simulated caches, as Cachegrind describes them) and its columns.
     pub fn new_profile(&self, cmd: &str) -> profile::Profile {
         let mut p = self.events().new_profile(cmd);
-        if let Some(sim) = &self.sim.caches {
+        if let Some([i1, d1, ll]) = &self.geometry {
             p.desc = vec![
-                format!("I1 cache:         {}", sim.i1().desc()),
-                format!("D1 cache:         {}", sim.d1().desc()),
-                format!("LL cache:         {}", sim.ll().desc()),
+                format!("I1 cache:         {}", i1.desc()),
+                format!("D1 cache:         {}", d1.desc()),
+                format!("LL cache:         {}", ll.desc()),
             ];
         }
         p

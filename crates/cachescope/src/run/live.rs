@@ -67,9 +67,9 @@ pub fn finished<T: 'static>(tool: engine::FinishedTool) -> Option<T> {
 }
 
 /// The finished Cachegrind tool of a process, its pending block runs
-/// added.
+/// added and its model freed.
 pub fn finished_cachegrind(tool: engine::FinishedTool) -> Option<CachegrindTool> {
     let mut t = finished::<CachegrindTool>(tool)?;
-    t.finish();
+    t.end();
     Some(t)
 }
