@@ -43,6 +43,9 @@
 #                         --cache-sim=no (bench/sim.sh sets it).
 #        BENCH_TOOL=callgrind  run --tool=callgrind under both instead of
 #                         cachegrind (bench/sim.sh's last pass).
+#        BENCH_RESULTS=path  also write the rows (tab-separated: workload,
+#                         wall native/valgrind/cachescope, peak RSS KB of
+#                         each, Ir and profiles of each tool, status) there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 measure=$PWD/bench/measure.py
@@ -513,6 +516,7 @@ BEGIN {
         ir($10, $11), dir($8, $10), $12)
 }' "$work/results"
 echo "(Ir: summed over all profiles of the last run, number of profiles in brackets)"
+[[ -z ${BENCH_RESULTS:-} ]] || cp "$work/results" "$BENCH_RESULTS"
 
 if awk -F'\t' '$12 != "ok" { bad = 1 } END { exit !bad }' "$work/results"; then
     echo "engine.sh: some workloads MISMATCH or FAILED (see above)" >&2
