@@ -289,3 +289,36 @@ fn trace_children_profiles_exec_d_programs() {
     assert_eq!(o.cmd, "/bin/echo hi there");
     assert!(o.summary > 1000);
 }
+
+/// `--stats=yes` reports the engine's figures after the tool's summary, even
+/// with -q, whichever the tool; in trace mode also how many bytes of records
+/// the tool got and where their time went (reading them, the tool's work,
+/// the client waiting for the tool).
+#[test]
+fn stats_report_the_engine_and_in_trace_mode_the_records() {
+    let dir = TempDir::new("stats");
+    for (args, traced) in [
+        (&["--cache-sim=no"][..], false),
+        (&["--cache-sim=yes"][..], true),
+        (&["--tool=callgrind"][..], true),
+    ] {
+        let mut all = vec!["-q", "--stats=yes", "--cachegrind-out-file=/dev/null"];
+        if args[0] == "--tool=callgrind" {
+            all[2] = "--callgrind-out-file=/dev/null";
+        }
+        all.extend_from_slice(args);
+        all.push("true");
+        let r = cs(&dir, &all);
+        assert_eq!(r.end, End::Code(0), "{args:?}");
+        let err = r.stderr_text();
+        assert!(err.contains("engine: translated "), "{args:?}: {err}");
+        let trace = err.lines().find_map(|l| {
+            let rest = l.split_once("engine: trace: ")?.1;
+            rest.split_once(" MB")?.0.parse::<f64>().ok()
+        });
+        match trace {
+            Some(mb) => assert!(traced && mb > 0.0, "{args:?}: {err}"),
+            None => assert!(!traced, "{args:?}: no trace line in {err}"),
+        }
+    }
+}

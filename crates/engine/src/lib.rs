@@ -186,6 +186,19 @@ pub struct EngineStats {
     pub code_cache_bytes: u64,
     /// Code-cache chunks mapped.
     pub code_cache_chunks: u64,
+    /// Whether blocks wrote records for a tool (trace mode): the trace
+    /// figures below are reported then.
+    pub tracing: bool,
+    /// Record bytes handed to the tool.
+    pub trace_bytes: u64,
+    /// Time the tracer spent reading records out of the client.
+    pub trace_read_time: std::time::Duration,
+    /// Time the tracer (and so the client thread at a buffer's flush)
+    /// waited for the tool to give a record buffer back: the tool not
+    /// keeping up.
+    pub trace_wait_time: std::time::Duration,
+    /// Time the tool's thread spent on this process's records.
+    pub tool_time: std::time::Duration,
 }
 
 /// An executable mapping of the client, recorded when code in it was first
@@ -264,6 +277,17 @@ impl EngineStats {
                 self.code_cache_bytes, self.code_cache_chunks
             ),
         ]
+        .into_iter()
+        .chain(self.tracing.then(|| {
+            format!(
+                "engine: trace: {:.1} MB of records, read in {:.3} s; the tool took {:.3} s of them, the client waited {:.3} s for it",
+                self.trace_bytes as f64 / f64::from(1 << 20),
+                self.trace_read_time.as_secs_f64(),
+                self.tool_time.as_secs_f64(),
+                self.trace_wait_time.as_secs_f64()
+            )
+        }))
+        .collect()
     }
 }
 

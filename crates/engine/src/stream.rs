@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A tool the engine feeds from trace buffers: one per process.
 pub trait StreamTool: events::Tool + Send {
@@ -93,10 +94,11 @@ pub(crate) enum Msg {
     ThreadEnd { key: u64, thread: u64 },
     /// A forked child's process starts from a copy of its parent's.
     Fork { parent: u64, child: u64 },
-    /// A process ended: its tool, please.
+    /// A process ended: its tool, please, and the time spent on its
+    /// records.
     Finish {
         key: u64,
-        reply: Sender<Option<Box<dyn StreamTool>>>,
+        reply: Sender<Option<(Box<dyn StreamTool>, Duration)>>,
     },
     /// A process image went away without a profile (exec).
     Discard { key: u64 },
@@ -270,8 +272,9 @@ impl StreamLink {
         }
     }
 
-    /// The process ended: its tool, once every record before is consumed.
-    pub fn finish(&self) -> Option<Box<dyn StreamTool>> {
+    /// The process ended: its tool, once every record before is consumed,
+    /// and the time the consumer spent on the process's records.
+    pub fn finish(&self) -> Option<(Box<dyn StreamTool>, Duration)> {
         let (reply, answer) = channel();
         self.send(Msg::Finish {
             key: self.key,
@@ -352,6 +355,8 @@ impl Entry {
 struct Proc {
     tool: Box<dyn StreamTool>,
     decoder: Decoder,
+    /// Time spent decoding its records (`--stats=yes`).
+    busy: Duration,
 }
 
 impl Proc {
@@ -364,6 +369,7 @@ impl Proc {
                 blocks: Vec::new(),
                 last: HashMap::new(),
             },
+            busy: Duration::ZERO,
         }
     }
 }
@@ -388,7 +394,9 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
             }
             Msg::Records { key, thread, words } => {
                 if let Some(p) = procs.get_mut(&key) {
+                    let started = Instant::now();
                     p.tool.decode(&mut p.decoder, thread, &words);
+                    p.busy += started.elapsed();
                 }
                 pool.give(words);
             }
@@ -424,12 +432,13 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
                             blocks: p.decoder.blocks.clone(),
                             last: HashMap::new(),
                         },
+                        busy: Duration::ZERO,
                     };
                     procs.insert(child, copy);
                 }
             }
             Msg::Finish { key, reply } => {
-                let _ = reply.send(procs.remove(&key).map(|p| p.tool));
+                let _ = reply.send(procs.remove(&key).map(|p| (p.tool, p.busy)));
             }
             Msg::Discard { key } => {
                 procs.remove(&key);

@@ -308,6 +308,7 @@ impl CgSink<'_> {
                 self.log.umsg(pid, &l);
             }
         }
+        self.stats(&proc_profile);
     }
 
     /// Writes one `callgrind.out` file, or says why it could not.

@@ -26,13 +26,17 @@ impl Space {
         // thread's were handed over as it exited); its tool has the counts.
         let tool = self.tracing.as_ref().map(|t| t.link.finish());
         if let Some(tool) = tool {
+            let busy = tool.as_ref().map(|(_, busy)| *busy).unwrap_or_default();
             return ProcessProfile {
                 pid,
-                stats: self.count_lookups.then(|| self.stats_at_exit()),
+                stats: self.count_lookups.then(|| EngineStats {
+                    tool_time: busy,
+                    ..self.stats_at_exit()
+                }),
                 instr_counts: InstrCounts::default(),
                 modules: self.modules.records().to_vec(),
                 unmapped: Vec::new(),
-                tool: tool.map(crate::FinishedTool),
+                tool: tool.map(|(tool, _)| crate::FinishedTool(tool)),
             };
         }
         let counts = self.areas.counts(&mut *self.mem);

@@ -9,6 +9,7 @@ use crate::translate::{FlushSite, TraceMode};
 use crate::{EngineError, ModuleRecord};
 use events::CodeOrigin;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What an address space in trace mode keeps.
 #[derive(Clone)]
@@ -69,6 +70,7 @@ impl Space {
     /// Trace mode: blocks translated from now on write records.
     pub fn set_tracing(&mut self, tracing: Tracing) {
         self.tracing = Some(tracing);
+        self.stats.tracing = true;
     }
 
     /// The process image goes away without a profile (exec): its tool
@@ -108,7 +110,9 @@ impl Space {
                 "trace buffer of thread area {area:#x} is corrupt (write pointer {ptr:#x})"
             )));
         }
+        let asked = Instant::now();
         let mut words = t.link.buffer(((ptr - start) / 8) as usize);
+        let got = Instant::now();
         if let Err(e) = self
             .mem
             .read_into(start, bytemuck::cast_slice_mut(&mut words))
@@ -117,6 +121,9 @@ impl Space {
             t.link.recycle(words);
             return Err(e);
         }
+        self.stats.trace_wait_time += got - asked;
+        self.stats.trace_read_time += got.elapsed();
+        self.stats.trace_bytes += 8 * words.len() as u64;
         Ok(words)
     }
 
