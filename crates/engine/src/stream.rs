@@ -293,29 +293,49 @@ impl StreamLink {
 /// metadata of its blocks and each thread's last block.
 pub struct Decoder {
     needs: Needs,
-    /// Per block id.
-    blocks: Vec<Entry>,
+    /// Per block id, what every record needs: its length and kind, packed
+    /// in one word ([`Shape`]). Four bytes per block keep the array in the
+    /// cache where a whole entry per block (56 bytes: 5 MB for a python
+    /// run's 91,000 blocks) made its load the consumer's costliest stall.
+    shapes: Vec<u32>,
+    /// Per block id, its metadata (for tools and rep string blocks).
+    metas: Vec<Option<Arc<BlockMeta>>>,
+    /// Per block id, where it starts and the branch its successor resolves:
+    /// read only when branches are simulated.
+    flows: Vec<Flow>,
     /// Per thread: the block it ran last (whose branch the next resolves).
     last: HashMap<u64, u32>,
 }
 
-/// What decoding needs of a block, by id, in one dense array: the decoder
-/// reads this per record instead of the block's metadata (a separate
-/// allocation each, whose loads were a third of the decoder's time).
-#[derive(Clone, Default)]
-struct Entry {
-    /// Words per record; 0 for an id no block has.
-    words: u32,
-    /// Whether the record's last word is the stack pointer.
-    sp: bool,
-    /// Whether it is a rep string instruction's block.
-    rep: bool,
-    /// Where the block starts (the branch before it went there).
+/// The bits of a block's shape word: the record's length in words below
+/// `SP`; 0 for an id no block has.
+struct Shape;
+
+impl Shape {
+    /// The record's last word is the stack pointer.
+    const SP: u32 = 1 << 31;
+    /// A rep string instruction's block.
+    const REP: u32 = 1 << 30;
+    /// Words per record.
+    const WORDS: u32 = Shape::REP - 1;
+
+    fn of(meta: &BlockMeta) -> u32 {
+        debug_assert!(
+            meta.words > 0 && meta.words <= Shape::WORDS,
+            "record length"
+        );
+        meta.words
+            | if meta.sp { Shape::SP } else { 0 }
+            | if meta.rep.is_some() { Shape::REP } else { 0 }
+    }
+}
+
+/// Where a block starts (the branch before it went there) and what its
+/// last instruction's outcome becomes.
+#[derive(Clone, Copy, Default)]
+struct Flow {
     start: u64,
-    /// What its last instruction's outcome becomes.
     branch: Branch,
-    /// The metadata, for tools and rep string blocks.
-    meta: Option<Arc<BlockMeta>>,
 }
 
 /// The branch record a block's successor resolves.
@@ -330,8 +350,8 @@ enum Branch {
     Indirect { pc: u64 },
 }
 
-impl Entry {
-    fn of(meta: BlockMeta) -> Entry {
+impl Flow {
+    fn of(meta: &BlockMeta) -> Flow {
         let pc = meta.info.instrs().last().map(|i| i.addr);
         let branch = match (pc, meta.info.terminator()) {
             (Some(pc), Terminator::CondJump { target }) => Branch::Cond { pc, target },
@@ -340,13 +360,45 @@ impl Entry {
             }
             _ => Branch::None,
         };
-        Entry {
-            words: meta.words,
-            sp: meta.sp,
-            rep: meta.rep.is_some(),
+        Flow {
             start: meta.info.start(),
             branch,
-            meta: Some(Arc::new(meta)),
+        }
+    }
+}
+
+impl Decoder {
+    fn new(needs: Needs) -> Decoder {
+        Decoder {
+            needs,
+            shapes: Vec::new(),
+            metas: Vec::new(),
+            flows: Vec::new(),
+            last: HashMap::new(),
+        }
+    }
+
+    /// Block `meta.id` was translated.
+    fn add(&mut self, meta: BlockMeta) {
+        let id = meta.id as usize;
+        if self.shapes.len() <= id {
+            self.shapes.resize(id + 1, 0);
+            self.metas.resize(id + 1, None);
+            self.flows.resize(id + 1, Flow::default());
+        }
+        self.shapes[id] = Shape::of(&meta);
+        self.flows[id] = Flow::of(&meta);
+        self.metas[id] = Some(Arc::new(meta));
+    }
+
+    /// A forked child's decoder: the same blocks, no thread's last one.
+    fn fork(&self) -> Decoder {
+        Decoder {
+            needs: self.needs,
+            shapes: self.shapes.clone(),
+            metas: self.metas.clone(),
+            flows: self.flows.clone(),
+            last: HashMap::new(),
         }
     }
 }
@@ -364,11 +416,7 @@ impl Proc {
         let needs = tool.needs();
         Proc {
             tool,
-            decoder: Decoder {
-                needs,
-                blocks: Vec::new(),
-                last: HashMap::new(),
-            },
+            decoder: Decoder::new(needs),
             busy: Duration::ZERO,
         }
     }
@@ -383,13 +431,8 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
             }
             Msg::Block { key, meta } => {
                 if let Some(p) = procs.get_mut(&key) {
-                    let id = meta.id as usize;
                     p.tool.block(BlockId(meta.id), &meta.info);
-                    let blocks = &mut p.decoder.blocks;
-                    if blocks.len() <= id {
-                        blocks.resize(id + 1, Entry::default());
-                    }
-                    blocks[id] = Entry::of(*meta);
+                    p.decoder.add(*meta);
                 }
             }
             Msg::Records { key, thread, words } => {
@@ -427,11 +470,7 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
                 if let Some(p) = procs.get(&parent) {
                     let copy = Proc {
                         tool: p.tool.fork(),
-                        decoder: Decoder {
-                            needs: p.decoder.needs,
-                            blocks: p.decoder.blocks.clone(),
-                            last: HashMap::new(),
-                        },
+                        decoder: p.decoder.fork(),
                         busy: Duration::ZERO,
                     };
                     procs.insert(child, copy);
@@ -452,7 +491,9 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
 fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u64, words: &[u64]) {
     let Decoder {
         needs,
-        blocks,
+        shapes,
+        metas,
+        flows,
         last: lasts,
     } = decoder;
     let branches = needs.cond_branches || needs.indirect_targets;
@@ -476,31 +517,24 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
             i += 1;
             continue;
         }
-        let Some(Entry {
-            words: n,
-            sp,
-            rep,
-            start,
-            meta: Some(meta),
-            ..
-        }) = blocks.get(id as usize)
+        let (Some(&shape), Some(Some(meta))) = (shapes.get(id as usize), metas.get(id as usize))
         else {
             // Not a record start: the rest cannot be decoded.
             debug_assert!(false, "unknown block id {id} in a trace buffer");
             break;
         };
-        let n = *n as usize;
+        let n = (shape & Shape::WORDS) as usize;
         let Some(addrs) = words.get(i + 1..i + n) else {
             break;
         };
         if branches {
-            if let Some(prev) = last.and_then(|l| blocks.get(l as usize)) {
-                resolve(tool, prev.branch, *start);
+            if let Some(prev) = last.and_then(|l| flows.get(l as usize)) {
+                resolve(tool, prev.branch, flows[id as usize].start);
             }
         }
-        if *rep {
+        if shape & Shape::REP != 0 {
             rep_run(tool, meta, addrs, branches);
-        } else if *sp {
+        } else if shape & Shape::SP != 0 {
             let (sp, addrs) = addrs.split_last().expect("a stack pointer word");
             tool.block_run(BlockId(id), &meta.info, addrs);
             tool.stack_pointer(*sp);
