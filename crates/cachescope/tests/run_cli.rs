@@ -298,17 +298,11 @@ fn trace_children_profiles_exec_d_programs() {
 fn stats_report_the_engine_and_in_trace_mode_the_records() {
     let dir = TempDir::new("stats");
     for (args, traced) in [
-        (&["--cache-sim=no"][..], false),
-        (&["--cache-sim=yes"][..], true),
-        (&["--tool=callgrind"][..], true),
+        (["--cache-sim=no", "--cachegrind-out-file=/dev/null"], false),
+        (["--cache-sim=yes", "--cachegrind-out-file=/dev/null"], true),
+        (["--tool=callgrind", "--callgrind-out-file=/dev/null"], true),
     ] {
-        let mut all = vec!["-q", "--stats=yes", "--cachegrind-out-file=/dev/null"];
-        if args[0] == "--tool=callgrind" {
-            all[2] = "--callgrind-out-file=/dev/null";
-        }
-        all.extend_from_slice(args);
-        all.push("true");
-        let r = cs(&dir, &all);
+        let r = cs(&dir, &["-q", "--stats=yes", args[0], args[1], "true"]);
         assert_eq!(r.end, End::Code(0), "{args:?}");
         let err = r.stderr_text();
         assert!(err.contains("engine: translated "), "{args:?}: {err}");

@@ -186,17 +186,22 @@ pub struct EngineStats {
     pub code_cache_bytes: u64,
     /// Code-cache chunks mapped.
     pub code_cache_chunks: u64,
-    /// Whether blocks wrote records for a tool (trace mode): the trace
-    /// figures below are reported then.
-    pub tracing: bool,
+    /// Trace mode (blocks wrote records for a tool): where the records'
+    /// time went.
+    pub trace: Option<TraceStats>,
+}
+
+/// The records of one process in trace mode (`--stats=yes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TraceStats {
     /// Record bytes handed to the tool.
-    pub trace_bytes: u64,
+    pub bytes: u64,
     /// Time the tracer spent reading records out of the client.
-    pub trace_read_time: std::time::Duration,
+    pub read_time: std::time::Duration,
     /// Time the tracer (and so the client thread at a buffer's flush)
     /// waited for the tool to give a record buffer back: the tool not
     /// keeping up.
-    pub trace_wait_time: std::time::Duration,
+    pub wait_time: std::time::Duration,
     /// Time the tool's thread spent on this process's records.
     pub tool_time: std::time::Duration,
 }
@@ -278,13 +283,13 @@ impl EngineStats {
             ),
         ]
         .into_iter()
-        .chain(self.tracing.then(|| {
+        .chain(self.trace.map(|t| {
             format!(
                 "engine: trace: {:.1} MB of records, read in {:.3} s; the tool took {:.3} s of them, the client waited {:.3} s for it",
-                self.trace_bytes as f64 / f64::from(1 << 20),
-                self.trace_read_time.as_secs_f64(),
-                self.tool_time.as_secs_f64(),
-                self.trace_wait_time.as_secs_f64()
+                t.bytes as f64 / f64::from(1 << 20),
+                t.read_time.as_secs_f64(),
+                t.tool_time.as_secs_f64(),
+                t.wait_time.as_secs_f64()
             )
         }))
         .collect()

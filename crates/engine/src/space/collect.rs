@@ -6,7 +6,7 @@
 use super::blocks::Block;
 use super::Space;
 use crate::layout::CHUNK_SIZE;
-use crate::{EngineStats, InstrCounts, ProcessProfile, UnmappedCode};
+use crate::{EngineStats, InstrCounts, ProcessProfile, TraceStats, UnmappedCode};
 use rustc_hash::FxHashMap as HashMap;
 
 impl Space {
@@ -24,13 +24,13 @@ impl Space {
         }
         // Trace mode: every thread's records are with the consumer (each
         // thread's were handed over as it exited); its tool has the counts.
-        let tool = self.tracing.as_ref().map(|t| t.link.finish());
-        if let Some(tool) = tool {
-            let busy = tool.as_ref().map(|(_, busy)| *busy).unwrap_or_default();
+        let traced = self.tracing.as_ref().map(|t| (t.link.finish(), t.stats));
+        if let Some((tool, trace)) = traced {
+            let tool_time = tool.as_ref().map(|(_, busy)| *busy).unwrap_or_default();
             return ProcessProfile {
                 pid,
                 stats: self.count_lookups.then(|| EngineStats {
-                    tool_time: busy,
+                    trace: Some(TraceStats { tool_time, ..trace }),
                     ..self.stats_at_exit()
                 }),
                 instr_counts: InstrCounts::default(),

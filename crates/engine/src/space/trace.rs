@@ -6,7 +6,7 @@ use super::Space;
 use crate::layout::{AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BYTES, TRACE_SLACK};
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
-use crate::{EngineError, ModuleRecord};
+use crate::{EngineError, ModuleRecord, TraceStats};
 use events::CodeOrigin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,6 +27,9 @@ pub(crate) struct Tracing {
     /// Per module record (by index): the origin its blocks' metadata
     /// names, made once.
     pub origins: Vec<Option<Arc<CodeOrigin>>>,
+    /// The records handed over so far and the tracer's time on them
+    /// (`--stats=yes`; the tool's time is added at the end).
+    pub stats: TraceStats,
 }
 
 impl Tracing {
@@ -39,6 +42,7 @@ impl Tracing {
             next_site: 0,
             sites: Vec::new(),
             origins: Vec::new(),
+            stats: TraceStats::default(),
         }
     }
 
@@ -70,7 +74,6 @@ impl Space {
     /// Trace mode: blocks translated from now on write records.
     pub fn set_tracing(&mut self, tracing: Tracing) {
         self.tracing = Some(tracing);
-        self.stats.tracing = true;
     }
 
     /// The process image goes away without a profile (exec): its tool
@@ -100,7 +103,7 @@ impl Space {
     /// Everything in the trace buffer of `area`, read in one go into a
     /// recycled buffer.
     fn buffered(&mut self, area: u64) -> Result<Vec<u64>, EngineError> {
-        let Some(t) = &self.tracing else {
+        let Some(t) = &mut self.tracing else {
             return Ok(Vec::new());
         };
         let start = area + AREA_TRACE;
@@ -121,9 +124,9 @@ impl Space {
             t.link.recycle(words);
             return Err(e);
         }
-        self.stats.trace_wait_time += got - asked;
-        self.stats.trace_read_time += got.elapsed();
-        self.stats.trace_bytes += 8 * words.len() as u64;
+        t.stats.wait_time += got - asked;
+        t.stats.read_time += got.elapsed();
+        t.stats.bytes += 8 * words.len() as u64;
         Ok(words)
     }
 
