@@ -1201,6 +1201,7 @@ impl Tool for CallTool {
             cond_branches: branch,
             indirect_targets: branch,
             calls_returns: true,
+            mru_filter: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! caused it in a [`CostTable`].
 
 use cachesim::{BranchPredictor, CacheConfig, CacheSim, Outcome};
-use events::{AccessKind, BlockId, BlockInfo, Needs, Record, Tool};
+use events::{AccessKind, BlockId, BlockInfo, KeptAccess, MruFilter, Needs, Record, Tool};
 
 use crate::set::{Event, EventCounts, EventSet};
 use crate::table::CostTable;
@@ -230,7 +230,17 @@ impl BlockSim {
         } else if !repeat {
             // Long blocks (or a producer giving too few addresses): each
             // fetch where it comes.
-            interleaved(sim, fetches, data, addrs, None, cols.instr, out);
+            let steps = addrs.iter().copied().enumerate().take(data.len());
+            interleaved(
+                sim,
+                fetches,
+                data,
+                steps,
+                addrs.len(),
+                None,
+                cols.instr,
+                out,
+            );
             plan.i1_changes = sim.i1_changes();
             return Some(last);
         }
@@ -239,9 +249,113 @@ impl BlockSim {
                 d.run(sim, addr, out);
             }
         } else {
-            interleaved(sim, fetches, data, addrs, Some(missed), cols.instr, out);
+            let steps = addrs.iter().copied().enumerate().take(data.len());
+            interleaved(
+                sim,
+                fetches,
+                data,
+                steps,
+                addrs.len(),
+                Some(missed),
+                cols.instr,
+                out,
+            );
         }
         Some(last)
+    }
+
+    /// Simulates one execution of block `id` whose data references went
+    /// through [`BlockSim::mru_filter`]: `kept` holds the
+    /// [`KeptAccess`] words of the references left, in order (the others
+    /// hit the most recently used line of their D1 set and change
+    /// nothing). Charges as [`run`](Self::run) does; returns what
+    /// `run_plan` returns.
+    #[inline(always)]
+    fn run_kept_plan(
+        &mut self,
+        id: BlockId,
+        kept: &[u64],
+        out: &mut impl Charge,
+    ) -> Option<Option<(usize, u64)>> {
+        let plan = self.blocks.get_mut(id.0 as usize)?;
+        let last = plan.last();
+        plan.runs += 1;
+        let Some(sim) = &mut self.caches else {
+            return Some(last);
+        };
+        let repeat = (plan.repeats_free && self.last_run == Some(id.0))
+            || (plan.distinct_sets && plan.i1_changes == sim.i1_changes());
+        self.last_run = Some(id.0);
+        let cols = self.cols;
+        let fetches = plan.fetches.of(&self.fetch_ops);
+        let data = plan.data.of(&self.data_ops);
+        let steps = kept.iter().map(|&w| {
+            let k = KeptAccess(w);
+            (k.operand(), k.addr())
+        });
+        let mut missed = 0u64;
+        if !repeat && fetches.len() <= 64 {
+            for (k, f) in fetches.iter().enumerate() {
+                missed |= u64::from(sim.i1_is_miss(f.addr, u32::from(f.len))) << k;
+            }
+            plan.i1_changes = sim.i1_changes();
+        } else if !repeat {
+            interleaved(sim, fetches, data, steps, data.len(), None, cols.instr, out);
+            plan.i1_changes = sim.i1_changes();
+            return Some(last);
+        }
+        if missed == 0 {
+            for (op, addr) in steps {
+                if let Some(d) = data.get(op) {
+                    d.run(sim, addr, out);
+                }
+            }
+        } else {
+            interleaved(
+                sim,
+                fetches,
+                data,
+                steps,
+                data.len(),
+                Some(missed),
+                cols.instr,
+                out,
+            );
+        }
+        Some(last)
+    }
+
+    /// Kept references (see [`run_kept_plan`](Self::run_kept_plan)) of an
+    /// execution of block `id` resumed after a signal handler: the
+    /// block's fetches were simulated when it started.
+    pub fn kept_accesses(&mut self, id: BlockId, kept: &[u64], out: &mut impl Charge) {
+        let (Some(plan), Some(sim)) = (self.blocks.get(id.0 as usize), &mut self.caches) else {
+            return;
+        };
+        let data = plan.data.of(&self.data_ops);
+        for &w in kept {
+            let k = KeptAccess(w);
+            if let Some(d) = data.get(k.operand()) {
+                d.run(sim, k.addr(), out);
+            }
+        }
+    }
+
+    /// The filter a producer may apply to the data references it delivers
+    /// (see [`events::MruFilter`]): D1's geometry when the caches are
+    /// simulated and all three have one line size (then no access is
+    /// capped below a line, and an access within one D1 line is within
+    /// one LL line).
+    pub fn mru_filter(&self) -> Option<MruFilter> {
+        let sim = self.caches.as_ref()?;
+        let (i1, d1, ll) = (sim.i1(), sim.d1(), sim.ll());
+        if i1.line_size != d1.line_size || ll.line_size != d1.line_size {
+            return None;
+        }
+        Some(MruFilter {
+            line_bits: d1.line_size.trailing_zeros() as u8,
+            set_bits: d1.sets().trailing_zeros() as u8,
+        })
     }
 
     /// One instruction fetch outside a described block's run (a trace's
@@ -487,28 +601,34 @@ impl DataOp {
 }
 
 /// A block execution with each fetch's LL access in its place among the
-/// data accesses: `missed` has bit k set if fetch k missed I1 (already
-/// simulated), or is `None` when I1 is still to be simulated here too.
-/// Fetch misses go to the columns after `instr` (Ir). Stops at the first
-/// data access without an address.
+/// data accesses: `steps` are the data accesses made, each the index of
+/// its operand in `data` and its address, in order (all of them, or those
+/// an MRU filter kept); `missed` has bit k set if fetch k missed I1
+/// (already simulated), or is `None` when I1 is still to be simulated here
+/// too. Fetch misses go to the columns after `instr` (Ir). Stops at the
+/// first fetch that follows more than `available` operands (a producer
+/// that gave too few addresses).
+#[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn interleaved(
     sim: &mut CacheSim,
     fetches: &[FetchOp],
     data: &[DataOp],
-    addrs: &[u64],
+    steps: impl Iterator<Item = (usize, u64)>,
+    available: usize,
     missed: Option<u64>,
     instr: usize,
     out: &mut impl Charge,
 ) {
-    let mut steps = data.iter().zip(addrs);
-    let mut done = 0;
+    let mut steps = steps.peekable();
     for (k, f) in fetches.iter().enumerate() {
-        for (d, &addr) in steps.by_ref().take(usize::from(f.data_before) - done) {
-            d.run(sim, addr, out);
-            done += 1;
+        let before = usize::from(f.data_before);
+        while let Some((op, addr)) = steps.next_if(|&(op, _)| op < before) {
+            if let Some(d) = data.get(op) {
+                d.run(sim, addr, out);
+            }
         }
-        if done < usize::from(f.data_before) {
+        if before > available {
             return;
         }
         let len = u32::from(f.len);
@@ -524,8 +644,10 @@ fn interleaved(
             }
         }
     }
-    for (d, &addr) in steps {
-        d.run(sim, addr, out);
+    for (op, addr) in steps {
+        if let Some(d) = data.get(op) {
+            d.run(sim, addr, out);
+        }
     }
 }
 
@@ -718,6 +840,7 @@ impl Tool for CachegrindTool {
             cond_branches: branch,
             indirect_targets: branch,
             calls_returns: false,
+            mru_filter: self.sim.mru_filter(),
         }
     }
 
@@ -737,6 +860,27 @@ impl Tool for CachegrindTool {
         match self.sim.run_plan(id, addrs, &mut self.table) {
             Some(last) => self.current = last,
             None => self.undescribed_run(id, info, addrs),
+        }
+    }
+
+    #[inline(always)]
+    fn block_run_kept(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
+        self.in_block = None;
+        match self.sim.run_kept_plan(id, kept, &mut self.table) {
+            Some(last) => self.current = last,
+            None => {
+                let mut records = Vec::new();
+                events::expand_kept_run(id, info, kept, &mut records);
+                self.records(&records);
+            }
+        }
+    }
+
+    fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
+        if self.sim.described(id) {
+            self.sim.kept_accesses(id, kept, &mut self.table);
+        } else {
+            self.records(&events::kept_records(info, kept));
         }
     }
 
@@ -1043,6 +1187,116 @@ mod tests {
         assert_eq!(rows(&fast), rows(&slow));
         assert!(fast.totals().get(Event::D1mr) > 100);
         assert!(fast.totals().get(Event::I1mr) > 100);
+    }
+
+    /// What a producer applying the tool's MRU filter delivers of one run's
+    /// addresses: per D1 set it remembers the line referenced last, and
+    /// keeps the references that straddle lines (by address) or find
+    /// another line on top (by their line's start).
+    fn kept(filter: MruFilter, last: &mut [u64], b: &BlockInfo, addrs: &[u64]) -> Vec<u64> {
+        let sizes = (0..b.instrs().len()).flat_map(|n| b.mem_operands(n).iter().map(|m| m.size));
+        let mut kept = Vec::new();
+        for (op, (&addr, size)) in addrs.iter().zip(sizes).enumerate() {
+            let line = addr >> filter.line_bits;
+            let end = (addr + u64::from(size) - 1) >> filter.line_bits;
+            let set = |l: u64| (l & ((1 << filter.set_bits) - 1)) as usize;
+            if line != end {
+                kept.push(KeptAccess::new(op, addr).0);
+                last[set(line)] = line;
+                last[set(end)] = end;
+            } else if last[set(line)] != line {
+                kept.push(KeptAccess::new(op, line << filter.line_bits).0);
+                last[set(line)] = line;
+            }
+        }
+        kept
+    }
+
+    #[test]
+    fn filtered_runs_equal_full_runs() {
+        let small = || {
+            CacheSim::new(
+                CacheConfig::new(256, 2, 64),
+                CacheConfig::new(512, 2, 64),
+                CacheConfig::new(2048, 4, 64),
+            )
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let kinds = [AccessKind::Read, AccessKind::Write, AccessKind::Modify];
+        let mut blocks = Vec::new();
+        let mut at = 0x40_1000u64;
+        for n in 0..30 {
+            let mut b = BlockInfo::new(at, Terminator::FallThrough);
+            let count = if n < 2 { 100 } else { 1 + rand(12) };
+            for _ in 0..count {
+                let len = 1 + rand(15) as u8;
+                let ops: Vec<MemOperand> = (0..rand(3))
+                    .map(|_| MemOperand {
+                        size: [1, 2, 4, 8, 16, 32][rand(6) as usize],
+                        kind: kinds[rand(3) as usize],
+                    })
+                    .collect();
+                b.push(at, len, &ops);
+                at += u64::from(len);
+            }
+            at += rand(300);
+            blocks.push(b);
+        }
+        let mut full = CachegrindTool::new(Some(small()), false);
+        let mut filtered = CachegrindTool::new(Some(small()), false);
+        let filter = filtered.needs().mru_filter.expect("one line size");
+        assert_eq!((filter.line_bits, filter.set_bits), (6, 2));
+        for (n, b) in blocks.iter().enumerate() {
+            full.block(BlockId(n as u32), b);
+            filtered.block(BlockId(n as u32), b);
+        }
+        let mut last = vec![0u64; 4];
+        let (mut refs, mut delivered) = (0, 0);
+        for _ in 0..20_000 {
+            let n = rand(blocks.len() as u64) as usize;
+            let b = &blocks[n];
+            // Mostly four lines, one per set, so that many references find
+            // theirs on top; some further away, which miss.
+            let addrs: Vec<u64> = (0..b.mem_count())
+                .map(|_| 0x60_0000 + if rand(8) == 0 { rand(8192) } else { rand(256) })
+                .collect();
+            full.block_run(BlockId(n as u32), b, &addrs);
+            let kept = kept(filter, &mut last, b, &addrs);
+            filtered.block_run_kept(BlockId(n as u32), b, &kept);
+            refs += addrs.len();
+            delivered += kept.len();
+        }
+        assert!(delivered < refs * 3 / 4, "{delivered} of {refs}");
+        full.finish();
+        filtered.finish();
+        let rows = |t: &CachegrindTool| {
+            let t = t.table();
+            let mut v: Vec<(u64, Vec<u64>)> = (0..t.len())
+                .map(|s| (t.addr(s), t.row(s).to_vec()))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(rows(&full), rows(&filtered));
+        assert!(full.totals().get(Event::D1mr) > 100);
+        assert!(full.totals().get(Event::DLmr) > 10);
+        // Different line sizes: no filter (an access within a D1 line may
+        // straddle two of a shorter LL line, or be capped below a line).
+        let mixed = CachegrindTool::new(
+            Some(CacheSim::new(
+                CacheConfig::new(128, 2, 32),
+                CacheConfig::new(512, 2, 64),
+                CacheConfig::new(2048, 4, 64),
+            )),
+            false,
+        );
+        assert_eq!(mixed.needs().mru_filter, None);
     }
 
     #[test]

@@ -308,6 +308,70 @@ pub struct Needs {
     /// themselves are the terminators of the blocks run; trace readers
     /// may also deliver [`Record::Call`] and [`Record::Return`].
     pub calls_returns: bool,
+    /// With [`Needs::data_refs`]: the producer may leave out the data
+    /// references that hit the most recently used line of their set in a
+    /// cache of this geometry, and deliver the rest as [`KeptAccess`]
+    /// words through [`Tool::block_run_kept`] (see [`MruFilter`]).
+    pub mru_filter: Option<MruFilter>,
+}
+
+/// The geometry of a true-LRU cache whose most-recently-used hits a
+/// producer may leave out of the data references it delivers
+/// ([`Needs::mru_filter`]).
+///
+/// Exact: the most recently used line of a set is the line referenced last
+/// in it, hit or miss, so a producer that remembers per set the last line
+/// its own references touched knows which references find their line on
+/// top; such a reference hits and reorders nothing. A tool that runs every
+/// delivered reference through the same cache (in order) ends in the same
+/// state with the same misses. Accesses that straddle two lines are
+/// always delivered. Hits left out are still counted by the tool (Dr and
+/// Dw follow from the block's operands and its runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MruFilter {
+    /// log2 of the line size.
+    pub line_bits: u8,
+    /// log2 of the number of sets.
+    pub set_bits: u8,
+}
+
+/// A data reference kept by an [`MruFilter`]: one 8-byte word holding the
+/// index of the memory operand among the block's ([`BlockInfo`] order) plus
+/// one in its top 16 bits, and the address in the low 48 (user addresses
+/// on x86-64 fit). A reference that does not straddle lines may carry the
+/// start of its line instead of its address: the filter's cache, and any
+/// cache with the same line size, sees the same line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptAccess(pub u64);
+
+impl KeptAccess {
+    /// Bits of the address.
+    const ADDR_BITS: u32 = 48;
+
+    /// The word for operand `operand` of its block at `addr`.
+    pub fn new(operand: usize, addr: u64) -> KeptAccess {
+        debug_assert!(operand < 0xffff, "operands per block fit 16 bits");
+        KeptAccess((operand as u64 + 1) << Self::ADDR_BITS | addr & ((1 << Self::ADDR_BITS) - 1))
+    }
+
+    /// Whether `word` of a record is a kept access (block ids and markers
+    /// have their top 16 bits clear).
+    #[inline(always)]
+    pub fn is_kept(word: u64) -> bool {
+        word >> Self::ADDR_BITS != 0
+    }
+
+    /// Which of the block's memory operands it is.
+    #[inline(always)]
+    pub fn operand(self) -> usize {
+        (self.0 >> Self::ADDR_BITS) as usize - 1
+    }
+
+    /// Its address (or its line's).
+    #[inline(always)]
+    pub fn addr(self) -> u64 {
+        self.0 & ((1 << Self::ADDR_BITS) - 1)
+    }
 }
 
 impl Needs {
@@ -319,6 +383,7 @@ impl Needs {
         cond_branches: false,
         indirect_targets: false,
         calls_returns: false,
+        mru_filter: None,
     };
 
     /// Whether any records are needed (otherwise counting alone serves).
@@ -334,6 +399,12 @@ impl Needs {
             cond_branches: self.cond_branches || o.cond_branches,
             indirect_targets: self.indirect_targets || o.indirect_targets,
             calls_returns: self.calls_returns || o.calls_returns,
+            // Only a filter both would apply: one tool's hits are the other's
+            // references otherwise.
+            mru_filter: match (self.mru_filter, o.mru_filter) {
+                (Some(a), Some(b)) if a == b => Some(a),
+                _ => None,
+            },
         }
     }
 }
@@ -413,6 +484,27 @@ pub trait Tool {
         self.records(&records);
     }
 
+    /// One execution of block `id` whose data references went through the
+    /// tool's [`Needs::mru_filter`]: `kept` holds the [`KeptAccess`] words
+    /// of those delivered, in execution order (the rest were hits on their
+    /// set's most recently used line). More of the same execution's may
+    /// follow through [`Tool::kept_accesses`] when a signal handler
+    /// interrupted it. The default hands the instruction fetches and the
+    /// kept references to [`Tool::records`].
+    fn block_run_kept(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
+        let mut records = Vec::with_capacity(1 + info.instrs().len() + kept.len());
+        expand_kept_run(id, info, kept, &mut records);
+        self.records(&records);
+    }
+
+    /// Kept references (see [`Tool::block_run_kept`]) of an execution of
+    /// block `id` that was interrupted by a signal handler and has just
+    /// resumed. The default hands them to [`Tool::records`].
+    fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
+        let _ = id;
+        self.records(&kept_records(info, kept));
+    }
+
     /// The records and block runs that follow are thread `thread`'s (a
     /// producer-chosen number, reused only after [`Tool::thread_end`]).
     /// Delivered when [`Needs::calls_returns`]; the default ignores it.
@@ -483,6 +575,44 @@ pub fn expand_block_run(id: BlockId, info: &BlockInfo, addrs: &[u64], out: &mut 
     }
 }
 
+/// The records one filtered execution of a block stands for (see
+/// [`Tool::block_run_kept`]): the block, each instruction's fetch and, after
+/// it, its kept data references.
+pub fn expand_kept_run(id: BlockId, info: &BlockInfo, kept: &[u64], out: &mut Vec<Record>) {
+    out.push(Record::Block(id));
+    let mut kept = kept.iter().map(|&w| KeptAccess(w)).peekable();
+    let mut operands = 0;
+    for (n, i) in info.instrs().iter().enumerate() {
+        out.push(Record::Instr(InstrFetch {
+            addr: i.addr,
+            len: u32::from(i.len),
+        }));
+        operands += info.mem_operands(n).len();
+        while let Some(k) = kept.next_if(|k| k.operand() < operands) {
+            out.extend(kept_record(info, k));
+        }
+    }
+}
+
+/// The data records of kept references `kept` of a block described by
+/// `info` (words naming no operand of it are left out).
+pub fn kept_records(info: &BlockInfo, kept: &[u64]) -> Vec<Record> {
+    kept.iter()
+        .filter_map(|&w| kept_record(info, KeptAccess(w)))
+        .collect()
+}
+
+/// The data record of kept reference `k` of a block (`None` if the block
+/// has no such operand).
+fn kept_record(info: &BlockInfo, k: KeptAccess) -> Option<Record> {
+    let m = info.mem.get(k.operand())?;
+    Some(Record::Data(DataRef {
+        addr: k.addr(),
+        size: m.size,
+        kind: m.kind,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,6 +675,17 @@ mod tests {
         let both = cache.union(branch);
         assert!(both.any() && both.data_refs && both.indirect_targets);
         assert!(!both.calls_returns);
+        // A filter stays only if both tools apply the same one.
+        let f = MruFilter {
+            line_bits: 6,
+            set_bits: 6,
+        };
+        let filtered = Needs {
+            mru_filter: Some(f),
+            ..cache
+        };
+        assert_eq!(filtered.union(filtered).mru_filter, Some(f));
+        assert_eq!(filtered.union(cache).mru_filter, None);
     }
 
     /// A tool that keeps what it is given, as a consumer would.
@@ -564,6 +705,50 @@ mod tests {
         fn record(&mut self, record: Record) {
             self.seen.push(record);
         }
+    }
+
+    #[test]
+    fn a_kept_access_word_holds_the_operand_and_the_address() {
+        let k = KeptAccess::new(2, 0x7ffd_1234_5678);
+        assert!(KeptAccess::is_kept(k.0));
+        assert_eq!((k.operand(), k.addr()), (2, 0x7ffd_1234_5678));
+        // Block ids and the tracer's markers are never kept accesses.
+        assert!(!KeptAccess::is_kept(u64::from(u32::MAX)));
+        assert!(!KeptAccess::is_kept(0));
+    }
+
+    #[test]
+    fn a_filtered_run_puts_each_kept_reference_after_its_instruction() {
+        let b = sample_block();
+        let mut t = Recorder::default();
+        // Operands 0 (the first instruction's load) and 2 (the third's
+        // second operand) were kept; operand 1 hit its set's top line.
+        let kept = [KeptAccess::new(0, 0x40).0, KeptAccess::new(2, 0x80).0];
+        t.block_run_kept(BlockId(3), &b, &kept);
+        let shape: Vec<String> = t
+            .seen
+            .iter()
+            .map(|r| match r {
+                Record::Block(id) => format!("B{}", id.0),
+                Record::Instr(f) => format!("I{:x}", f.addr),
+                Record::Data(d) => format!("D{:x}/{}", d.addr, d.size),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            ["B3", "I1000", "D40/8", "I1004", "I1007", "D80/8", "I100c"]
+        );
+        t.seen.clear();
+        t.kept_accesses(BlockId(3), &b, &[KeptAccess::new(1, 0xc0).0]);
+        assert!(matches!(
+            t.seen[..],
+            [Record::Data(DataRef {
+                addr: 0xc0,
+                size: 4,
+                kind: AccessKind::Modify
+            })]
+        ));
     }
 
     #[test]
