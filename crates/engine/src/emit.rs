@@ -11,7 +11,7 @@ mod signals;
 mod smc;
 mod trace;
 
-pub use trace::FlagsAt;
+pub use trace::{FlagsAt, KeptPath, MruGeometry};
 
 use crate::layout;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
@@ -239,6 +239,11 @@ impl Emitter {
     /// `jrcxz l`.
     pub fn jrcxz(&mut self, l: Label) {
         self.branch_to(&[0xe3], 1, l);
+    }
+
+    /// `jcc rel32` with condition code `cc` (0..16) to `l`.
+    pub fn jcc_label(&mut self, cc: u8, l: Label) {
+        self.branch_to(&[0x0f, 0x80 | cc], 4, l);
     }
 
     /// `jmp short l`.

@@ -144,6 +144,13 @@ pub const S_TRACE_LIMIT: u32 = 0x120;
 pub const S_VECTOR_SCRATCH: u32 = 0x140;
 /// Offset in a thread area of its trace buffer.
 pub const AREA_TRACE: u64 = 16 << 20;
+/// Offset in a thread area of the filtered trace mode's table of the line
+/// each D1 set referenced last (8 bytes per set, [`MRU_MAX_SETS`] at most;
+/// zero, like a cold cache's tags, until referenced). Below the trace
+/// buffer, where counting mode's counters would be: trace mode has none.
+pub const AREA_MRU: u64 = AREA_TRACE - (MRU_MAX_SETS << 3);
+/// Most D1 sets the filtered trace mode keeps a line for (1 MiB of table).
+pub const MRU_MAX_SETS: u64 = 1 << 17;
 /// Bytes of trace buffer before its limit.
 pub const TRACE_BYTES: u64 = 2 << 20;
 /// Room after the limit: a record starting just before the limit fits,

@@ -24,7 +24,9 @@
 
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::translate::{BlockMeta, REP_WORDS};
-use events::{BlockId, CondBranch, InstrFetch, Needs, Record, SignalEvent, Terminator, Transfer};
+use events::{
+    BlockId, CondBranch, InstrFetch, KeptAccess, Needs, Record, SignalEvent, Terminator, Transfer,
+};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -305,6 +307,10 @@ pub struct Decoder {
     flows: Vec<Flow>,
     /// Per thread: the block it ran last (whose branch the next resolves).
     last: HashMap<u64, u32>,
+    /// Per thread, filtered records: the blocks signal handlers interrupted
+    /// (innermost last), whose kept accesses resume after the handler's
+    /// `rt_sigreturn` marker.
+    interrupted: HashMap<u64, Vec<u32>>,
 }
 
 /// The bits of a block's shape word: the record's length in words below
@@ -316,8 +322,10 @@ impl Shape {
     const SP: u32 = 1 << 31;
     /// A rep string instruction's block.
     const REP: u32 = 1 << 30;
-    /// Words per record.
-    const WORDS: u32 = Shape::REP - 1;
+    /// A filtered record: the id, then the kept accesses.
+    const KEPT: u32 = 1 << 29;
+    /// Words per record (the id alone for a filtered one).
+    const WORDS: u32 = Shape::KEPT - 1;
 
     fn of(meta: &BlockMeta) -> u32 {
         debug_assert!(
@@ -327,6 +335,7 @@ impl Shape {
         meta.words
             | if meta.sp { Shape::SP } else { 0 }
             | if meta.rep.is_some() { Shape::REP } else { 0 }
+            | if meta.kept { Shape::KEPT } else { 0 }
     }
 }
 
@@ -375,6 +384,7 @@ impl Decoder {
             metas: Vec::new(),
             flows: Vec::new(),
             last: HashMap::new(),
+            interrupted: HashMap::new(),
         }
     }
 
@@ -399,6 +409,7 @@ impl Decoder {
             metas: self.metas.clone(),
             flows: self.flows.clone(),
             last: HashMap::new(),
+            interrupted: HashMap::new(),
         }
     }
 }
@@ -461,6 +472,7 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
             Msg::ThreadEnd { key, thread } => {
                 if let Some(p) = procs.get_mut(&key) {
                     p.decoder.last.remove(&thread);
+                    p.decoder.interrupted.remove(&thread);
                     if p.decoder.needs.calls_returns {
                         p.tool.thread_end(thread);
                     }
@@ -495,6 +507,7 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
         metas,
         flows,
         last: lasts,
+        interrupted,
     } = decoder;
     let branches = needs.cond_branches || needs.indirect_targets;
     let calls = needs.calls_returns;
@@ -502,17 +515,38 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
         tool.thread(thread);
     }
     let mut last = lasts.get(&thread).copied();
+    // Filtered records: the block whose kept accesses follow (the last
+    // one run, or an interrupted one resumed).
+    let mut running = last;
     let mut i = 0;
     while i < words.len() {
-        let id = words[i] as u32;
+        let word = words[i];
+        if KeptAccess::is_kept(word) {
+            // Kept accesses of an interrupted block, resumed after its
+            // handler (a block's own follow its id, below).
+            let n = kept_run(&words[i..]);
+            if let Some(Some(meta)) = running.and_then(|id| metas.get(id as usize)) {
+                tool.kept_accesses(BlockId(meta.id), &meta.info, &words[i..i + n]);
+            }
+            i += n;
+            continue;
+        }
+        let id = word as u32;
         if id >= MARK_SIGRETURN {
             // A marker the tracer wrote at a signal stop: the handler's
             // first block is no branch target of the block before.
-            tool.signal(if id == MARK_SIGNAL {
-                SignalEvent::Delivered
+            let stack = interrupted.entry(thread).or_default();
+            if id == MARK_SIGNAL {
+                // Handlers left by longjmp never return: keep a few.
+                if stack.len() >= 64 {
+                    stack.remove(0);
+                }
+                stack.extend(running);
+                tool.signal(SignalEvent::Delivered);
             } else {
-                SignalEvent::Returned
-            });
+                running = stack.pop();
+                tool.signal(SignalEvent::Returned);
+            }
             last = None;
             i += 1;
             continue;
@@ -532,7 +566,11 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
                 resolve(tool, prev.branch, flows[id as usize].start);
             }
         }
-        if shape & Shape::REP != 0 {
+        if shape & Shape::KEPT != 0 {
+            let kept = kept_run(&words[i + 1..]);
+            tool.block_run_kept(BlockId(id), &meta.info, &words[i + 1..i + 1 + kept]);
+            i += kept;
+        } else if shape & Shape::REP != 0 {
             rep_run(tool, meta, addrs, branches);
         } else if shape & Shape::SP != 0 {
             let (sp, addrs) = addrs.split_last().expect("a stack pointer word");
@@ -542,12 +580,22 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
             tool.block_run(BlockId(id), &meta.info, addrs);
         }
         last = Some(id);
+        running = last;
         i += n;
     }
     match last {
         Some(l) => lasts.insert(thread, l),
         None => lasts.remove(&thread),
     };
+}
+
+/// How many words at the start of `words` are kept accesses.
+#[inline(always)]
+fn kept_run(words: &[u64]) -> usize {
+    words
+        .iter()
+        .position(|&w| !KeptAccess::is_kept(w))
+        .unwrap_or(words.len())
 }
 
 /// The branch that ended the previous block (`branch`) went to `next`:
@@ -692,6 +740,7 @@ mod tests {
             info,
             words: REP_WORDS,
             sp: false,
+            kept: false,
             rep: Some(RepString {
                 cond,
                 step: 1,
@@ -717,6 +766,50 @@ mod tests {
         let mut seen = Seen::default();
         rep_run(&mut seen, &meta, &words, true);
         seen
+    }
+
+    /// Filtered records: each block's kept accesses follow its id; those
+    /// of a block a signal handler interrupted resume after the handler's
+    /// `rt_sigreturn` marker.
+    #[test]
+    fn kept_accesses_follow_their_block_and_resume_after_a_handler() {
+        let load = MemOperand {
+            size: 8,
+            kind: events::AccessKind::Read,
+        };
+        let mut decoder = Decoder::new(Needs::COUNTING);
+        let mut two = BlockInfo::new(0x1000, Terminator::FallThrough);
+        two.push(0x1000, 4, &[load, load]);
+        let mut none = BlockInfo::new(0x2000, Terminator::FallThrough);
+        none.push(0x2000, 2, &[]);
+        for (id, info, kept) in [(0, two, true), (1, none, false)] {
+            decoder.add(BlockMeta {
+                id,
+                info,
+                words: 1,
+                sp: false,
+                kept,
+                rep: None,
+            });
+        }
+        let k = |operand, addr| KeptAccess::new(operand, addr).0;
+        let words = [
+            0,
+            k(1, 0x40),
+            1,
+            0,
+            k(0, 0x80),
+            u64::from(MARK_SIGNAL),
+            1,
+            u64::from(MARK_SIGRETURN),
+            k(1, 0xc0),
+            0,
+        ];
+        let mut seen = Seen::default();
+        decode(&mut seen, &mut decoder, 9, &words);
+        assert_eq!(seen.fetches, 5, "five block runs");
+        assert_eq!(seen.data, [0x40, 0x80, 0xc0]);
+        assert!(decoder.interrupted[&9].is_empty());
     }
 
     /// Cachegrind's branch records (spec §3): `rep movsb` with n = 3 makes

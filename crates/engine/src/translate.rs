@@ -28,7 +28,7 @@ mod traced;
 
 #[cfg(test)]
 pub(crate) use traced::RepString;
-pub use traced::{BlockMeta, FlushSite, TraceMode, REP_WORDS};
+pub use traced::{filter_geometry, BlockMeta, FlushSite, TraceMode, REP_WORDS};
 
 use crate::emit::{Emitter, GPR64};
 use crate::layout::{self, MAX_BLOCK_INSNS};
@@ -973,6 +973,7 @@ mod tests {
         Some(TraceMode {
             data: true,
             sp: false,
+            filter: None,
         }),
     ];
 
@@ -1270,6 +1271,7 @@ mod tests {
                 Some(TraceMode {
                     data: true,
                     sp: false,
+                    filter: None,
                 })
             }
             fn alloc_block_id(&mut self) -> u32 {

@@ -36,6 +36,13 @@ impl<T: Tool> Tool for LiveTool<T> {
     fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
         self.0.block_run(id, info, addrs);
     }
+    #[inline(always)]
+    fn block_run_kept(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
+        self.0.block_run_kept(id, info, kept);
+    }
+    fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
+        self.0.kept_accesses(id, info, kept);
+    }
 }
 
 impl<T: Tool + Clone + Send + 'static> StreamTool for LiveTool<T> {

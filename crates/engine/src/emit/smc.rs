@@ -89,11 +89,6 @@ impl Emitter {
         self.load_gs(rax, layout::S_RAX);
         self.load_gs(rcx, layout::S_RCX);
     }
-
-    /// `jcc rel32` with condition code `cc` (0..16) to label `l`.
-    fn jcc_label(&mut self, cc: u8, l: Label) {
-        self.branch_to(&[0x0f, 0x80 | cc], 4, l);
-    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,53 @@ use super::{based, gs, Emitter, Label};
 use crate::layout;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
+/// Condition code of `jne`.
+const JNE: u8 = 5;
+/// Bytes below the stack pointer that the SysV ABI lets leaf code use
+/// without moving it: the flags are pushed below them.
+const RED_ZONE: i32 = 128;
+
+/// What the filtered trace mode's checks need of D1's geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MruGeometry {
+    /// log2 of the line size.
+    pub line_bits: u8,
+    /// Sets minus one.
+    pub set_mask: u32,
+}
+
+/// The out-of-line paths of one access's check (see
+/// [`Emitter::mru_check`]), emitted after the block's code.
+#[derive(Debug)]
+pub struct KeptPath {
+    /// Where an access that straddles two lines goes (none for one byte).
+    straddle: Option<Label>,
+    /// Where an access to another line than its set's last goes.
+    other_line: Label,
+    /// Where both come back to.
+    back: Label,
+    /// The access's operand among the block's.
+    operand: u16,
+}
+
+/// `gs:[index*8 + disp]`.
+fn gs_indexed(index: Register, disp: u32) -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        index,
+        8,
+        i64::from(disp),
+        4,
+        false,
+        Register::GS,
+    )
+}
+
+/// The table entry of the set whose number is in `set`.
+fn mru_slot(set: Register) -> MemoryOperand {
+    gs_indexed(set, layout::AREA_MRU as u32)
+}
+
 /// How the buffer check keeps the client's flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlagsAt {
@@ -34,6 +81,10 @@ impl Emitter {
         if let Some(a) = a {
             self.store_gs(a, layout::S_BORROW_A);
         }
+        // From the load of the write pointer to its store, a signal
+        // handler's records would be written over: an interrupted entry
+        // runs again from the load (see `Emitter::counter_updates`).
+        let load = self.here();
         self.load_gs(r, layout::S_TRACE_PTR);
         self.insn(Instruction::with2(
             Code::Mov_rm64_imm32,
@@ -45,13 +96,160 @@ impl Emitter {
             Some(a) => {
                 self.lea(a, based(r, size));
                 self.store_gs(a, layout::S_TRACE_PTR);
+                self.counter_updates.push((load, self.here()));
             }
             None => {
                 self.lea(r, based(r, size));
                 self.store_gs(r, layout::S_TRACE_PTR);
+                self.counter_updates.push((load, self.here()));
                 self.lea(r, based(r, -size));
             }
         }
+    }
+
+    /// Block entry in filtered trace mode: borrows `r` and `a` and appends
+    /// the block's `id` to the buffer; the kept accesses that follow are
+    /// appended by their checks' out-of-line paths. Both registers are
+    /// free for the checks afterwards.
+    pub fn kept_enter(&mut self, r: Register, a: Register, id: u32) {
+        self.store_gs(r, layout::S_BORROW_R);
+        self.store_gs(a, layout::S_BORROW_A);
+        let load = self.here();
+        self.load_gs(r, layout::S_TRACE_PTR);
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_imm32,
+            MemoryOperand::with_base(r),
+            id,
+        ));
+        self.lea(r, based(r, 8));
+        self.store_gs(r, layout::S_TRACE_PTR);
+        self.counter_updates.push((load, self.here()));
+    }
+
+    /// The D1 check of one data access whose address is in `a` (filtered
+    /// trace mode): the access is left out when it lies in one line that
+    /// is the line its set referenced last (the thread's table at
+    /// [`layout::AREA_MRU`]), and otherwise goes to the out-of-line path
+    /// [`Emitter::kept_paths`] emits, which keeps it. `size` is the
+    /// access's bytes (at most a line); `flags_live` keeps the client's
+    /// flags around the check (on the stack below the red zone). `r` and
+    /// `a` are clobbered.
+    pub fn mru_check(
+        &mut self,
+        a: Register,
+        r: Register,
+        size: u32,
+        operand: u16,
+        d1: MruGeometry,
+        flags_live: bool,
+    ) -> KeptPath {
+        let path = KeptPath {
+            straddle: (size > 1).then(|| self.new_label()),
+            other_line: self.new_label(),
+            back: self.new_label(),
+            operand,
+        };
+        if flags_live {
+            self.lea(Register::RSP, based(Register::RSP, -RED_ZONE));
+            self.insn(Ok(Instruction::with(Code::Pushfq)));
+        }
+        let line_bits = u32::from(d1.line_bits);
+        if let Some(straddle) = path.straddle {
+            // First and last byte in different lines?
+            self.lea(r, based(a, size as i32 - 1));
+            self.insn(Instruction::with2(Code::Xor_r64_rm64, r, a));
+            self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
+            self.jcc_label(JNE, straddle);
+        }
+        self.mov(r, a);
+        self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
+        self.mov(a, r);
+        self.insn(Instruction::with2(Code::And_rm64_imm32, a, d1.set_mask));
+        self.insn(Instruction::with2(Code::Cmp_rm64_r64, mru_slot(a), r));
+        self.jcc_label(JNE, path.other_line);
+        self.bind(path.back);
+        if flags_live {
+            self.insn(Ok(Instruction::with(Code::Popfq)));
+            self.lea(Register::RSP, based(Register::RSP, RED_ZONE));
+        }
+        path
+    }
+
+    /// The out-of-line paths of a [`mru_check`](Self::mru_check), after the
+    /// block: an access in another line than its set's last (`a` the set,
+    /// `r` the line) becomes its set's last and is kept by its line's
+    /// start; one that straddles two lines (`a` its address) is kept by its
+    /// address and both lines become their sets' last, in address order.
+    pub fn kept_paths(&mut self, a: Register, r: Register, path: &KeptPath, d1: MruGeometry) {
+        let line_bits = u32::from(d1.line_bits);
+        self.bind(path.other_line);
+        self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(a), r));
+        self.insn(Instruction::with2(Code::Shl_rm64_imm8, r, line_bits));
+        self.append_kept(a, r, path.operand);
+        self.jmp_label(path.back);
+        if let Some(straddle) = path.straddle {
+            self.bind(straddle);
+            self.append_kept(r, a, path.operand);
+            self.mov(r, a);
+            self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
+            for _ in 0..2 {
+                self.mov(a, r);
+                self.insn(Instruction::with2(Code::And_rm64_imm32, a, d1.set_mask));
+                self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(a), r));
+                self.inc_flag_free(r);
+            }
+            self.jmp_label(path.back);
+        }
+    }
+
+    /// Appends the kept-access word of `operand` at `addr` to the buffer
+    /// (`ptr` is clobbered): the address, its top 16 bits the operand plus
+    /// one (`events::KeptAccess`). An interrupted append runs again from
+    /// the load of the write pointer, as a block's entry does.
+    fn append_kept(&mut self, ptr: Register, addr: Register, operand: u16) {
+        let load = self.here();
+        self.load_gs(ptr, layout::S_TRACE_PTR);
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_r64,
+            MemoryOperand::with_base(ptr),
+            addr,
+        ));
+        self.insn(Instruction::with2(
+            Code::Mov_rm16_imm16,
+            MemoryOperand::with_base_displ(ptr, 6),
+            u32::from(operand) + 1,
+        ));
+        self.lea(ptr, based(ptr, 8));
+        self.store_gs(ptr, layout::S_TRACE_PTR);
+        self.counter_updates.push((load, self.here()));
+    }
+
+    /// After a rep string instruction in filtered trace mode (whose
+    /// accesses the tool simulates from its record, unseen by the table):
+    /// forgets every set's last line, so that the next access to each is
+    /// kept. Flag-free (`loop`); RCX is kept in a spill slot meanwhile and
+    /// `r` is clobbered.
+    pub fn mru_forget(&mut self, r: Register, d1: MruGeometry) {
+        self.store_gs(Register::RCX, layout::S_RCX0);
+        self.insn(Instruction::with2(
+            Code::Mov_r32_imm32,
+            Register::ECX,
+            d1.set_mask + 1,
+        ));
+        self.insn(Instruction::with2(
+            Code::Mov_r32_imm32,
+            r.full_register32(),
+            0,
+        ));
+        let top = self.new_label();
+        self.bind(top);
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_r64,
+            gs_indexed(Register::RCX, layout::AREA_MRU as u32 - 8),
+            r,
+        ));
+        self.short_branch(&[0xe2], top); // loop
+        self.load_gs(Register::RCX, layout::S_RCX0);
     }
 
     /// The buffer check: when the record at `r` starts past the buffer's
@@ -90,13 +288,10 @@ impl Emitter {
     }
 
     /// Computes `fs_base? + base + index * scale + disp` into `a` (flag
-    /// free) and stores it in word `word` of the record at `r`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn trace_addr(
+    /// free).
+    pub fn access_addr(
         &mut self,
-        r: Register,
         a: Register,
-        word: u32,
         fs: bool,
         base: Register,
         index: Register,
@@ -141,7 +336,6 @@ impl Emitter {
         } else {
             self.lea(a, mem(base, index, scale.max(1), disp));
         }
-        self.trace_store(r, word, a);
     }
 
     /// `movzx dst, src8` (xlat's AL index).

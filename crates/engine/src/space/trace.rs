@@ -3,7 +3,7 @@
 //! complete records to the consumer when a buffer fills or a thread ends.
 
 use super::Space;
-use crate::layout::{AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BYTES, TRACE_SLACK};
+use crate::layout::{AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BYTES, TRACE_SLACK};
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
 use crate::{EngineError, ModuleRecord, TraceStats};
@@ -92,7 +92,21 @@ impl Space {
             b.extend_from_slice(&(start + TRACE_BYTES).to_le_bytes());
             const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
             self.mem.write(area + u64::from(S_TRACE_PTR), &b);
+            self.forget_lines(area);
         }
+    }
+
+    /// Filtered trace mode: clears the table of the line each D1 set of
+    /// the thread whose area is `area` referenced last. Whenever its
+    /// records are handed over: the tool may take other threads' records
+    /// before the next ones, and a set's last line is then not necessarily
+    /// this thread's (the next access to each set is kept; exact again).
+    fn forget_lines(&mut self, area: u64) {
+        let Some(d1) = self.tracing.as_ref().and_then(|t| t.mode.filter) else {
+            return;
+        };
+        let bytes = (u64::from(d1.set_mask) + 1) * 8;
+        self.mem.write(area + AREA_MRU, &vec![0; bytes as usize]);
     }
 
     /// The flush site numbered `site`.
@@ -127,6 +141,7 @@ impl Space {
         t.stats.wait_time += got - asked;
         t.stats.read_time += got.elapsed();
         t.stats.bytes += 8 * words.len() as u64;
+        self.forget_lines(area);
         Ok(words)
     }
 
@@ -134,9 +149,16 @@ impl Space {
     /// record is at `record`: hands the records before it to the consumer,
     /// moves the block's own (partly written) record and whatever followed
     /// it to the buffer's start, and returns the record's new address.
-    pub fn flush_trace(&mut self, area: u64, record: u64) -> Result<u64, EngineError> {
+    /// Filtered records (`record` `None`) have no fixed length: the open
+    /// one starts at the last word that is no kept access (its id, or a
+    /// signal marker after which its accesses resumed).
+    pub fn flush_trace(&mut self, area: u64, record: Option<u64>) -> Result<u64, EngineError> {
         let start = area + AREA_TRACE;
         let mut words = self.buffered(area)?;
+        let record = record.unwrap_or_else(|| {
+            let open = words.iter().rposition(|&w| !events::KeptAccess::is_kept(w));
+            start + 8 * open.unwrap_or(0) as u64
+        });
         let done = record.wrapping_sub(start) / 8;
         if record < start || done > words.len() as u64 {
             return Err(EngineError(format!(
@@ -154,19 +176,21 @@ impl Space {
         Ok(start)
     }
 
-    /// Whether records carry calls and returns (then signal deliveries and
-    /// handler returns are marked in them by the tool).
-    pub fn is_tracing_calls(&self) -> bool {
-        self.tracing.as_ref().is_some_and(|t| t.mode.sp)
+    /// Whether signal deliveries and handler returns are marked in the
+    /// records by the tool: for call tools, and for filtered records (the
+    /// kept accesses of an interrupted block resume after the handler's).
+    pub fn marks_signals(&self) -> bool {
+        self.tracing
+            .as_ref()
+            .is_some_and(|t| t.mode.sp || t.mode.filter.is_some())
     }
 
     /// Puts `marker` in the trace buffer of the stopped thread whose area is
-    /// `area`, after the records written so far, if records carry what
-    /// call tools need (signal deliveries and returns matter only to them).
-    /// A marker may go past the buffer's limit: the thread's next block
-    /// check flushes.
+    /// `area`, after the records written so far, if signals are marked
+    /// ([`Space::marks_signals`]). A marker may go past the buffer's limit:
+    /// the thread's next block check flushes.
     pub fn trace_marker(&mut self, area: u64, marker: u32) -> Result<(), EngineError> {
-        if !self.is_tracing_calls() {
+        if !self.marks_signals() {
             return Ok(());
         }
         let at = area + u64::from(S_TRACE_PTR);

@@ -122,14 +122,16 @@ impl Tracer<'_> {
                 let mode = TraceMode {
                     data: needs.data_refs || needs.instr_fetches,
                     sp: needs.calls_returns,
+                    filter: needs.mru_filter.and_then(crate::translate::filter_geometry),
                 };
                 space.set_tracing(Tracing::new(mode, consumer.link(tool)));
             }
         }
-        // Calls and returns are traced with a marker at each handler's
+        // Calls and returns (and filtered records, whose accesses resume
+        // after a handler) are traced with a marker at each handler's
         // start and return, which the tool writes: there every
         // rt_sigreturn comes to the tool.
-        let tool_sigreturn = space.is_tracing_calls();
+        let tool_sigreturn = space.marks_signals();
         space
             .mem()
             .write(core + layout::SYSTAB, &interest_table(tool_sigreturn));

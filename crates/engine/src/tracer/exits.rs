@@ -156,9 +156,14 @@ fn answer_exit(
             // RAX, RCX and R11 first: the syscall clobbered the last two,
             // and the record's register may be one of them.
             enter_block(regs, site.resume, spills);
-            let record = *gpr(regs, site.record_reg);
-            let moved = sp.flush_trace(regs.gs_base, record)?;
-            *gpr(regs, site.record_reg) = moved;
+            if site.kept {
+                // The register holds the write pointer, read again after.
+                sp.flush_trace(regs.gs_base, None)?;
+            } else {
+                let record = *gpr(regs, site.record_reg);
+                let moved = sp.flush_trace(regs.gs_base, Some(record))?;
+                *gpr(regs, site.record_reg) = moved;
+            }
             Ok(())
         }
         _ => Err(EngineError(format!(

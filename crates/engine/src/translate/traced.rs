@@ -11,7 +11,7 @@
 //! block counters are kept: the records are the counts.
 
 use super::*;
-use crate::emit::FlagsAt;
+use crate::emit::{FlagsAt, KeptPath, MruGeometry};
 use crate::memrefs::{data_accesses, AddrExpr};
 use events::{BlockInfo, MemOperand, Terminator};
 
@@ -24,7 +24,27 @@ pub struct TraceMode {
     /// The stack pointer at calls, returns and indirect jumps (call
     /// graphs): one more word in the records of blocks that end so.
     pub sp: bool,
+    /// With `data` and without `sp`: D1's geometry, whose most recently
+    /// used line each access is checked against in the client; records
+    /// hold only the accesses kept (`events::KeptAccess` words after the
+    /// id; see `emit::trace`).
+    pub filter: Option<MruGeometry>,
 }
+
+/// The checks' geometry for a tool's MRU filter, if the thread areas'
+/// table holds its sets and the checks can shift by its line size.
+pub fn filter_geometry(f: events::MruFilter) -> Option<MruGeometry> {
+    let sets = 1u64.checked_shl(u32::from(f.set_bits))?;
+    (sets <= layout::MRU_MAX_SETS && (4..=12).contains(&f.line_bits)).then(|| MruGeometry {
+        line_bits: f.line_bits,
+        set_mask: (sets - 1) as u32,
+    })
+}
+
+/// Most data accesses of one block in filtered trace mode (each has its
+/// check inline and its out-of-line paths after the block, about 200
+/// bytes in all): a block is cut before the access past it.
+const MAX_FILTERED_ACCESSES: usize = 48;
 
 /// The metadata of one traced block: what the tool decodes its records
 /// with.
@@ -40,6 +60,9 @@ pub struct BlockMeta {
     /// Whether the record's last word is RSP as the block's last
     /// instruction (a call, return or indirect jump) began.
     pub sp: bool,
+    /// Whether the record is the id followed by the kept accesses (filtered
+    /// trace mode), `words` being 1.
+    pub kept: bool,
     /// For a rep string instruction's block: how to expand its record.
     pub rep: Option<RepString>,
 }
@@ -67,8 +90,12 @@ pub struct FlushSite {
     pub id: u32,
     /// Host address to resume at after the flush.
     pub resume: u64,
-    /// The register holding the record's address there.
+    /// The register holding the record's address there, or (filtered
+    /// trace mode) the write pointer: the open record is then found by its
+    /// id, the last word that is no kept access.
     pub record_reg: Register,
+    /// Whether the records are filtered ones.
+    pub kept: bool,
 }
 
 /// The 64-bit GPRs a block may borrow, RAX first (the flag-keeping check
@@ -149,6 +176,31 @@ fn borrow(
     }
 }
 
+/// Per item: whether the status flags are dead just before it (the next
+/// instruction to touch them writes them all without reading any, within
+/// the block). Where they are live, an access check keeps them.
+fn flags_dead_before(items: &[Item]) -> Vec<bool> {
+    let mut dead = vec![false; items.len()];
+    // Backwards: what the code from here on does to the flags first.
+    let mut next_dead = false;
+    for (n, it) in items.iter().enumerate().rev() {
+        if let Item::Insn(i) = it {
+            if i.rflags_read() & STATUS != 0 {
+                next_dead = false;
+            } else if i.rflags_modified() & STATUS == STATUS {
+                next_dead = true;
+            } else if i.rflags_modified() & STATUS != 0 {
+                // Some written, the rest passed on: live.
+                next_dead = false;
+            }
+        } else {
+            next_dead = false;
+        }
+        dead[n] = next_dead;
+    }
+    dead
+}
+
 fn terminator_of(items: &[Item], stop: &Stop) -> Terminator {
     let last = match (stop, items.last()) {
         (Stop::Terminator, Some(Item::Insn(i))) => i,
@@ -173,12 +225,10 @@ fn terminator_of(items: &[Item], stop: &Stop) -> Terminator {
 }
 
 impl Builder<'_> {
-    /// Stores the address of `addr` (for `i`) in word `word` of the record.
-    fn trace_access(
+    /// Computes the address of `addr` (for `i`) into `a`.
+    fn access_addr(
         &mut self,
-        r: Register,
         a: Register,
-        word: u32,
         addr: &AddrExpr,
         i: &Instruction,
     ) -> Result<(), TransError> {
@@ -208,7 +258,7 @@ impl Builder<'_> {
                     }
                     // xlat: [rbx + al].
                     self.e.movzx8(a, Register::AL);
-                    self.e.trace_addr(r, a, word, fs, a, base, 1, disp);
+                    self.e.access_addr(a, fs, a, base, 1, disp);
                     return Ok(());
                 }
                 if fs && (narrow(base) || narrow(index) || i32::try_from(disp).is_err()) {
@@ -222,7 +272,7 @@ impl Builder<'_> {
                     disp
                 };
                 self.e
-                    .trace_addr(r, a, word, fs, base, index, u32::from(scale), disp);
+                    .access_addr(a, fs, base, index, u32::from(scale), disp);
             }
             AddrExpr::VsibLane {
                 seg,
@@ -238,7 +288,7 @@ impl Builder<'_> {
                 }
                 self.e.vector_lane(a, index, index_bytes, lane);
                 self.e
-                    .trace_addr(r, a, word, false, base, a, u32::from(scale), disp);
+                    .access_addr(a, false, base, a, u32::from(scale), disp);
             }
         }
         Ok(())
@@ -268,13 +318,30 @@ pub(super) fn translate_traced(
     }
     let mut info = InstructionInfoFactory::new();
     let (a_reg, r) = borrow(&mut items, &mut stop, &mut info)?;
-    let accesses: Vec<Vec<crate::memrefs::Access>> = items
+    let mut accesses: Vec<Vec<crate::memrefs::Access>> = items
         .iter()
         .map(|it| match it {
             Item::Insn(i) if mode.data => data_accesses(i).as_slice().to_vec(),
             _ => Vec::new(),
         })
         .collect();
+    let rep_block = matches!(items.first(), Some(Item::Insn(i)) if is_rep(i));
+    let filter = mode.filter.filter(|_| mode.data && !mode.sp);
+    if filter.is_some() && !rep_block {
+        // Cut before the instruction whose accesses pass the limit.
+        let mut total = 0;
+        if let Some(n) = accesses.iter().position(|acc| {
+            total += acc.len();
+            total > MAX_FILTERED_ACCESSES
+        }) {
+            let cut = n.max(1);
+            if cut < items.len() {
+                stop = Stop::Continue(items[cut].ip());
+                items.truncate(cut);
+                accesses.truncate(cut);
+            }
+        }
+    }
     let rep = match items.first() {
         Some(Item::Insn(i)) if is_rep(i) => Some(i),
         _ => None,
@@ -291,8 +358,11 @@ pub(super) fn translate_traced(
                 | Terminator::Return
                 | Terminator::IndirectJump
         );
+    // Filtered records: the id, then what the checks keep.
+    let kept = filter.filter(|_| rep.is_none() && n_access > 0);
     let words = match rep {
         Some(_) => REP_WORDS,
+        None if kept.is_some() => 1,
         None => 1 + n_access as u32 + u32::from(sp),
     };
     // `a` is needed for addresses only (a rep block stores registers).
@@ -301,7 +371,10 @@ pub(super) fn translate_traced(
     let mut block_info = BlockInfo::new(guest, terminator);
     // Trace mode counts through the stream: no execution counter.
     let mut b = Builder::start(ctx, host, 0, &items, code, guest);
-    b.e.trace_enter(r, a, id, words);
+    match kept {
+        Some(_) => b.e.kept_enter(r, a_reg, id),
+        None => b.e.trace_enter(r, a, id, words),
+    }
     b.regs = SiteRegs::Borrowed(r, a);
     let check_at = match counter_position(&items) {
         Placement::DeadFlags(n) => Some(n),
@@ -311,11 +384,16 @@ pub(super) fn translate_traced(
     let mut check = |b: &mut Builder, flags: FlagsAt| {
         let site = b.ctx.alloc_flush_site();
         let stub = b.ctx.flush_stub();
+        if kept.is_some() {
+            // `r` is free between checks: it takes the write pointer.
+            b.e.load_gs(r, layout::S_TRACE_PTR);
+        }
         let resume = b.e.trace_check(r, site, stub, flags);
         flush_sites.push(FlushSite {
             id: site,
             resume,
             record_reg: r,
+            kept: kept.is_some(),
         });
     };
     if check_at.is_none() {
@@ -323,6 +401,8 @@ pub(super) fn translate_traced(
         let stash = (a != Some(Register::RAX)).then_some(layout::S_RCX0);
         check(&mut b, FlagsAt::Live(stash));
     }
+    let flags_dead = kept.map(|_| flags_dead_before(&items)).unwrap_or_default();
+    let mut paths: Vec<KeptPath> = Vec::new();
     let mut word = 1u32;
     let mut end = guest;
     // Whether the borrowed registers are given back already (a client
@@ -374,11 +454,27 @@ pub(super) fn translate_traced(
                     if is_cond_rep(i) {
                         b.e.trace_setz(r, 7);
                     }
+                    if let Some(d1) = filter {
+                        // The tool simulates its iterations; the table
+                        // must not remember lines from before them.
+                        b.e.mru_forget(r, d1);
+                    }
                     continue;
                 }
                 if let Some(a) = a {
                     for acc in &accesses[n] {
-                        b.trace_access(r, a, word, &acc.addr, i)?;
+                        b.access_addr(a, &acc.addr, i)?;
+                        match kept {
+                            Some(d1) => {
+                                let line = 1u32 << d1.line_bits;
+                                // Cachegrind caps an access at a line.
+                                let size = acc.size.clamp(1, line);
+                                let operand = (word - 1) as u16;
+                                let live = !flags_dead[n];
+                                paths.push(b.e.mru_check(a, r, size, operand, d1, live));
+                            }
+                            None => b.e.trace_store(r, word, a),
+                        }
                         word += 1;
                     }
                 }
@@ -401,6 +497,11 @@ pub(super) fn translate_traced(
         }
         b.exit_jmp(next);
     }
+    if let Some(d1) = kept {
+        for p in &paths {
+            b.e.kept_paths(a_reg, r, p, d1);
+        }
+    }
     b.seal(end);
     b.t.flush_sites = flush_sites;
     // One iteration's accesses (none without data tracing) say which
@@ -420,6 +521,7 @@ pub(super) fn translate_traced(
         info: block_info,
         words,
         sp,
+        kept: kept.is_some(),
         rep,
     });
     Ok(b.t)
@@ -436,6 +538,7 @@ mod tests {
             trace: Some(TraceMode {
                 data: true,
                 sp: false,
+                filter: None,
             }),
             ..Ctx::default()
         };
@@ -506,6 +609,7 @@ mod tests {
                 trace: Some(TraceMode {
                     data: false,
                     sp: true,
+                    filter: None,
                 }),
                 ..Ctx::default()
             };
@@ -528,6 +632,79 @@ mod tests {
         // Without call tools, a return's record is the id alone.
         let t = traced(&[0xc3]);
         assert!(!t.meta.as_ref().unwrap().sp);
+    }
+
+    /// Filtered trace mode with a 64-set D1 of 64-byte lines.
+    fn filtered(code: &[u8]) -> Translation {
+        let mut ctx = Ctx {
+            next: 7,
+            trace: Some(TraceMode {
+                data: true,
+                sp: false,
+                filter: Some(MruGeometry {
+                    line_bits: 6,
+                    set_mask: 63,
+                }),
+            }),
+            ..Ctx::default()
+        };
+        translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
+    }
+
+    #[test]
+    fn a_filtered_block_checks_each_access_against_its_sets_last_line() {
+        // mov rax,[rdi] ; mov [rsi+8],rax ; ret
+        let t = filtered(&[0x48, 0x8b, 0x07, 0x48, 0x89, 0x46, 0x08, 0xc3]);
+        let meta = t.meta.as_ref().unwrap();
+        assert!(meta.kept);
+        assert_eq!(meta.words, 1, "the id; kept accesses follow it");
+        assert_eq!(meta.info.mem_count(), 3);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        // One table compare per access, each followed by its jump out.
+        let compares: Vec<usize> = d
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("cmp gs:["))
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(compares.len(), 3, "{d:#?}");
+        for &n in &compares {
+            assert!(d[n + 1].starts_with("jne "), "{d:#?}");
+        }
+        // The load's check comes before the load, the store's before the
+        // store.
+        let load = d.iter().position(|l| l == "mov rax,[rdi]").unwrap();
+        let store = d.iter().position(|l| l == "mov [rsi+8],rax").unwrap();
+        assert!(compares[0] < load && load < compares[1] && compares[1] < store);
+        // Out of line, after the block: each kept access's word gets its
+        // operand number plus one in its top 16 bits.
+        for operand in 1..=3 {
+            let tag = format!("+6],{operand}");
+            assert!(
+                d.iter()
+                    .any(|l| l.starts_with("mov word ptr") && l.ends_with(&tag)),
+                "{d:#?}"
+            );
+        }
+        // Eight-byte accesses may straddle two lines: checked first.
+        assert_eq!(
+            d.iter().filter(|l| l.starts_with("xor ")).count(),
+            3,
+            "{d:#?}"
+        );
+    }
+
+    #[test]
+    fn a_filtered_rep_block_forgets_the_sets_last_lines() {
+        // rep movsq: its record as in trace mode, then the table cleared.
+        let t = filtered(&[0xf3, 0x48, 0xa5]);
+        let meta = t.meta.as_ref().unwrap();
+        assert!(!meta.kept);
+        assert_eq!(meta.words, REP_WORDS);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        let rep = d.iter().position(|l| l.starts_with("rep movsq")).unwrap();
+        let clear = d.iter().position(|l| l.starts_with("loop ")).unwrap();
+        assert!(rep < clear, "{d:#?}");
     }
 
     #[test]
