@@ -147,6 +147,21 @@ impl CacheSim {
         }
     }
 
+    /// The D1 half of [`data`](Self::data): whether the access misses D1
+    /// (then [`data_ll_is_miss`](Self::data_ll_is_miss) in its place among
+    /// the LL references, as for [`i1_is_miss`](Self::i1_is_miss)).
+    #[inline(always)]
+    pub fn d1_is_miss(&mut self, addr: u64, size: u32) -> bool {
+        self.d1.access_is_miss(addr, size.min(self.max_access))
+    }
+
+    /// The LL half of [`data`](Self::data), after a D1 miss: whether LL
+    /// missed too.
+    #[inline]
+    pub fn data_ll_is_miss(&mut self, addr: u64, size: u32) -> bool {
+        self.ll.access_is_miss(addr, size.min(self.max_access))
+    }
+
     /// A data read (`Dr`).
     #[inline(always)]
     pub fn read(&mut self, addr: u64, size: u32) -> Outcome {

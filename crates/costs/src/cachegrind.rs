@@ -112,6 +112,12 @@ pub struct BlockSim {
     /// The block whose run made the latest instruction fetches (see
     /// `BlockPlan::repeats_free`).
     last_run: Option<u32>,
+    /// log2 of the line size kept references are read with (the caches'
+    /// one, when they ask for the filter).
+    kept_line_bits: u8,
+    /// The L1 misses of the kept references of one execution, on their way
+    /// to LL (kept to reuse its allocation).
+    kept_misses: Vec<KeptAccess>,
 }
 
 impl BlockSim {
@@ -120,6 +126,9 @@ impl BlockSim {
     /// `modify_as_write` (Callgrind), else as a read (Cachegrind).
     pub fn new(caches: Option<CacheSim>, branch_sim: bool, modify_as_write: bool) -> BlockSim {
         let set = EventSet::new(caches.is_some(), branch_sim);
+        let kept_line_bits = caches
+            .as_ref()
+            .map_or(6, |c| c.d1().line_size.trailing_zeros() as u8);
         BlockSim {
             cols: Columns::of(set),
             set,
@@ -131,6 +140,8 @@ impl BlockSim {
             fetch_ops: Vec::new(),
             data_ops: Vec::new(),
             last_run: None,
+            kept_line_bits,
+            kept_misses: Vec::new(),
         }
     }
 
@@ -325,19 +336,86 @@ impl BlockSim {
         Some(last)
     }
 
-    /// Kept references (see [`run_kept_plan`](Self::run_kept_plan)) of an
-    /// execution of block `id` resumed after a signal handler: the
-    /// block's fetches were simulated when it started.
+    /// Kept references of an execution of block `id` counted elsewhere
+    /// (see [`events::Tool::kept_accesses`]): each goes through I1 or D1 as
+    /// its word says, in the order given (each cache's own order), without
+    /// the block's plan; only the misses (rare) look the plan up, for the
+    /// slots they are charged to and for their LL references, which go
+    /// last, in program order (a fetch's before its instruction's data).
+    #[inline(always)]
     pub fn kept_accesses(&mut self, id: BlockId, kept: &[u64], out: &mut impl Charge) {
-        let (Some(plan), Some(sim)) = (self.blocks.get(id.0 as usize), &mut self.caches) else {
+        // Fetches not seen here: the next full run must simulate its own.
+        self.last_run = None;
+        let Some(sim) = &mut self.caches else {
             return;
         };
-        let data = plan.data.of(&self.data_ops);
+        let line_bits = self.kept_line_bits;
+        let missed = &mut self.kept_misses;
         for &w in kept {
             let k = KeptAccess(w);
-            if let Some(d) = data.get(k.operand()) {
-                d.run(sim, k.addr(), out);
+            let (addr, size) = k.reference(line_bits);
+            let miss = if k.is_fetch() {
+                sim.i1_is_miss(addr, size)
+            } else {
+                sim.d1_is_miss(addr, size)
+            };
+            if miss {
+                missed.push(k);
             }
+        }
+        if !self.kept_misses.is_empty() {
+            self.kept_misses_to_ll(id, out);
+        }
+    }
+
+    /// The LL references of the L1 misses [`kept_accesses`](Self::kept_accesses)
+    /// found, in program order, and their charges.
+    #[inline(never)]
+    fn kept_misses_to_ll(&mut self, id: BlockId, out: &mut impl Charge) {
+        let mut missed = std::mem::take(&mut self.kept_misses);
+        let (Some(plan), Some(sim)) = (self.blocks.get(id.0 as usize), &mut self.caches) else {
+            missed.clear();
+            self.kept_misses = missed;
+            return;
+        };
+        let fetches = plan.fetches.of(&self.fetch_ops);
+        let data = plan.data.of(&self.data_ops);
+        // A fetch goes before the data accesses from its `data_before` on.
+        let place = |k: &KeptAccess| match k.is_fetch() {
+            true => fetches
+                .get(k.operand())
+                .map_or(usize::MAX, |f| 2 * usize::from(f.data_before)),
+            false => 2 * k.operand() + 1,
+        };
+        if missed.len() > 1 {
+            missed.sort_by_key(place);
+        }
+        let line_bits = self.kept_line_bits;
+        for k in missed.drain(..) {
+            let (addr, size) = k.reference(line_bits);
+            if k.is_fetch() {
+                if let Some(f) = fetches.get(k.operand()) {
+                    let slot = f.slot as usize;
+                    out.add(slot, self.cols.instr + 1, 1);
+                    if sim.instr_ll_is_miss(addr, size) {
+                        out.add(slot, self.cols.instr + 2, 1);
+                    }
+                }
+            } else if let Some(d) = data.get(k.operand()) {
+                let (slot, first) = (d.slot as usize, d.first as usize);
+                out.add(slot, first + 1, 1);
+                if sim.data_ll_is_miss(addr, size) {
+                    out.add(slot, first + 2, 1);
+                }
+            }
+        }
+        self.kept_misses = missed;
+    }
+
+    /// Block `id` ran `runs` more times (counted by the producer).
+    pub fn add_runs(&mut self, id: BlockId, runs: u64) {
+        if let Some(plan) = self.blocks.get_mut(id.0 as usize) {
+            plan.runs += runs;
         }
     }
 
@@ -346,6 +424,9 @@ impl BlockSim {
     /// simulated and all three have one line size (then no access is
     /// capped below a line, and an access within one D1 line is within
     /// one LL line).
+    /// With the branch predictor, every execution must be reported in
+    /// order (the next block tells a branch's outcome), so fetches are
+    /// not filtered then.
     pub fn mru_filter(&self) -> Option<MruFilter> {
         let sim = self.caches.as_ref()?;
         let (i1, d1, ll) = (sim.i1(), sim.d1(), sim.ll());
@@ -355,6 +436,10 @@ impl BlockSim {
         Some(MruFilter {
             line_bits: d1.line_size.trailing_zeros() as u8,
             set_bits: d1.sets().trailing_zeros() as u8,
+            fetch_set_bits: self
+                .branches
+                .is_none()
+                .then(|| i1.sets().trailing_zeros() as u8),
         })
     }
 
@@ -666,12 +751,12 @@ struct BlockPlan {
     /// the block is charged to it (slot `usize::MAX`: the block is empty).
     last_slot: usize,
     last_addr: u64,
-    /// Instruction fetches in execution order, in the fetch arena. A fetch
-    /// that lies within the line the previous fetch of the block touched
-    /// last is left out: that line is the most recently used of its I1 set
-    /// (only data accesses, which do not touch I1, came in between), so the
-    /// fetch hits and changes nothing: exact, and most fetches of a block
-    /// go.
+    /// Instruction fetches in execution order, in the fetch arena: those
+    /// of [`events::fetch_starts`]. A fetch that lies within the line the
+    /// previous fetch of the block touched last is left out: that line is
+    /// the most recently used of its I1 set (only data accesses, which do
+    /// not touch I1, came in between), so the fetch hits and changes
+    /// nothing: exact, and most fetches of a block go.
     fetches: Span,
     /// Data accesses in execution order, in the data arena.
     data: Span,
@@ -761,11 +846,9 @@ impl BlockPlan {
         let mut fetches = Vec::new();
         let mut data = Vec::new();
         let mut accesses = Vec::with_capacity(slots.len());
-        let mut last_line = None;
+        let mut starts = events::fetch_starts(info, line.trailing_zeros() as u8).peekable();
         for (n, (i, &slot)) in info.instrs().iter().zip(slots.iter()).enumerate() {
-            let first = i.addr / line;
-            let last = (i.addr + u64::from(i.len.max(1)) - 1) / line;
-            if !(first == last && last_line == Some(last)) {
+            if starts.next_if_eq(&n).is_some() {
                 fetches.push(FetchOp {
                     addr: i.addr,
                     slot: slot as u32,
@@ -773,7 +856,6 @@ impl BlockPlan {
                     data_before: u16::try_from(data.len()).expect("operands per block fit u16"),
                 });
             }
-            last_line = Some(last);
             let (mut reads, mut writes) = (0u16, 0u16);
             for m in info.mem_operands(n) {
                 let write = match m.kind {
@@ -876,12 +958,13 @@ impl Tool for CachegrindTool {
         }
     }
 
-    fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
-        if self.sim.described(id) {
-            self.sim.kept_accesses(id, kept, &mut self.table);
-        } else {
-            self.records(&events::kept_records(info, kept));
-        }
+    #[inline(always)]
+    fn kept_accesses(&mut self, id: BlockId, _info: &BlockInfo, kept: &[u64]) {
+        self.sim.kept_accesses(id, kept, &mut self.table);
+    }
+
+    fn block_runs(&mut self, id: BlockId, runs: u64) {
+        self.sim.add_runs(id, runs);
     }
 
     #[inline(always)]
@@ -1201,12 +1284,32 @@ mod tests {
             let end = (addr + u64::from(size) - 1) >> filter.line_bits;
             let set = |l: u64| (l & ((1 << filter.set_bits) - 1)) as usize;
             if line != end {
-                kept.push(KeptAccess::new(op, addr).0);
+                kept.push(KeptAccess::new(op, addr).straddling().0);
                 last[set(line)] = line;
                 last[set(end)] = end;
             } else if last[set(line)] != line {
                 kept.push(KeptAccess::new(op, line << filter.line_bits).0);
                 last[set(line)] = line;
+            }
+        }
+        kept
+    }
+
+    /// The fetches of one execution of `b` a producer filtering them keeps
+    /// (per I1 set, the line fetched last).
+    fn kept_fetches(filter: MruFilter, last: &mut [u64], b: &BlockInfo) -> Vec<u64> {
+        let sets = 1 << filter.fetch_set_bits.expect("fetches filtered");
+        let set = |l: u64| (l & (sets - 1)) as usize;
+        let mut kept = Vec::new();
+        for (k, n) in events::fetch_starts(b, filter.line_bits).enumerate() {
+            let i = b.instrs()[n];
+            let line = i.addr >> filter.line_bits;
+            let end = (i.addr + u64::from(i.len) - 1) >> filter.line_bits;
+            if line != end || last[set(line)] != line {
+                let word = KeptAccess::fetch(k, line << filter.line_bits);
+                kept.push(if line != end { word.straddling() } else { word }.0);
+                last[set(line)] = line;
+                last[set(end)] = end;
             }
         }
         kept
@@ -1248,15 +1351,27 @@ mod tests {
             at += rand(300);
             blocks.push(b);
         }
+        // Three ways to report the same executions: every address; the
+        // data references an MRU filter keeps (with the branch predictor,
+        // executions are reported one by one); and the fetches and data
+        // references kept with executions counted (without it).
         let mut full = CachegrindTool::new(Some(small()), false);
-        let mut filtered = CachegrindTool::new(Some(small()), false);
+        let mut filtered = CachegrindTool::new(Some(small()), true);
+        let mut counted = CachegrindTool::new(Some(small()), false);
         let filter = filtered.needs().mru_filter.expect("one line size");
         assert_eq!((filter.line_bits, filter.set_bits), (6, 2));
+        assert_eq!(filter.fetch_set_bits, None);
+        let fetch_filter = counted.needs().mru_filter.expect("one line size");
+        assert_eq!(fetch_filter.fetch_set_bits, Some(1));
         for (n, b) in blocks.iter().enumerate() {
             full.block(BlockId(n as u32), b);
             filtered.block(BlockId(n as u32), b);
+            counted.block(BlockId(n as u32), b);
         }
         let mut last = vec![0u64; 4];
+        let mut last_counted = vec![0u64; 4];
+        let mut last_fetched = vec![0u64; 2];
+        let mut runs = vec![0u64; blocks.len()];
         let (mut refs, mut delivered) = (0, 0);
         for _ in 0..20_000 {
             let n = rand(blocks.len() as u64) as usize;
@@ -1267,14 +1382,32 @@ mod tests {
                 .map(|_| 0x60_0000 + if rand(8) == 0 { rand(8192) } else { rand(256) })
                 .collect();
             full.block_run(BlockId(n as u32), b, &addrs);
-            let kept = kept(filter, &mut last, b, &addrs);
-            filtered.block_run_kept(BlockId(n as u32), b, &kept);
+            let kept_data = kept(filter, &mut last, b, &addrs);
+            filtered.block_run_kept(BlockId(n as u32), b, &kept_data);
             refs += addrs.len();
-            delivered += kept.len();
+            delivered += kept_data.len();
+            // The engine checks the fetches where the block's flags allow,
+            // before or after (some of) its data accesses: the tool puts
+            // their LL references in order.
+            let fetches = kept_fetches(fetch_filter, &mut last_fetched, b);
+            let data = kept(filter, &mut last_counted, b, &addrs);
+            let words: Vec<u64> = if rand(2) == 0 {
+                fetches.into_iter().chain(data).collect()
+            } else {
+                data.into_iter().chain(fetches).collect()
+            };
+            if !words.is_empty() {
+                counted.kept_accesses(BlockId(n as u32), b, &words);
+            }
+            runs[n] += 1;
+        }
+        for (n, &r) in runs.iter().enumerate() {
+            counted.block_runs(BlockId(n as u32), r);
         }
         assert!(delivered < refs * 3 / 4, "{delivered} of {refs}");
         full.finish();
         filtered.finish();
+        counted.finish();
         let rows = |t: &CachegrindTool| {
             let t = t.table();
             let mut v: Vec<(u64, Vec<u64>)> = (0..t.len())
@@ -1283,9 +1416,18 @@ mod tests {
             v.sort();
             v
         };
-        assert_eq!(rows(&full), rows(&filtered));
+        // (The predictor's columns aside.)
+        let no_branches = |t: &CachegrindTool| -> Vec<(u64, Vec<u64>)> {
+            rows(t)
+                .into_iter()
+                .map(|(a, r)| (a, r[..9].to_vec()))
+                .collect()
+        };
+        assert_eq!(rows(&full), rows(&counted));
+        assert_eq!(rows(&full), no_branches(&filtered));
         assert!(full.totals().get(Event::D1mr) > 100);
         assert!(full.totals().get(Event::DLmr) > 10);
+        assert!(full.totals().get(Event::I1mr) > 100);
         // Different line sizes: no filter (an access within a D1 line may
         // straddle two of a shorter LL line, or be capped below a line).
         let mixed = CachegrindTool::new(

@@ -11,7 +11,7 @@ mod signals;
 mod smc;
 mod trace;
 
-pub use trace::{FlagsAt, KeptPath, MruGeometry};
+pub use trace::{FetchCheck, FetchPath, FlagsAt, KeptPath, MruGeometry};
 
 use crate::layout;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
@@ -239,6 +239,14 @@ impl Emitter {
     /// `jrcxz l`.
     pub fn jrcxz(&mut self, l: Label) {
         self.branch_to(&[0xe3], 1, l);
+    }
+
+    /// `lea r, [rip + l]`: the host address of `l` in `r`.
+    pub fn lea_label(&mut self, r: Register, l: Label) {
+        let n = r.number() as u8;
+        let rex = 0x48 | if n >= 8 { 0x04 } else { 0 };
+        // ModRM: mod 00, reg r, r/m 101 (RIP-relative disp32).
+        self.branch_to(&[rex, 0x8d, (n & 7) << 3 | 5], 4, l);
     }
 
     /// `jcc rel32` with condition code `cc` (0..16) to `l`.
@@ -846,6 +854,17 @@ pub(crate) mod tests {
             }
         }
         panic!("no {prefix}");
+    }
+
+    #[test]
+    fn lea_label_gives_the_labels_address() {
+        let mut e = Emitter::new(0x1000);
+        let l = e.new_label();
+        e.lea_label(Register::R11, l);
+        e.lea_label(Register::RCX, l);
+        e.raw(&[0x90; 3]);
+        e.bind(l);
+        assert_eq!(disasm(&e)[..2], ["lea r11,[1011h]", "lea rcx,[1011h]"]);
     }
 
     #[test]

@@ -114,13 +114,25 @@ pub const S_BORROW_R: u32 = 48;
 /// Slot offset: the client's value of the register a block borrows in
 /// trace mode for computing addresses.
 pub const S_BORROW_A: u32 = 56;
+/// Slot offset: the client's RAX while filtered trace mode keeps live
+/// flags in AH/AL around a check (not `S_RAX`: a flush inside one spills
+/// RAX there).
+pub const S_KEEP_RAX: u32 = 64;
+/// Slot offset: filtered trace mode, a block's straddle routine: the
+/// line it keeps (spill slots from here on: a signal handler's blocks
+/// must not change an interrupted routine's).
+pub const S_KEPT_LINE: u32 = 72;
+/// Slot offset: the straddle routine's tag.
+pub const S_KEPT_TAG: u32 = 80;
+/// Slot offset: where the straddle routine returns to.
+pub const S_KEPT_RET: u32 = 88;
 /// Bytes of spill slots at the start of a thread area (saved and restored
 /// around signal handlers, which reuse them).
-pub const SPILL_BYTES: u64 = 64;
+pub const SPILL_BYTES: u64 = 128;
 /// Slot offset: how many signal handlers of the thread have started and
 /// not returned (the top of the stack at [`AREA_SIGSAVE`]). Outside the
 /// spill slots, which are saved and restored around handlers.
-pub const S_SIG_DEPTH: u32 = 0x40;
+pub const S_SIG_DEPTH: u32 = 0x80;
 /// Thread-area offset of the `--stats=yes` counter of indirect transfers
 /// resolved by the inline lookup (way 0 of the home bucket). Outside the
 /// spill slots: a signal handler's return must not roll it back.
@@ -149,8 +161,12 @@ pub const AREA_TRACE: u64 = 16 << 20;
 /// zero, like a cold cache's tags, until referenced). Below the trace
 /// buffer, where counting mode's counters would be: trace mode has none.
 pub const AREA_MRU: u64 = AREA_TRACE - (MRU_MAX_SETS << 3);
-/// Most D1 sets the filtered trace mode keeps a line for (1 MiB of table).
+/// Most D1 (and I1) sets the filtered trace mode keeps a line for (1 MiB
+/// of table).
 pub const MRU_MAX_SETS: u64 = 1 << 17;
+/// Offset in a thread area of the table of the line each I1 set fetched
+/// last (filtered trace mode with fetches filtered), below D1's.
+pub const AREA_I1_MRU: u64 = AREA_MRU - (MRU_MAX_SETS << 3);
 /// Bytes of trace buffer before its limit.
 pub const TRACE_BYTES: u64 = 2 << 20;
 /// Room after the limit: a record starting just before the limit fits,

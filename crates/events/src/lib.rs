@@ -315,32 +315,66 @@ pub struct Needs {
     pub mru_filter: Option<MruFilter>,
 }
 
-/// The geometry of a true-LRU cache whose most-recently-used hits a
-/// producer may leave out of the data references it delivers
-/// ([`Needs::mru_filter`]).
+/// The geometry of the true-LRU caches whose most-recently-used hits a
+/// producer may leave out of what it delivers ([`Needs::mru_filter`]).
 ///
 /// Exact: the most recently used line of a set is the line referenced last
 /// in it, hit or miss, so a producer that remembers per set the last line
 /// its own references touched knows which references find their line on
 /// top; such a reference hits and reorders nothing. A tool that runs every
 /// delivered reference through the same cache (in order) ends in the same
-/// state with the same misses. Accesses that straddle two lines are
-/// always delivered. Hits left out are still counted by the tool (Dr and
-/// Dw follow from the block's operands and its runs).
+/// state with the same misses. References that straddle two lines are
+/// always delivered; a data reference longer than a line counts as a
+/// line's bytes at its address (Cachegrind caps them so when its caches
+/// have one line size, the only case a tool asks for the filter).
+///
+/// Data references left out are still counted by the tool: Dr and Dw
+/// follow from the block's operands and its executions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MruFilter {
-    /// log2 of the line size.
+    /// log2 of the line size (of D1, and of I1 when `fetch_set_bits`).
     pub line_bits: u8,
-    /// log2 of the number of sets.
+    /// log2 of D1's number of sets.
     pub set_bits: u8,
+    /// log2 of I1's number of sets, when instruction fetches are filtered
+    /// too. Then block executions are counted rather than reported: the
+    /// producer delivers only what it keeps, through
+    /// [`Tool::kept_accesses`], and each block's count at the end through
+    /// [`Tool::block_runs`] (a tool that needs every execution in order,
+    /// to read branch outcomes from it, leaves this `None`). The fetches
+    /// checked are those [`fetch_starts`] lists; a kept one names its
+    /// place in that list.
+    pub fetch_set_bits: Option<u8>,
 }
 
-/// A data reference kept by an [`MruFilter`]: one 8-byte word holding the
-/// index of the memory operand among the block's ([`BlockInfo`] order) plus
-/// one in its top 16 bits, and the address in the low 48 (user addresses
-/// on x86-64 fit). A reference that does not straddle lines may carry the
-/// start of its line instead of its address: the filter's cache, and any
-/// cache with the same line size, sees the same line.
+/// The instructions of `info` that start an instruction fetch of their
+/// own in a cache with lines of `1 << line_bits` bytes: the first, and each
+/// one that starts in another line than the one before ends in, or
+/// straddles two lines. The others lie in the line their block fetched
+/// last, which is the most recently used line of its set (only data
+/// references, which do not touch the instruction cache, came in between):
+/// they hit and change nothing.
+pub fn fetch_starts(info: &BlockInfo, line_bits: u8) -> impl Iterator<Item = usize> + '_ {
+    let mut last_line = None;
+    info.instrs().iter().enumerate().filter_map(move |(n, i)| {
+        let first = i.addr >> line_bits;
+        let last = (i.addr + u64::from(i.len.max(1)) - 1) >> line_bits;
+        let starts = !(first == last && last_line == Some(last));
+        last_line = Some(last);
+        starts.then_some(n)
+    })
+}
+
+/// A reference kept by an [`MruFilter`]: one 8-byte word holding what it
+/// is in its top 16 bits and an address in the low 48 (user addresses on
+/// x86-64 fit). The top bit says an instruction fetch (else a data
+/// reference), the next that it straddles two lines, and the other 14 its
+/// index plus one: of the memory operand among the block's
+/// ([`BlockInfo`] order), or of the fetch in [`fetch_starts`]. The address
+/// is the reference's, or the start of its (first) line: the filter's
+/// caches, and any with the same line size, see the same lines
+/// ([`KeptAccess::reference`]), so a tool can simulate them without the
+/// block's metadata and look that up only for a miss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeptAccess(pub u64);
 
@@ -348,10 +382,64 @@ impl KeptAccess {
     /// Bits of the address.
     const ADDR_BITS: u32 = 48;
 
-    /// The word for operand `operand` of its block at `addr`.
+    /// The tag bit of a fetch.
+    pub const FETCH: u16 = 0x8000;
+    /// The tag bit of a reference straddling two lines.
+    pub const STRADDLES: u16 = 0x4000;
+    /// The tag bits of the index.
+    const INDEX: u64 = 0x3fff;
+
+    fn with_tag(tag: u64, addr: u64) -> KeptAccess {
+        KeptAccess(tag << Self::ADDR_BITS | addr & ((1 << Self::ADDR_BITS) - 1))
+    }
+
+    /// The word for operand `operand` of its block at `addr` (see
+    /// [`KeptAccess::straddling`]).
     pub fn new(operand: usize, addr: u64) -> KeptAccess {
-        debug_assert!(operand < 0xffff, "operands per block fit 16 bits");
-        KeptAccess((operand as u64 + 1) << Self::ADDR_BITS | addr & ((1 << Self::ADDR_BITS) - 1))
+        debug_assert!(
+            (operand as u64) < Self::INDEX,
+            "operands per block fit 14 bits"
+        );
+        Self::with_tag(operand as u64 + 1, addr)
+    }
+
+    /// The word for fetch `fetch` of its block (see [`fetch_starts`]) in
+    /// the line at `addr`.
+    pub fn fetch(fetch: usize, addr: u64) -> KeptAccess {
+        debug_assert!(
+            (fetch as u64) < Self::INDEX,
+            "fetches per block fit 14 bits"
+        );
+        Self::with_tag(u64::from(Self::FETCH) | (fetch as u64 + 1), addr)
+    }
+
+    /// This reference, marked as straddling two lines.
+    pub fn straddling(self) -> KeptAccess {
+        KeptAccess(self.0 | u64::from(Self::STRADDLES) << Self::ADDR_BITS)
+    }
+
+    /// Whether it is an instruction fetch (else a data reference).
+    #[inline(always)]
+    pub fn is_fetch(self) -> bool {
+        self.0 >> 63 != 0
+    }
+
+    /// Whether it straddles two lines.
+    #[inline(always)]
+    pub fn straddles(self) -> bool {
+        self.0 >> 62 & 1 != 0
+    }
+
+    /// The reference as a cache with lines of `1 << line_bits` bytes (the
+    /// filter's) sees it: an address and a size touching the same lines.
+    #[inline(always)]
+    pub fn reference(self, line_bits: u8) -> (u64, u32) {
+        if self.straddles() {
+            // The last byte of the first line and the first of the next.
+            (self.addr() | ((1 << line_bits) - 1), 2)
+        } else {
+            (self.addr(), 1)
+        }
     }
 
     /// Whether `word` of a record is a kept access (block ids and markers
@@ -361,10 +449,11 @@ impl KeptAccess {
         word >> Self::ADDR_BITS != 0
     }
 
-    /// Which of the block's memory operands it is.
+    /// Which of the block's memory operands it is, or for a fetch its
+    /// place in [`fetch_starts`].
     #[inline(always)]
     pub fn operand(self) -> usize {
-        (self.0 >> Self::ADDR_BITS) as usize - 1
+        (self.0 >> Self::ADDR_BITS & Self::INDEX) as usize - 1
     }
 
     /// Its address (or its line's).
@@ -497,12 +586,30 @@ pub trait Tool {
         self.records(&records);
     }
 
-    /// Kept references (see [`Tool::block_run_kept`]) of an execution of
-    /// block `id` that was interrupted by a signal handler and has just
-    /// resumed. The default hands them to [`Tool::records`].
+    /// Kept references (see [`MruFilter`]) of an execution of block `id`
+    /// that is counted elsewhere: one whose fetches are filtered too
+    /// ([`MruFilter::fetch_set_bits`]; its count comes with
+    /// [`Tool::block_runs`]; the engine delivers each kept reference on
+    /// its own, in execution order), or the rest of one reported with
+    /// [`Tool::block_run_kept`] that a signal handler interrupted. Within
+    /// one call, fetches come in their order and data references in
+    /// theirs, the two kinds not necessarily interleaved as executed (they
+    /// meet only in a shared cache level, where the tool puts them in
+    /// order). The default hands the references to [`Tool::records`] in
+    /// execution order.
     fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
         let _ = id;
-        self.records(&kept_records(info, kept));
+        // The line size the fetches were counted in (any, without them).
+        let line_bits = self.needs().mru_filter.map_or(6, |f| f.line_bits);
+        self.records(&kept_records(info, kept, line_bits));
+    }
+
+    /// Block `id` ran `runs` more times than its reported executions say:
+    /// with fetches filtered ([`MruFilter::fetch_set_bits`]) the producer
+    /// counts executions and gives the counts at the end. The default
+    /// ignores it (tools that ask for that filter count with it).
+    fn block_runs(&mut self, id: BlockId, runs: u64) {
+        let _ = (id, runs);
     }
 
     /// The records and block runs that follow are thread `thread`'s (a
@@ -594,12 +701,40 @@ pub fn expand_kept_run(id: BlockId, info: &BlockInfo, kept: &[u64], out: &mut Ve
     }
 }
 
-/// The data records of kept references `kept` of a block described by
-/// `info` (words naming no operand of it are left out).
-pub fn kept_records(info: &BlockInfo, kept: &[u64]) -> Vec<Record> {
-    kept.iter()
-        .filter_map(|&w| kept_record(info, KeptAccess(w)))
-        .collect()
+/// The records of kept references `kept` of one execution of a block
+/// described by `info`, in execution order: each fetch's (of
+/// [`fetch_starts`] with lines of `1 << line_bits` bytes) before the data
+/// references of its instruction. Words naming no fetch or operand of the
+/// block are left out.
+pub fn kept_records(info: &BlockInfo, kept: &[u64], line_bits: u8) -> Vec<Record> {
+    // (position, record): a fetch of instruction n goes before operand
+    // `mem_start` of n, a data reference after the operands before it.
+    let starts: Vec<usize> = fetch_starts(info, line_bits).collect();
+    let mut placed: Vec<(usize, bool, Record)> = kept
+        .iter()
+        .filter_map(|&w| {
+            let k = KeptAccess(w);
+            if k.is_fetch() {
+                let i = info.instrs().get(*starts.get(k.operand())?)?;
+                let fetch = Record::Instr(InstrFetch {
+                    addr: i.addr,
+                    len: u32::from(i.len),
+                });
+                Some((usize::from(i.mem_start), false, fetch))
+            } else {
+                let m = info.mem.get(k.operand())?;
+                let data = Record::Data(DataRef {
+                    addr: k.addr(),
+                    size: m.size,
+                    kind: m.kind,
+                });
+                Some((k.operand(), true, data))
+            }
+        })
+        .collect();
+    // Stable: each kind keeps its own order.
+    placed.sort_by_key(|&(at, data, _)| (at, data));
+    placed.into_iter().map(|(_, _, r)| r).collect()
 }
 
 /// The data record of kept reference `k` of a block (`None` if the block
@@ -679,6 +814,7 @@ mod tests {
         let f = MruFilter {
             line_bits: 6,
             set_bits: 6,
+            fetch_set_bits: None,
         };
         let filtered = Needs {
             mru_filter: Some(f),
@@ -712,6 +848,16 @@ mod tests {
         let k = KeptAccess::new(2, 0x7ffd_1234_5678);
         assert!(KeptAccess::is_kept(k.0));
         assert_eq!((k.operand(), k.addr()), (2, 0x7ffd_1234_5678));
+        assert!(!k.straddles() && !k.is_fetch());
+        assert_eq!(k.reference(6), (0x7ffd_1234_5678, 1));
+        let s = KeptAccess::new(2, 0x103c).straddling();
+        assert!(s.straddles() && !s.is_fetch());
+        assert_eq!(s.operand(), 2);
+        // The last byte of 0x1000's line and the first of 0x1040's.
+        assert_eq!(s.reference(6), (0x103f, 2));
+        let f = KeptAccess::fetch(5, 0x2000).straddling();
+        assert!(f.is_fetch() && f.straddles());
+        assert_eq!((f.operand(), f.reference(6)), (5, (0x203f, 2)));
         // Block ids and the tracer's markers are never kept accesses.
         assert!(!KeptAccess::is_kept(u64::from(u32::MAX)));
         assert!(!KeptAccess::is_kept(0));

@@ -40,8 +40,12 @@ impl<T: Tool> Tool for LiveTool<T> {
     fn block_run_kept(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
         self.0.block_run_kept(id, info, kept);
     }
+    #[inline(always)]
     fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
         self.0.kept_accesses(id, info, kept);
+    }
+    fn block_runs(&mut self, id: BlockId, runs: u64) {
+        self.0.block_runs(id, runs);
     }
 }
 

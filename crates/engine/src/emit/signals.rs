@@ -193,7 +193,9 @@ mod tests {
         assert_eq!(stores as u64, layout::SPILL_BYTES / 8, "{text:#?}");
         let depth_up = text
             .iter()
-            .position(|s| s.starts_with("add qword ptr gs:[40h],1"))
+            .position(|s| {
+                s.starts_with(&format!("add qword ptr gs:[{:X}h],1", layout::S_SIG_DEPTH))
+            })
             .expect("depth raised");
         let last_store = text
             .iter()
@@ -218,7 +220,7 @@ mod tests {
         assert_eq!(restores as u64, layout::SPILL_BYTES / 8);
         let lowered = text
             .iter()
-            .position(|s| s.starts_with("mov gs:[40h],rcx"))
+            .position(|s| s.starts_with(&format!("mov gs:[{:X}h],rcx", layout::S_SIG_DEPTH)))
             .expect("depth lowered");
         let last_restore = text
             .iter()

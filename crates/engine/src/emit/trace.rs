@@ -16,17 +16,41 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 /// Condition code of `jne`.
 const JNE: u8 = 5;
-/// Bytes below the stack pointer that the SysV ABI lets leaf code use
-/// without moving it: the flags are pushed below them.
-const RED_ZONE: i32 = 128;
 
-/// What the filtered trace mode's checks need of D1's geometry.
+/// What the filtered trace mode's checks need of the caches' geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MruGeometry {
     /// log2 of the line size.
     pub line_bits: u8,
-    /// Sets minus one.
+    /// D1's sets minus one.
     pub set_mask: u32,
+    /// I1's sets minus one, when fetches are checked too and executions
+    /// counted.
+    pub i1_set_mask: Option<u32>,
+}
+
+/// One instruction fetch a block checks against I1's table (filtered
+/// trace mode with counted executions): its place among the block's
+/// fetches, its line, and whether it straddles into the next.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchCheck {
+    /// Its place in `events::fetch_starts`.
+    pub fetch: u16,
+    /// Its (first) line.
+    pub line: u64,
+    /// Whether the instruction ends in the next line.
+    pub straddles: bool,
+}
+
+/// The out-of-line path of one fetch's check (see
+/// [`Emitter::fetch_checks`]), emitted after the block's code.
+#[derive(Debug)]
+pub struct FetchPath {
+    check: FetchCheck,
+    /// Where it starts.
+    kept: Label,
+    /// Where it comes back to.
+    back: Label,
 }
 
 /// The out-of-line paths of one access's check (see
@@ -41,6 +65,14 @@ pub struct KeptPath {
     back: Label,
     /// The access's operand among the block's.
     operand: u16,
+}
+
+impl KeptPath {
+    /// Whether the access may straddle two lines (it is longer than a
+    /// byte): then it needs its block's straddle routine.
+    pub fn may_straddle(&self) -> bool {
+        self.straddle.is_some()
+    }
 }
 
 /// `gs:[index*8 + disp]`.
@@ -59,6 +91,11 @@ fn gs_indexed(index: Register, disp: u32) -> MemoryOperand {
 /// The table entry of the set whose number is in `set`.
 fn mru_slot(set: Register) -> MemoryOperand {
     gs_indexed(set, layout::AREA_MRU as u32)
+}
+
+/// The I1 table's entry of set `set`.
+fn i1_slot(set: u32) -> MemoryOperand {
+    gs(layout::AREA_I1_MRU as u32 + set * 8)
 }
 
 /// How the buffer check keeps the client's flags.
@@ -126,14 +163,115 @@ impl Emitter {
         self.counter_updates.push((load, self.here()));
     }
 
+    /// Block entry in filtered trace mode with counted executions: borrows
+    /// `r` and `a` (nothing is written: each kept access goes with the
+    /// block's id).
+    pub fn counted_enter(&mut self, r: Register, a: Register) {
+        self.store_gs(r, layout::S_BORROW_R);
+        self.store_gs(a, layout::S_BORROW_A);
+    }
+
+    /// `add qword gs:[counter], 1` (clobbers the flags): one execution of a
+    /// block whose executions are counted, not reported.
+    pub fn count_execution(&mut self, counter: u32) {
+        self.insn(Instruction::with2(Code::Add_rm64_imm8, gs(counter), 1i32));
+    }
+
+    /// Keeps the client's live status flags in AH/AL (`lahf`, `seto`),
+    /// RAX in its slot, while the code up to [`Emitter::give_back_flags`]
+    /// clobbers them (filtered trace mode borrows no RAX). Much cheaper
+    /// than `pushfq`/`popfq`, which half the checks of a python run need.
+    pub fn keep_flags(&mut self) {
+        self.store_gs(Register::RAX, layout::S_KEEP_RAX);
+        self.save_flags_to_ax();
+    }
+
+    /// Restores the flags and RAX [`Emitter::keep_flags`] kept.
+    pub fn give_back_flags(&mut self) {
+        self.restore_flags_from_ax();
+        self.load_gs(Register::RAX, layout::S_KEEP_RAX);
+    }
+
+    /// The I1 checks of a block's fetches (flags clobbered, `r`
+    /// clobbered): each fetch in one line that is not the line its set
+    /// fetched last, and each one straddling two lines, goes to its
+    /// out-of-line path ([`Emitter::fetch_paths`]), which keeps it.
+    pub fn fetch_checks(
+        &mut self,
+        r: Register,
+        fetches: &[FetchCheck],
+        i1_set_mask: u32,
+    ) -> Vec<FetchPath> {
+        let mut paths = Vec::with_capacity(fetches.len());
+        for &check in fetches {
+            let path = FetchPath {
+                check,
+                kept: self.new_label(),
+                back: self.new_label(),
+            };
+            if check.straddles {
+                self.jmp_label(path.kept);
+            } else {
+                let set = (check.line & u64::from(i1_set_mask)) as u32;
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, r, check.line));
+                self.insn(Instruction::with2(Code::Cmp_rm64_r64, i1_slot(set), r));
+                self.jcc_label(JNE, path.kept);
+            }
+            self.bind(path.back);
+            paths.push(path);
+        }
+        paths
+    }
+
+    /// The out-of-line path of a fetch check (`r` holding its line unless
+    /// it straddles): its line (or both) become their sets' last, and it
+    /// is kept by its line's start, after block `id`'s id if that is still
+    /// to be written.
+    pub fn fetch_paths(
+        &mut self,
+        a: Register,
+        r: Register,
+        paths: &[FetchPath],
+        d1: MruGeometry,
+        id: u32,
+    ) {
+        let i1_set_mask = u64::from(d1.i1_set_mask.expect("fetches are checked"));
+        for path in paths {
+            let line = path.check.line;
+            self.bind(path.kept);
+            let lines = if path.check.straddles { 2 } else { 1 };
+            for l in line..line + lines {
+                if path.check.straddles {
+                    self.insn(Instruction::with2(Code::Mov_r64_imm64, r, l));
+                }
+                self.insn(Instruction::with2(
+                    Code::Mov_rm64_r64,
+                    i1_slot((l & i1_set_mask) as u32),
+                    r,
+                ));
+            }
+            self.insn(Instruction::with2(
+                Code::Mov_r64_imm64,
+                r,
+                line << d1.line_bits,
+            ));
+            let mut tag = events::KeptAccess::FETCH | (path.check.fetch + 1);
+            if path.check.straddles {
+                tag |= events::KeptAccess::STRADDLES;
+            }
+            self.append_kept(a, r, tag, Some(id));
+            self.jmp_label(path.back);
+        }
+    }
+
     /// The D1 check of one data access whose address is in `a` (filtered
     /// trace mode): the access is left out when it lies in one line that
     /// is the line its set referenced last (the thread's table at
     /// [`layout::AREA_MRU`]), and otherwise goes to the out-of-line path
     /// [`Emitter::kept_paths`] emits, which keeps it. `size` is the
     /// access's bytes (at most a line); `flags_live` keeps the client's
-    /// flags around the check (on the stack below the red zone). `r` and
-    /// `a` are clobbered.
+    /// flags around the check ([`Emitter::keep_flags`]). `r` and `a` (not
+    /// RAX) are clobbered.
     pub fn mru_check(
         &mut self,
         a: Register,
@@ -150,84 +288,182 @@ impl Emitter {
             operand,
         };
         if flags_live {
-            self.lea(Register::RSP, based(Register::RSP, -RED_ZONE));
-            self.insn(Ok(Instruction::with(Code::Pushfq)));
+            self.keep_flags();
         }
         let line_bits = u32::from(d1.line_bits);
+        // `a` becomes the first byte's line, `r` its set, both as the
+        // out-of-line paths expect them.
         if let Some(straddle) = path.straddle {
-            // First and last byte in different lines?
+            // The last byte's line: another one?
             self.lea(r, based(a, size as i32 - 1));
-            self.insn(Instruction::with2(Code::Xor_r64_rm64, r, a));
             self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
+            self.insn(Instruction::with2(Code::Shr_rm64_imm8, a, line_bits));
+            self.insn(Instruction::with2(Code::Cmp_r64_rm64, a, r));
             self.jcc_label(JNE, straddle);
+        } else {
+            self.insn(Instruction::with2(Code::Shr_rm64_imm8, a, line_bits));
+            self.mov(r, a);
         }
-        self.mov(r, a);
-        self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
-        self.mov(a, r);
-        self.insn(Instruction::with2(Code::And_rm64_imm32, a, d1.set_mask));
-        self.insn(Instruction::with2(Code::Cmp_rm64_r64, mru_slot(a), r));
+        self.and_mask(r, d1.set_mask);
+        self.insn(Instruction::with2(Code::Cmp_rm64_r64, mru_slot(r), a));
         self.jcc_label(JNE, path.other_line);
         self.bind(path.back);
         if flags_live {
-            self.insn(Ok(Instruction::with(Code::Popfq)));
-            self.lea(Register::RSP, based(Register::RSP, RED_ZONE));
+            self.give_back_flags();
         }
         path
     }
 
     /// The out-of-line paths of a [`mru_check`](Self::mru_check), after the
-    /// block: an access in another line than its set's last (`a` the set,
-    /// `r` the line) becomes its set's last and is kept by its line's
-    /// start; one that straddles two lines (`a` its address) is kept by its
-    /// address and both lines become their sets' last, in address order.
-    pub fn kept_paths(&mut self, a: Register, r: Register, path: &KeptPath, d1: MruGeometry) {
+    /// block: an access in another line than its set's last (`a` the line,
+    /// `r` the set) becomes its set's last and is kept by its line's
+    /// start; one that straddles two lines (`a` its first line) goes to the
+    /// block's [`straddle_routine`](Self::straddle_routine) with its tag
+    /// and where to come back. With counted executions, `id` is the
+    /// block's, which each kept access goes with.
+    pub fn kept_paths(
+        &mut self,
+        a: Register,
+        r: Register,
+        path: &KeptPath,
+        d1: MruGeometry,
+        id: Option<u32>,
+        straddle_routine: Label,
+    ) {
         let line_bits = u32::from(d1.line_bits);
+        let tag = path.operand + 1;
         self.bind(path.other_line);
-        self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(a), r));
-        self.insn(Instruction::with2(Code::Shl_rm64_imm8, r, line_bits));
-        self.append_kept(a, r, path.operand);
+        self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(r), a));
+        self.insn(Instruction::with2(Code::Shl_rm64_imm8, a, line_bits));
+        self.append_kept(r, a, tag, id);
         self.jmp_label(path.back);
         if let Some(straddle) = path.straddle {
             self.bind(straddle);
-            self.append_kept(r, a, path.operand);
-            self.mov(r, a);
-            self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
-            for _ in 0..2 {
-                self.mov(a, r);
-                self.insn(Instruction::with2(Code::And_rm64_imm32, a, d1.set_mask));
-                self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(a), r));
-                self.inc_flag_free(r);
-            }
-            self.jmp_label(path.back);
+            self.insn(Instruction::with2(
+                Code::Mov_rm16_imm16,
+                gs(layout::S_KEPT_TAG),
+                u32::from(tag | events::KeptAccess::STRADDLES),
+            ));
+            self.lea_label(r, path.back);
+            self.jmp_label(straddle_routine);
         }
     }
 
-    /// Appends the kept-access word of `operand` at `addr` to the buffer
-    /// (`ptr` is clobbered): the address, its top 16 bits the operand plus
-    /// one (`events::KeptAccess`). An interrupted append runs again from
-    /// the load of the write pointer, as a block's entry does.
-    fn append_kept(&mut self, ptr: Register, addr: Register, operand: u16) {
+    /// The path of a block's accesses that straddle two lines (rare; one
+    /// routine per block keeps the code small): with the access's first
+    /// line in `a`, its tag in a slot and where to come back in `r`, keeps
+    /// it by that line's start and makes both lines their sets' last, in
+    /// address order. It returns through a spill slot (an indirect jump).
+    pub fn straddle_routine(
+        &mut self,
+        a: Register,
+        r: Register,
+        d1: MruGeometry,
+        id: Option<u32>,
+        routine: Label,
+    ) {
+        self.bind(routine);
+        self.store_gs(r, layout::S_KEPT_RET);
+        self.store_gs(a, layout::S_KEPT_LINE);
+        // As `append_kept`, the tag from its slot: everything it writes
+        // comes from slots, so that an interrupted append runs again whole.
         let load = self.here();
-        self.load_gs(ptr, layout::S_TRACE_PTR);
+        self.load_gs(r, layout::S_TRACE_PTR);
+        let mut at = 0;
+        if let Some(id) = id {
+            self.insn(Instruction::with2(
+                Code::Mov_rm64_imm32,
+                MemoryOperand::with_base(r),
+                id,
+            ));
+            at = 8;
+        }
+        // The word: the tag in the top 16 bits, the line's start below.
+        self.insn(Instruction::with2(
+            Code::Movzx_r32_rm16,
+            a.full_register32(),
+            gs(layout::S_KEPT_TAG),
+        ));
+        self.insn(Instruction::with2(
+            Code::Shl_rm64_imm8,
+            a,
+            48 - u32::from(d1.line_bits),
+        ));
+        self.insn(Instruction::with2(
+            Code::Or_r64_rm64,
+            a,
+            gs(layout::S_KEPT_LINE),
+        ));
+        self.insn(Instruction::with2(
+            Code::Shl_rm64_imm8,
+            a,
+            u32::from(d1.line_bits),
+        ));
         self.insn(Instruction::with2(
             Code::Mov_rm64_r64,
-            MemoryOperand::with_base(ptr),
+            MemoryOperand::with_base_displ(r, at),
+            a,
+        ));
+        self.lea(r, based(r, at as i32 + 8));
+        self.store_gs(r, layout::S_TRACE_PTR);
+        self.counter_updates.push((load, self.here()));
+        self.load_gs(a, layout::S_KEPT_LINE);
+        for _ in 0..2 {
+            self.mov(r, a);
+            self.and_mask(r, d1.set_mask);
+            self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(r), a));
+            self.inc_flag_free(a);
+        }
+        self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_KEPT_RET)));
+    }
+
+    /// `and r, mask` (the short form when it fits).
+    fn and_mask(&mut self, r: Register, mask: u32) {
+        let code = if mask < 0x80 {
+            Code::And_rm64_imm8
+        } else {
+            Code::And_rm64_imm32
+        };
+        self.insn(Instruction::with2(code, r, mask));
+    }
+
+    /// Appends the kept-access word with `tag` at `addr` to the buffer
+    /// (`ptr` is clobbered): the address, its top 16 bits the tag
+    /// (`events::KeptAccess`); with `id` (counted executions), after the
+    /// block's id, so that each kept access names its block. An interrupted
+    /// append runs again from the load of the write pointer, as a block's
+    /// entry does.
+    fn append_kept(&mut self, ptr: Register, addr: Register, tag: u16, id: Option<u32>) {
+        let load = self.here();
+        self.load_gs(ptr, layout::S_TRACE_PTR);
+        let mut at = 0;
+        if let Some(id) = id {
+            self.insn(Instruction::with2(
+                Code::Mov_rm64_imm32,
+                MemoryOperand::with_base(ptr),
+                id,
+            ));
+            at = 8;
+        }
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_r64,
+            MemoryOperand::with_base_displ(ptr, at),
             addr,
         ));
         self.insn(Instruction::with2(
             Code::Mov_rm16_imm16,
-            MemoryOperand::with_base_displ(ptr, 6),
-            u32::from(operand) + 1,
+            MemoryOperand::with_base_displ(ptr, at + 6),
+            u32::from(tag),
         ));
-        self.lea(ptr, based(ptr, 8));
+        self.lea(ptr, based(ptr, at as i32 + 8));
         self.store_gs(ptr, layout::S_TRACE_PTR);
         self.counter_updates.push((load, self.here()));
     }
 
     /// After a rep string instruction in filtered trace mode (whose
-    /// accesses the tool simulates from its record, unseen by the table):
-    /// forgets every set's last line, so that the next access to each is
-    /// kept. Flag-free (`loop`); RCX is kept in a spill slot meanwhile and
+    /// accesses and fetches the tool simulates from its record, unseen by
+    /// the tables): forgets every set's last line, so that the next access
+    /// to each (and fetch) is kept. Flag-free (`loop`); RCX is kept in a spill slot meanwhile and
     /// `r` is clobbered.
     pub fn mru_forget(&mut self, r: Register, d1: MruGeometry) {
         self.store_gs(Register::RCX, layout::S_RCX0);

@@ -477,13 +477,17 @@ mod tests {
             sp.signal_trampoline(CODE, &mut mmap_as_asked).unwrap(),
             entry
         );
-        // The interrupted code's spills pushed (3 + 2 * 8 + 2
+        // The interrupted code's spills pushed (3 + 2 per slot + 2
         // instructions), then the lookup of the handler.
-        let insns = insns_at(&fake, entry, 24);
-        assert_eq!(insns[0], "mov r11,gs:[40h]");
-        assert_eq!(insns[20], "xor eax,eax");
+        let pushed = 3 + 2 * (crate::layout::SPILL_BYTES / 8) as usize + 1;
+        let insns = insns_at(&fake, entry, pushed + 4);
         assert_eq!(
-            insns[21..],
+            insns[0],
+            format!("mov r11,gs:[{:X}h]", crate::layout::S_SIG_DEPTH)
+        );
+        assert_eq!(insns[pushed], "xor eax,eax");
+        assert_eq!(
+            insns[pushed + 1..],
             ["mov gs:[8],rcx", "mov gs:[0],rax", "mov rcx,401000h"]
         );
     }

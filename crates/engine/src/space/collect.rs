@@ -23,7 +23,9 @@ impl Space {
             }
         }
         // Trace mode: every thread's records are with the consumer (each
-        // thread's were handed over as it exited); its tool has the counts.
+        // thread's were handed over as it exited); its tool has the counts,
+        // or gets them now.
+        self.hand_over_runs();
         let traced = self.tracing.as_ref().map(|t| (t.link.finish(), t.stats));
         if let Some((tool, trace)) = traced {
             let tool_time = tool.as_ref().map(|(_, busy)| *busy).unwrap_or_default();

@@ -580,6 +580,9 @@ impl Space {
             if let Some(mut meta) = t.meta.take() {
                 let origin = tr.origin(module, &self.modules.records()[module]);
                 meta.info.set_origin(origin);
+                if let Some(counter) = meta.counter {
+                    tr.counted.push((meta.id, counter));
+                }
                 tr.link.block(meta);
             }
         }

@@ -30,6 +30,9 @@ pub(crate) struct Tracing {
     /// The records handed over so far and the tracer's time on them
     /// (`--stats=yes`; the tool's time is added at the end).
     pub stats: TraceStats,
+    /// Blocks whose executions are counted rather than recorded, and
+    /// their counters (filtered trace mode with fetches checked).
+    pub counted: Vec<(u32, u32)>,
 }
 
 impl Tracing {
@@ -43,6 +46,7 @@ impl Tracing {
             sites: Vec::new(),
             origins: Vec::new(),
             stats: TraceStats::default(),
+            counted: Vec::new(),
         }
     }
 
@@ -174,6 +178,24 @@ impl Space {
             t.link.records(area, words);
         }
         Ok(start)
+    }
+
+    /// Counted executions: every block's count, of live and exited
+    /// threads, goes to the tool (before the process's end, after its
+    /// records).
+    pub fn hand_over_runs(&mut self) {
+        let Some(t) = &self.tracing else { return };
+        if t.counted.is_empty() {
+            return;
+        }
+        let counts = self.areas.counts(&mut *self.mem);
+        let runs: Vec<(u32, u64)> = t
+            .counted
+            .iter()
+            .map(|&(id, counter)| (id, counts.get(counter)))
+            .filter(|&(_, n)| n != 0)
+            .collect();
+        t.link.runs(runs);
     }
 
     /// Whether signal deliveries and handler returns are marked in the

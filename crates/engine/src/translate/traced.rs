@@ -11,7 +11,7 @@
 //! block counters are kept: the records are the counts.
 
 use super::*;
-use crate::emit::{FlagsAt, KeptPath, MruGeometry};
+use crate::emit::{FetchCheck, FetchPath, FlagsAt, KeptPath, MruGeometry};
 use crate::memrefs::{data_accesses, AddrExpr};
 use events::{BlockInfo, MemOperand, Terminator};
 
@@ -34,17 +34,26 @@ pub struct TraceMode {
 /// The checks' geometry for a tool's MRU filter, if the thread areas'
 /// table holds its sets and the checks can shift by its line size.
 pub fn filter_geometry(f: events::MruFilter) -> Option<MruGeometry> {
-    let sets = 1u64.checked_shl(u32::from(f.set_bits))?;
-    (sets <= layout::MRU_MAX_SETS && (4..=12).contains(&f.line_bits)).then(|| MruGeometry {
+    let mask = |bits: u8| {
+        let sets = 1u64.checked_shl(u32::from(bits))?;
+        (sets <= layout::MRU_MAX_SETS).then_some((sets - 1) as u32)
+    };
+    if !(4..=12).contains(&f.line_bits) {
+        return None;
+    }
+    Some(MruGeometry {
         line_bits: f.line_bits,
-        set_mask: (sets - 1) as u32,
+        set_mask: mask(f.set_bits)?,
+        // An I1 too large for its table: fetches are not filtered.
+        i1_set_mask: f.fetch_set_bits.and_then(mask),
     })
 }
 
 /// Most data accesses of one block in filtered trace mode (each has its
-/// check inline and its out-of-line paths after the block, about 200
-/// bytes in all): a block is cut before the access past it.
-const MAX_FILTERED_ACCESSES: usize = 48;
+/// check inline and its out-of-line paths after the block, up to about
+/// 160 bytes in all, and fetches take their share): a block is cut
+/// before the access past it, to stay within `layout::MAX_BLOCK_BYTES`.
+const MAX_FILTERED_ACCESSES: usize = 32;
 
 /// The metadata of one traced block: what the tool decodes its records
 /// with.
@@ -63,6 +72,10 @@ pub struct BlockMeta {
     /// Whether the record is the id followed by the kept accesses (filtered
     /// trace mode), `words` being 1.
     pub kept: bool,
+    /// With counted executions: the thread areas' counter of its
+    /// executions (records are written only for executions that keep
+    /// something).
+    pub counter: Option<u32>,
     /// For a rep string instruction's block: how to expand its record.
     pub rep: Option<RepString>,
 }
@@ -141,17 +154,20 @@ fn touched(i: &Instruction, info: &mut InstructionInfoFactory) -> u32 {
 
 /// Cuts `items` where fewer than two registers would be left to borrow
 /// (never before the first), setting `stop` to where decoding goes on, and
-/// returns the two borrowed registers: `a` (addresses; RAX if free) and
-/// `r` (the record; never RAX).
+/// returns the two borrowed registers: `a` (addresses; RAX if free, unless
+/// `keep_rax`: filtered trace mode keeps live flags in AH/AL, around
+/// checks that use both) and `r` (the record; never RAX).
 fn borrow(
     items: &mut Vec<Item>,
     stop: &mut Stop,
     info: &mut InstructionInfoFactory,
+    keep_rax: bool,
 ) -> Result<(Register, Register), TransError> {
     let free_in = |used: u32| {
         CANDIDATES
             .iter()
             .copied()
+            .filter(move |&r| !(keep_rax && r == Register::RAX))
             .filter(move |&r| used & bit(r) == 0)
     };
     let mut used = bit(Register::RSP);
@@ -176,11 +192,13 @@ fn borrow(
     }
 }
 
-/// Per item: whether the status flags are dead just before it (the next
-/// instruction to touch them writes them all without reading any, within
-/// the block). Where they are live, an access check keeps them.
-fn flags_dead_before(items: &[Item]) -> Vec<bool> {
-    let mut dead = vec![false; items.len()];
+/// Per item, as a bit mask (bit n for item n; blocks have at most
+/// `layout::MAX_BLOCK_INSNS` items): whether the status flags are dead
+/// just before it (the next instruction to touch them writes them all
+/// without reading any, within the block). Where they are live, an access
+/// check keeps them.
+fn flags_dead_before(items: &[Item]) -> u64 {
+    let mut dead = 0u64;
     // Backwards: what the code from here on does to the flags first.
     let mut next_dead = false;
     for (n, it) in items.iter().enumerate().rev() {
@@ -196,7 +214,9 @@ fn flags_dead_before(items: &[Item]) -> Vec<bool> {
         } else {
             next_dead = false;
         }
-        dead[n] = next_dead;
+        if next_dead && n < 64 {
+            dead |= 1 << n;
+        }
     }
     dead
 }
@@ -317,7 +337,7 @@ pub(super) fn translate_traced(
         }
     }
     let mut info = InstructionInfoFactory::new();
-    let (a_reg, r) = borrow(&mut items, &mut stop, &mut info)?;
+    let (a_reg, r) = borrow(&mut items, &mut stop, &mut info, mode.filter.is_some())?;
     let mut accesses: Vec<Vec<crate::memrefs::Access>> = items
         .iter()
         .map(|it| match it {
@@ -358,37 +378,94 @@ pub(super) fn translate_traced(
                 | Terminator::Return
                 | Terminator::IndirectJump
         );
+    // Counted executions: fetches checked too, no record unless something
+    // is kept (then the id, written before the first).
+    let counted = filter.filter(|g| rep.is_none() && g.i1_set_mask.is_some());
     // Filtered records: the id, then what the checks keep.
-    let kept = filter.filter(|_| rep.is_none() && n_access > 0);
+    let kept = filter.filter(|_| rep.is_none() && (n_access > 0 || counted.is_some()));
     let words = match rep {
         Some(_) => REP_WORDS,
         None if kept.is_some() => 1,
         None => 1 + n_access as u32 + u32::from(sp),
     };
-    // `a` is needed for addresses only (a rep block stores registers).
-    let a = (n_access > 0 && rep.is_none()).then_some(a_reg);
+    // `a` is needed for addresses only (a rep block stores registers), and
+    // for the out-of-line paths of fetches.
+    let a = (rep.is_none() && (n_access > 0 || counted.is_some())).then_some(a_reg);
     let id = ctx.alloc_block_id();
     let mut block_info = BlockInfo::new(guest, terminator);
-    // Trace mode counts through the stream: no execution counter.
+    for (n, item) in items.iter().enumerate() {
+        match item {
+            Item::ClientRequest(ip) => block_info.push(*ip, 19, &[]),
+            Item::Illegal(ip, len) => block_info.push(*ip, *len, &[]),
+            Item::Insn(i) => {
+                let ops: Vec<MemOperand> = accesses[n]
+                    .iter()
+                    .map(|acc| MemOperand {
+                        size: acc.size,
+                        kind: acc.kind,
+                    })
+                    .collect();
+                block_info.push(i.ip(), i.len() as u8, &ops);
+            }
+        }
+    }
+    let counter = match counted {
+        Some(_) => ctx.alloc_counter(),
+        None => 0,
+    };
+    // Trace mode counts through the stream (or these counters): no
+    // counter of counting mode's.
     let mut b = Builder::start(ctx, host, 0, &items, code, guest);
-    match kept {
-        Some(_) => b.e.kept_enter(r, a_reg, id),
-        None => b.e.trace_enter(r, a, id, words),
+    match (counted, kept) {
+        (Some(_), _) => b.e.counted_enter(r, a_reg),
+        (None, Some(_)) => b.e.kept_enter(r, a_reg, id),
+        (None, None) => b.e.trace_enter(r, a, id, words),
     }
     b.regs = SiteRegs::Borrowed(r, a);
+    let flags_dead = kept.map_or(0, |_| flags_dead_before(&items));
+    let dead_before = |n: usize| n < 64 && flags_dead >> n & 1 != 0;
     let check_at = match counter_position(&items) {
+        // Counted executions check their fetches first, on entry, so that
+        // each execution's kept references are in program order.
+        _ if counted.is_some() => dead_before(0).then_some(0),
         Placement::DeadFlags(n) => Some(n),
         _ => None,
     };
     let mut flush_sites = Vec::new();
+    let mut fetch_paths: Vec<FetchPath> = Vec::new();
     let mut check = |b: &mut Builder, flags: FlagsAt| {
         let site = b.ctx.alloc_flush_site();
         let stub = b.ctx.flush_stub();
+        let kept_flags = counted.is_some() && flags != FlagsAt::Dead;
+        if let Some(g) = counted {
+            if kept_flags {
+                b.e.keep_flags();
+            }
+            b.e.count_execution(counter);
+            let fetches: Vec<FetchCheck> = events::fetch_starts(&block_info, g.line_bits)
+                .enumerate()
+                .map(|(k, n)| {
+                    let i = block_info.instrs()[n];
+                    let line = i.addr >> g.line_bits;
+                    FetchCheck {
+                        fetch: k as u16,
+                        line,
+                        straddles: (i.addr + u64::from(i.len.max(1)) - 1) >> g.line_bits != line,
+                    }
+                })
+                .collect();
+            let mask = g.i1_set_mask.expect("counted executions check fetches");
+            fetch_paths = b.e.fetch_checks(r, &fetches, mask);
+        }
         if kept.is_some() {
             // `r` is free between checks: it takes the write pointer.
             b.e.load_gs(r, layout::S_TRACE_PTR);
         }
+        let flags = if kept_flags { FlagsAt::Dead } else { flags };
         let resume = b.e.trace_check(r, site, stub, flags);
+        if kept_flags {
+            b.e.give_back_flags();
+        }
         flush_sites.push(FlushSite {
             id: site,
             resume,
@@ -401,7 +478,6 @@ pub(super) fn translate_traced(
         let stash = (a != Some(Register::RAX)).then_some(layout::S_RCX0);
         check(&mut b, FlagsAt::Live(stash));
     }
-    let flags_dead = kept.map(|_| flags_dead_before(&items)).unwrap_or_default();
     let mut paths: Vec<KeptPath> = Vec::new();
     let mut word = 1u32;
     let mut end = guest;
@@ -416,7 +492,6 @@ pub(super) fn translate_traced(
             Item::ClientRequest(ip) => {
                 // The last item of its block: its record is complete here.
                 b.t.counted.push(*ip);
-                block_info.push(*ip, 19, &[]);
                 end = ip + 19;
                 b.e.trace_leave(r, a);
                 b.regs = SiteRegs::Guest;
@@ -426,7 +501,6 @@ pub(super) fn translate_traced(
             Item::Illegal(ip, len) => {
                 // Alone in its block; the signal sees the client's registers.
                 b.t.counted.push(*ip);
-                block_info.push(*ip, *len, &[]);
                 end = ip + u64::from(*len);
                 b.e.trace_leave(r, a);
                 b.regs = SiteRegs::Guest;
@@ -435,14 +509,6 @@ pub(super) fn translate_traced(
             Item::Insn(i) => {
                 end = i.next_ip();
                 b.t.counted.push(i.ip());
-                let ops: Vec<MemOperand> = accesses[n]
-                    .iter()
-                    .map(|acc| MemOperand {
-                        size: acc.size,
-                        kind: acc.kind,
-                    })
-                    .collect();
-                block_info.push(i.ip(), i.len() as u8, &ops);
                 if rep.is_some() {
                     for (w, reg) in [(1, Register::RCX), (2, Register::RSI), (3, Register::RDI)] {
                         b.e.trace_store(r, w, reg);
@@ -470,7 +536,7 @@ pub(super) fn translate_traced(
                                 // Cachegrind caps an access at a line.
                                 let size = acc.size.clamp(1, line);
                                 let operand = (word - 1) as u16;
-                                let live = !flags_dead[n];
+                                let live = !dead_before(n);
                                 paths.push(b.e.mru_check(a, r, size, operand, d1, live));
                             }
                             None => b.e.trace_store(r, word, a),
@@ -498,8 +564,16 @@ pub(super) fn translate_traced(
         b.exit_jmp(next);
     }
     if let Some(d1) = kept {
+        let with_id = counted.map(|_| id);
+        let straddles = b.e.new_label();
         for p in &paths {
-            b.e.kept_paths(a_reg, r, p, d1);
+            b.e.kept_paths(a_reg, r, p, d1, with_id, straddles);
+        }
+        if counted.is_some() {
+            b.e.fetch_paths(a_reg, r, &fetch_paths, d1, id);
+        }
+        if paths.iter().any(KeptPath::may_straddle) {
+            b.e.straddle_routine(a_reg, r, d1, with_id, straddles);
         }
     }
     b.seal(end);
@@ -522,6 +596,7 @@ pub(super) fn translate_traced(
         words,
         sp,
         kept: kept.is_some(),
+        counter: counted.map(|_| counter),
         rep,
     });
     Ok(b.t)
@@ -634,8 +709,9 @@ mod tests {
         assert!(!t.meta.as_ref().unwrap().sp);
     }
 
-    /// Filtered trace mode with a 64-set D1 of 64-byte lines.
-    fn filtered(code: &[u8]) -> Translation {
+    /// Filtered trace mode with a 64-set D1 of 64-byte lines, and with
+    /// fetches checked too (a 64-set I1) if `counted`.
+    fn filtered_mode(code: &[u8], counted: bool) -> Translation {
         let mut ctx = Ctx {
             next: 7,
             trace: Some(TraceMode {
@@ -644,11 +720,55 @@ mod tests {
                 filter: Some(MruGeometry {
                     line_bits: 6,
                     set_mask: 63,
+                    i1_set_mask: counted.then_some(63),
                 }),
             }),
             ..Ctx::default()
         };
         translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
+    }
+
+    fn filtered(code: &[u8]) -> Translation {
+        filtered_mode(code, false)
+    }
+
+    #[test]
+    fn a_counted_block_checks_its_fetches_on_entry_and_keeps_accesses_with_its_id() {
+        // nop x62 ; mov rax,[rdi] ; ret: three instructions from 0x103e,
+        // the mov straddling into the line at 0x1040.
+        let mut code = vec![0x90; 62];
+        code.extend([0x48, 0x8b, 0x07, 0xc3]);
+        let t = filtered_mode(&code, true);
+        let meta = t.meta.as_ref().unwrap();
+        assert!(meta.kept && meta.counter.is_some());
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        // The execution is counted; nothing is written on entry.
+        let count = d
+            .iter()
+            .position(|l| l.starts_with("add qword ptr gs:["))
+            .unwrap();
+        assert!(count < d.iter().position(|l| l == "nop").unwrap(), "{d:#?}");
+        assert!(!d[..count].iter().any(|l| l.ends_with("],7")), "{d:#?}");
+        // Fetch 0 (line 0x40 of the nops) is checked against I1's table;
+        // fetch 1 (the straddling mov) is always kept.
+        assert!(
+            d.iter()
+                .any(|l| l.ends_with(",40h") && l.starts_with("mov r")),
+            "{d:#?}"
+        );
+        // Each kept access goes with the block's id (7), after it: in the
+        // paths of the two fetches, of the two data accesses (the load,
+        // the return address) and in the block's straddle routine.
+        let ids = d
+            .iter()
+            .filter(|l| l.starts_with("mov qword ptr [") && l.ends_with("],7"));
+        assert_eq!(ids.count(), 5, "{d:#?}");
+        // Tags: fetch 1 straddling (0xC002), the load (operand 0: 1), and
+        // the load when it straddles (its tag from the straddle routine's
+        // slot, 0x4001).
+        assert!(d.iter().any(|l| l.ends_with("+0Eh],0C002h")), "{d:#?}");
+        assert!(d.iter().any(|l| l.ends_with("+0Eh],1")), "{d:#?}");
+        assert!(d.iter().any(|l| l.ends_with(",4001h")), "{d:#?}");
     }
 
     #[test]
@@ -686,12 +806,10 @@ mod tests {
                 "{d:#?}"
             );
         }
-        // Eight-byte accesses may straddle two lines: checked first.
-        assert_eq!(
-            d.iter().filter(|l| l.starts_with("xor ")).count(),
-            3,
-            "{d:#?}"
-        );
+        // Eight-byte accesses may straddle two lines: the last byte's line
+        // is compared with the first's.
+        let shifts = d.iter().filter(|l| l.starts_with("shr ")).count();
+        assert_eq!(shifts, 6, "{d:#?}");
     }
 
     #[test]
