@@ -958,9 +958,13 @@ impl Tool for CachegrindTool {
         }
     }
 
-    #[inline(always)]
     fn kept_accesses(&mut self, id: BlockId, _info: &BlockInfo, kept: &[u64]) {
         self.sim.kept_accesses(id, kept, &mut self.table);
+    }
+
+    #[inline(always)]
+    fn counted_access(&mut self, id: BlockId, kept: KeptAccess) {
+        self.sim.kept_accesses(id, &[kept.0], &mut self.table);
     }
 
     fn block_runs(&mut self, id: BlockId, runs: u64) {

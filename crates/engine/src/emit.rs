@@ -11,7 +11,7 @@ mod signals;
 mod smc;
 mod trace;
 
-pub use trace::{FetchCheck, FetchPath, FlagsAt, KeptPath, MruGeometry};
+pub use trace::{FetchCheck, FetchPath, FlagsAt, KeptPath, MruGeometry, COUNTED_PAIR};
 
 use crate::layout;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
@@ -128,7 +128,7 @@ impl Emitter {
         encoder.set_buffer(Vec::with_capacity(16));
         Emitter {
             base,
-            bytes: Vec::with_capacity(512),
+            bytes: Vec::with_capacity(2048),
             encoder,
             labels: Vec::new(),
             fixups: Vec::new(),

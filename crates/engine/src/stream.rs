@@ -22,6 +22,7 @@
 //! turns the markers the tracer writes at signal deliveries and
 //! `rt_sigreturn` into [`events::Tool::signal`].
 
+use crate::emit::COUNTED_PAIR;
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::translate::{BlockMeta, REP_WORDS};
 use events::{
@@ -363,11 +364,10 @@ impl Shape {
     const REP: u32 = 1 << 30;
     /// A filtered record: the id, then the kept accesses.
     const KEPT: u32 = 1 << 29;
-    /// A block whose executions are counted: its records are its kept
-    /// accesses, each after the block's id.
-    const COUNTED: u32 = 1 << 28;
-    /// Words per record (the id alone for a filtered one).
-    const WORDS: u32 = Shape::COUNTED - 1;
+    /// Words per record (the id alone for a filtered one; a block whose
+    /// executions are counted has no records of its own, only pairs of its
+    /// id and a kept access, marked by `emit::COUNTED_PAIR`).
+    const WORDS: u32 = Shape::KEPT - 1;
 
     fn of(meta: &BlockMeta) -> u32 {
         debug_assert!(
@@ -378,11 +378,6 @@ impl Shape {
             | if meta.sp { Shape::SP } else { 0 }
             | if meta.rep.is_some() { Shape::REP } else { 0 }
             | if meta.kept { Shape::KEPT } else { 0 }
-            | if meta.counter.is_some() {
-                Shape::COUNTED
-            } else {
-                0
-            }
     }
 }
 
@@ -577,6 +572,14 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
     let mut i = 0;
     while i < words.len() {
         let word = words[i];
+        if word & COUNTED_PAIR != 0 && !KeptAccess::is_kept(word) {
+            // A counted block's kept access, after its id: no lookup.
+            if let Some(&kept) = words.get(i + 1) {
+                tool.counted_access(BlockId(word as u32), KeptAccess(kept));
+            }
+            i += 2;
+            continue;
+        }
         if KeptAccess::is_kept(word) {
             // Kept accesses of an interrupted block, resumed after its
             // handler (a block's own follow its id, below).
@@ -622,14 +625,7 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
                 resolve(tool, prev.branch, flows[id as usize].start);
             }
         }
-        if shape & Shape::COUNTED != 0 {
-            // Counted executions: one kept access after each id.
-            let kept = &words[i + 1..(i + 2).min(words.len())];
-            if kept.first().is_some_and(|&w| KeptAccess::is_kept(w)) {
-                tool.kept_accesses(BlockId(id), &meta.info, kept);
-                i += 1;
-            }
-        } else if shape & Shape::KEPT != 0 {
+        if shape & Shape::KEPT != 0 {
             let kept = &words[i + 1..i + 1 + kept_run(&words[i + 1..])];
             tool.block_run_kept(BlockId(id), &meta.info, kept);
             i += kept.len();

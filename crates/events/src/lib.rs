@@ -339,7 +339,7 @@ pub struct MruFilter {
     /// log2 of I1's number of sets, when instruction fetches are filtered
     /// too. Then block executions are counted rather than reported: the
     /// producer delivers only what it keeps, through
-    /// [`Tool::kept_accesses`], and each block's count at the end through
+    /// [`Tool::counted_access`], and each block's count at the end through
     /// [`Tool::block_runs`] (a tool that needs every execution in order,
     /// to read branch outcomes from it, leaves this `None`). The fetches
     /// checked are those [`fetch_starts`] lists; a kept one names its
@@ -587,21 +587,29 @@ pub trait Tool {
     }
 
     /// Kept references (see [`MruFilter`]) of an execution of block `id`
-    /// that is counted elsewhere: one whose fetches are filtered too
-    /// ([`MruFilter::fetch_set_bits`]; its count comes with
-    /// [`Tool::block_runs`]; the engine delivers each kept reference on
-    /// its own, in execution order), or the rest of one reported with
-    /// [`Tool::block_run_kept`] that a signal handler interrupted. Within
-    /// one call, fetches come in their order and data references in
-    /// theirs, the two kinds not necessarily interleaved as executed (they
-    /// meet only in a shared cache level, where the tool puts them in
-    /// order). The default hands the references to [`Tool::records`] in
+    /// that is counted elsewhere: the rest of one reported with
+    /// [`Tool::block_run_kept`] that a signal handler interrupted, or any
+    /// part of one whose executions are counted
+    /// ([`MruFilter::fetch_set_bits`]; see also [`Tool::counted_access`]).
+    /// Within one call, fetches come in their order and data references
+    /// in theirs, the two kinds not necessarily interleaved as executed
+    /// (they meet only in a shared cache level, where the tool puts them
+    /// in order). The default hands the references to [`Tool::records`] in
     /// execution order.
     fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
         let _ = id;
         // The line size the fetches were counted in (any, without them).
         let line_bits = self.needs().mru_filter.map_or(6, |f| f.line_bits);
         self.records(&kept_records(info, kept, line_bits));
+    }
+
+    /// One kept reference of block `id`, whose executions are counted
+    /// ([`MruFilter::fetch_set_bits`]): the engine delivers them one by one,
+    /// in execution order, with the word alone (the tool knows the block
+    /// from [`Tool::block`]). The default ignores it: only a tool that asks
+    /// for that filter receives these, and simulates them here.
+    fn counted_access(&mut self, id: BlockId, kept: KeptAccess) {
+        let _ = (id, kept);
     }
 
     /// Block `id` ran `runs` more times than its reported executions say:

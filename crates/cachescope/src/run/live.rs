@@ -44,6 +44,10 @@ impl<T: Tool> Tool for LiveTool<T> {
     fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
         self.0.kept_accesses(id, info, kept);
     }
+    #[inline(always)]
+    fn counted_access(&mut self, id: BlockId, kept: events::KeptAccess) {
+        self.0.counted_access(id, kept);
+    }
     fn block_runs(&mut self, id: BlockId, runs: u64) {
         self.0.block_runs(id, runs);
     }

@@ -17,6 +17,12 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 /// Condition code of `jne`.
 const JNE: u8 = 5;
 
+/// The bit that marks the id word of a (block id, kept access) pair in
+/// the buffer (counted executions), so that the consumer knows a pair
+/// without looking the block up. Below a kept word's tag, above any id or
+/// marker.
+pub const COUNTED_PAIR: u64 = 1 << 40;
+
 /// What the filtered trace mode's checks need of the caches' geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MruGeometry {
@@ -369,15 +375,7 @@ impl Emitter {
         // comes from slots, so that an interrupted append runs again whole.
         let load = self.here();
         self.load_gs(r, layout::S_TRACE_PTR);
-        let mut at = 0;
-        if let Some(id) = id {
-            self.insn(Instruction::with2(
-                Code::Mov_rm64_imm32,
-                MemoryOperand::with_base(r),
-                id,
-            ));
-            at = 8;
-        }
+        let at = self.pair_id(r, id);
         // The word: the tag in the top 16 bits, the line's start below.
         self.insn(Instruction::with2(
             Code::Movzx_r32_rm16,
@@ -417,6 +415,24 @@ impl Emitter {
         self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_KEPT_RET)));
     }
 
+    /// With `id` (counted executions), writes the id word of a (block id,
+    /// kept access) pair at `ptr` ([`COUNTED_PAIR`] set) and returns the
+    /// kept word's offset: 8, else 0.
+    fn pair_id(&mut self, ptr: Register, id: Option<u32>) -> i64 {
+        let Some(id) = id else { return 0 };
+        self.insn(Instruction::with2(
+            Code::Mov_rm32_imm32,
+            MemoryOperand::with_base(ptr),
+            id,
+        ));
+        self.insn(Instruction::with2(
+            Code::Mov_rm32_imm32,
+            MemoryOperand::with_base_displ(ptr, 4),
+            (COUNTED_PAIR >> 32) as u32,
+        ));
+        8
+    }
+
     /// `and r, mask` (the short form when it fits).
     fn and_mask(&mut self, r: Register, mask: u32) {
         let code = if mask < 0x80 {
@@ -436,15 +452,7 @@ impl Emitter {
     fn append_kept(&mut self, ptr: Register, addr: Register, tag: u16, id: Option<u32>) {
         let load = self.here();
         self.load_gs(ptr, layout::S_TRACE_PTR);
-        let mut at = 0;
-        if let Some(id) = id {
-            self.insn(Instruction::with2(
-                Code::Mov_rm64_imm32,
-                MemoryOperand::with_base(ptr),
-                id,
-            ));
-            at = 8;
-        }
+        let at = self.pair_id(ptr, id);
         self.insn(Instruction::with2(
             Code::Mov_rm64_r64,
             MemoryOperand::with_base_displ(ptr, at),

@@ -192,6 +192,51 @@ fn borrow(
     }
 }
 
+/// The data accesses of a block's items, in one vector (a vector per item
+/// was most of translation's allocations).
+struct BlockAccesses {
+    all: Vec<crate::memrefs::Access>,
+    /// Per item, where its accesses end in `all`.
+    ends: Vec<usize>,
+}
+
+impl BlockAccesses {
+    /// The accesses of `items` (none unless `data`).
+    fn of(items: &[Item], data: bool) -> BlockAccesses {
+        let mut all = Vec::new();
+        let mut ends = Vec::with_capacity(items.len());
+        for it in items {
+            if let (Item::Insn(i), true) = (it, data) {
+                all.extend_from_slice(data_accesses(i).as_slice());
+            }
+            ends.push(all.len());
+        }
+        BlockAccesses { all, ends }
+    }
+
+    /// The accesses of item `n`.
+    fn at(&self, n: usize) -> &[crate::memrefs::Access] {
+        let start = if n == 0 { 0 } else { self.ends[n - 1] };
+        &self.all[start..self.ends[n]]
+    }
+
+    /// How many there are.
+    fn total(&self) -> usize {
+        self.all.len()
+    }
+
+    /// The first item whose accesses bring the count past `limit`.
+    fn first_past(&self, limit: usize) -> Option<usize> {
+        self.ends.iter().position(|&end| end > limit)
+    }
+
+    /// Only the first `n` items'.
+    fn truncate(&mut self, n: usize) {
+        self.ends.truncate(n);
+        self.all.truncate(self.ends.last().copied().unwrap_or(0));
+    }
+}
+
 /// Per item, as a bit mask (bit n for item n; blocks have at most
 /// `layout::MAX_BLOCK_INSNS` items): whether the status flags are dead
 /// just before it (the next instruction to touch them writes them all
@@ -338,22 +383,12 @@ pub(super) fn translate_traced(
     }
     let mut info = InstructionInfoFactory::new();
     let (a_reg, r) = borrow(&mut items, &mut stop, &mut info, mode.filter.is_some())?;
-    let mut accesses: Vec<Vec<crate::memrefs::Access>> = items
-        .iter()
-        .map(|it| match it {
-            Item::Insn(i) if mode.data => data_accesses(i).as_slice().to_vec(),
-            _ => Vec::new(),
-        })
-        .collect();
+    let mut accesses = BlockAccesses::of(&items, mode.data);
     let rep_block = matches!(items.first(), Some(Item::Insn(i)) if is_rep(i));
     let filter = mode.filter.filter(|_| mode.data && !mode.sp);
     if filter.is_some() && !rep_block {
         // Cut before the instruction whose accesses pass the limit.
-        let mut total = 0;
-        if let Some(n) = accesses.iter().position(|acc| {
-            total += acc.len();
-            total > MAX_FILTERED_ACCESSES
-        }) {
+        if let Some(n) = accesses.first_past(MAX_FILTERED_ACCESSES) {
             let cut = n.max(1);
             if cut < items.len() {
                 stop = Stop::Continue(items[cut].ip());
@@ -366,7 +401,7 @@ pub(super) fn translate_traced(
         Some(Item::Insn(i)) if is_rep(i) => Some(i),
         _ => None,
     };
-    let n_access: usize = accesses.iter().map(Vec::len).sum();
+    let n_access = accesses.total();
     let terminator = terminator_of(&items, &stop);
     // Call tools unwind by the stack pointer where control may leave a
     // frame (or enter one): calls, returns and indirect jumps (longjmp).
@@ -398,7 +433,8 @@ pub(super) fn translate_traced(
             Item::ClientRequest(ip) => block_info.push(*ip, 19, &[]),
             Item::Illegal(ip, len) => block_info.push(*ip, *len, &[]),
             Item::Insn(i) => {
-                let ops: Vec<MemOperand> = accesses[n]
+                let ops: Vec<MemOperand> = accesses
+                    .at(n)
                     .iter()
                     .map(|acc| MemOperand {
                         size: acc.size,
@@ -528,7 +564,7 @@ pub(super) fn translate_traced(
                     continue;
                 }
                 if let Some(a) = a {
-                    for acc in &accesses[n] {
+                    for acc in accesses.at(n) {
                         b.access_addr(a, &acc.addr, i)?;
                         match kept {
                             Some(d1) => {
@@ -583,7 +619,8 @@ pub(super) fn translate_traced(
     let rep = rep.map(|i| RepString {
         cond: is_cond_rep(i).then(|| i.has_repe_prefix()),
         step: i.memory_size().size() as u64,
-        from_rsi: accesses[0]
+        from_rsi: accesses
+            .at(0)
             .iter()
             .map(|acc| {
                 matches!(acc.addr, AddrExpr::Mem { base, .. } if base.full_register() == Register::RSI)
