@@ -798,8 +798,11 @@ mod tests {
         // the return address) and in the block's straddle routine.
         let ids = d
             .iter()
-            .filter(|l| l.starts_with("mov qword ptr [") && l.ends_with("],7"));
+            .filter(|l| l.starts_with("mov dword ptr [") && l.ends_with("],7"));
         assert_eq!(ids.count(), 5, "{d:#?}");
+        // ... marked as the id of a pair (`emit::COUNTED_PAIR`).
+        let marks = d.iter().filter(|l| l.ends_with("+4],100h")).count();
+        assert_eq!(marks, 5, "{d:#?}");
         // Tags: fetch 1 straddling (0xC002), the load (operand 0: 1), and
         // the load when it straddles (its tag from the straddle routine's
         // slot, 0x4001).
