@@ -11,7 +11,9 @@ mod signals;
 mod smc;
 mod trace;
 
-pub use trace::{FetchCheck, FetchPath, FlagsAt, KeptPath, MruGeometry, COUNTED_PAIR};
+pub use trace::{
+    is_counted_pair, FetchCheck, FetchPath, FlagsAt, KeptPath, MruGeometry, COUNTED_PAIR,
+};
 
 use crate::layout;
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};

@@ -22,7 +22,7 @@
 //! turns the markers the tracer writes at signal deliveries and
 //! `rt_sigreturn` into [`events::Tool::signal`].
 
-use crate::emit::COUNTED_PAIR;
+use crate::emit::{is_counted_pair, COUNTED_PAIR};
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::translate::{BlockMeta, REP_WORDS};
 use events::{
@@ -572,10 +572,11 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
     let mut i = 0;
     while i < words.len() {
         let word = words[i];
-        if word & COUNTED_PAIR != 0 && !KeptAccess::is_kept(word) {
+        if is_counted_pair(word) {
             // A counted block's kept access, after its id: no lookup.
             if let Some(&kept) = words.get(i + 1) {
-                tool.counted_access(BlockId(word as u32), KeptAccess(kept));
+                let id = (word & (COUNTED_PAIR - 1)) as u32;
+                tool.counted_access(BlockId(id), KeptAccess(kept));
             }
             i += 2;
             continue;

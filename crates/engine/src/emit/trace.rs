@@ -19,9 +19,17 @@ const JNE: u8 = 5;
 
 /// The bit that marks the id word of a (block id, kept access) pair in
 /// the buffer (counted executions), so that the consumer knows a pair
-/// without looking the block up. Below a kept word's tag, above any id or
-/// marker.
-pub const COUNTED_PAIR: u64 = 1 << 40;
+/// without looking the block up: an id word is `id | COUNTED_PAIR`, below
+/// 2^31 (one store of a sign-extended 32-bit immediate), which no block id
+/// (below it) or marker (at the top of the 32 bits) is.
+pub const COUNTED_PAIR: u64 = 1 << 30;
+
+/// Whether `word` of a buffer is the id word of a (block id, kept access)
+/// pair.
+#[inline(always)]
+pub fn is_counted_pair(word: u64) -> bool {
+    word >> 30 == 1
+}
 
 /// What the filtered trace mode's checks need of the caches' geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -420,15 +428,11 @@ impl Emitter {
     /// kept word's offset: 8, else 0.
     fn pair_id(&mut self, ptr: Register, id: Option<u32>) -> i64 {
         let Some(id) = id else { return 0 };
+        debug_assert!(u64::from(id) < COUNTED_PAIR, "block ids stay below 2^30");
         self.insn(Instruction::with2(
-            Code::Mov_rm32_imm32,
+            Code::Mov_rm64_imm32,
             MemoryOperand::with_base(ptr),
-            id,
-        ));
-        self.insn(Instruction::with2(
-            Code::Mov_rm32_imm32,
-            MemoryOperand::with_base_displ(ptr, 4),
-            (COUNTED_PAIR >> 32) as u32,
+            (u64::from(id) | COUNTED_PAIR) as u32,
         ));
         8
     }
