@@ -1190,35 +1190,32 @@ mod tests {
         assert!(m.0.is_empty());
     }
 
-    /// Block runs (charged per block, fetches within the last line left
-    /// out) give exactly the costs of the records they stand for, on a
-    /// random program with small caches (many misses, straddling
-    /// instructions and accesses).
-    #[test]
-    fn block_runs_equal_their_records() {
-        let small = || {
-            CacheSim::new(
-                CacheConfig::new(128, 2, 32),
-                CacheConfig::new(512, 2, 64),
-                CacheConfig::new(2048, 4, 64),
-            )
-        };
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move |n: u64| {
+    /// A xorshift generator: each call gives a number below its argument.
+    fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |n: u64| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed % n
-        };
+        }
+    }
+
+    /// A random program of `count` blocks, the first `long` of them of
+    /// `long_len` instructions, the others of up to 12, each instruction
+    /// with up to two memory operands of random sizes and kinds.
+    fn random_blocks(
+        rand: &mut impl FnMut(u64) -> u64,
+        count: usize,
+        long: usize,
+        long_len: u64,
+    ) -> Vec<BlockInfo> {
         let kinds = [AccessKind::Read, AccessKind::Write, AccessKind::Modify];
         let mut blocks = Vec::new();
         let mut at = 0x40_1000u64;
-        for n in 0..40 {
+        for n in 0..count {
             let mut b = BlockInfo::new(at, Terminator::FallThrough);
-            // A few blocks long enough to make more than 64 fetches (the
-            // plan's I1 pass keeps a bit per fetch).
-            let count = if n < 3 { 200 } else { 1 + rand(12) };
-            for _ in 0..count {
+            let instrs = if n < long { long_len } else { 1 + rand(12) };
+            for _ in 0..instrs {
                 let len = 1 + rand(15) as u8;
                 let ops: Vec<MemOperand> = (0..rand(3))
                     .map(|_| MemOperand {
@@ -1232,6 +1229,36 @@ mod tests {
             at += rand(300);
             blocks.push(b);
         }
+        blocks
+    }
+
+    /// A tool's table, row by row in address order.
+    fn rows(t: &CachegrindTool) -> Vec<(u64, Vec<u64>)> {
+        let t = t.table();
+        let mut v: Vec<(u64, Vec<u64>)> = (0..t.len())
+            .map(|s| (t.addr(s), t.row(s).to_vec()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Block runs (charged per block, fetches within the last line left
+    /// out) give exactly the costs of the records they stand for, on a
+    /// random program with small caches (many misses, straddling
+    /// instructions and accesses).
+    #[test]
+    fn block_runs_equal_their_records() {
+        let small = || {
+            CacheSim::new(
+                CacheConfig::new(128, 2, 32),
+                CacheConfig::new(512, 2, 64),
+                CacheConfig::new(2048, 4, 64),
+            )
+        };
+        let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
+        // A few blocks long enough to make more than 64 fetches (the plan's
+        // I1 pass keeps a bit per fetch).
+        let blocks = random_blocks(&mut rand, 40, 3, 200);
         let mut fast = CachegrindTool::new(Some(small()), true);
         let mut slow = CachegrindTool::new(Some(small()), true);
         for (n, b) in blocks.iter().enumerate() {
@@ -1263,14 +1290,6 @@ mod tests {
         }
         assert!(repeats > 30_000);
         fast.finish();
-        let rows = |t: &CachegrindTool| {
-            let t = t.table();
-            let mut v: Vec<(u64, Vec<u64>)> = (0..t.len())
-                .map(|s| (t.addr(s), t.row(s).to_vec()))
-                .collect();
-            v.sort();
-            v
-        };
         assert_eq!(rows(&fast), rows(&slow));
         assert!(fast.totals().get(Event::D1mr) > 100);
         assert!(fast.totals().get(Event::I1mr) > 100);
@@ -1328,33 +1347,8 @@ mod tests {
                 CacheConfig::new(2048, 4, 64),
             )
         };
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        let kinds = [AccessKind::Read, AccessKind::Write, AccessKind::Modify];
-        let mut blocks = Vec::new();
-        let mut at = 0x40_1000u64;
-        for n in 0..30 {
-            let mut b = BlockInfo::new(at, Terminator::FallThrough);
-            let count = if n < 2 { 100 } else { 1 + rand(12) };
-            for _ in 0..count {
-                let len = 1 + rand(15) as u8;
-                let ops: Vec<MemOperand> = (0..rand(3))
-                    .map(|_| MemOperand {
-                        size: [1, 2, 4, 8, 16, 32][rand(6) as usize],
-                        kind: kinds[rand(3) as usize],
-                    })
-                    .collect();
-                b.push(at, len, &ops);
-                at += u64::from(len);
-            }
-            at += rand(300);
-            blocks.push(b);
-        }
+        let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
+        let blocks = random_blocks(&mut rand, 30, 2, 100);
         // Three ways to report the same executions: every address; the
         // data references an MRU filter keeps (with the branch predictor,
         // executions are reported one by one); and the fetches and data
@@ -1412,14 +1406,6 @@ mod tests {
         full.finish();
         filtered.finish();
         counted.finish();
-        let rows = |t: &CachegrindTool| {
-            let t = t.table();
-            let mut v: Vec<(u64, Vec<u64>)> = (0..t.len())
-                .map(|s| (t.addr(s), t.row(s).to_vec()))
-                .collect();
-            v.sort();
-            v
-        };
         // (The predictor's columns aside.)
         let no_branches = |t: &CachegrindTool| -> Vec<(u64, Vec<u64>)> {
             rows(t)

@@ -64,6 +64,13 @@ pub trait ClientMemory {
     /// Makes the queued plain writes.
     fn flush(&mut self) -> Result<(), EngineError>;
 
+    /// The tool will rarely touch `addr..addr + len` again: where it is
+    /// memory shared with the client ([`ClientMemory::share`]), the tool's
+    /// own pages of it may go. The default keeps everything.
+    fn release(&mut self, addr: u64, len: u64) {
+        let _ = (addr, len);
+    }
+
     /// Reads exactly `len` bytes at `addr`, after making the queued writes.
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, EngineError>;
 
@@ -272,6 +279,12 @@ impl ClientMemory for ProcMemory {
 
     fn can_share(&self) -> bool {
         !self.share_failed
+    }
+
+    fn release(&mut self, addr: u64, len: u64) {
+        if let Some((map, off)) = self.window(addr) {
+            map.release(off, len as usize);
+        }
     }
 
     fn share(&mut self, addr: u64, len: u64, client_fd: i32) -> bool {

@@ -676,6 +676,29 @@ impl SharedMap {
         self.len
     }
 
+    /// Drops the tool's pages of the page-aligned range `off..off + len`
+    /// (the memory file keeps its bytes; a later access maps them again):
+    /// code written once costs no tool memory on top of the client's.
+    pub fn release(&self, off: usize, len: usize) {
+        const PAGE: usize = 4096;
+        let start = off.next_multiple_of(PAGE);
+        let end = (off + len).min(self.len) / PAGE * PAGE;
+        if start >= end {
+            return;
+        }
+        // SAFETY: the range is inside the live mapping (clamped above) and
+        // page-aligned; MADV_DONTNEED on a shared file mapping only unmaps
+        // pages from this process, and no reference into the mapping is
+        // ever handed out, so nothing can observe the pages going.
+        unsafe {
+            libc::madvise(
+                self.ptr.add(start) as *mut libc::c_void,
+                end - start,
+                libc::MADV_DONTNEED,
+            );
+        }
+    }
+
     /// Copies `bytes` to offset `off`.
     ///
     /// # Panics

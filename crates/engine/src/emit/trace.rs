@@ -158,25 +158,6 @@ impl Emitter {
         }
     }
 
-    /// Block entry in filtered trace mode: borrows `r` and `a` and appends
-    /// the block's `id` to the buffer; the kept accesses that follow are
-    /// appended by their checks' out-of-line paths. Both registers are
-    /// free for the checks afterwards.
-    pub fn kept_enter(&mut self, r: Register, a: Register, id: u32) {
-        self.store_gs(r, layout::S_BORROW_R);
-        self.store_gs(a, layout::S_BORROW_A);
-        let load = self.here();
-        self.load_gs(r, layout::S_TRACE_PTR);
-        self.insn(Instruction::with2(
-            Code::Mov_rm64_imm32,
-            MemoryOperand::with_base(r),
-            id,
-        ));
-        self.lea(r, based(r, 8));
-        self.store_gs(r, layout::S_TRACE_PTR);
-        self.counter_updates.push((load, self.here()));
-    }
-
     /// Block entry in filtered trace mode with counted executions: borrows
     /// `r` and `a` (nothing is written: each kept access goes with the
     /// block's id).

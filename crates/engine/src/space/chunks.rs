@@ -27,6 +27,13 @@ const LOWEST_CHUNK: u64 = 0x100_0000;
 /// One past the highest user address a chunk may end at.
 const HIGHEST_END: u64 = 0x7fff_ffff_f000;
 
+/// Code the tool keeps mapped behind a chunk's end (recent blocks are the
+/// ones the linker patches most).
+const KEEP_MAPPED: u64 = 1 << 20;
+
+/// How much code is released from the tool's mapping at a time.
+const RELEASE_STEP: u64 = 1 << 20;
+
 /// One code-cache mapping.
 #[derive(Debug, Clone)]
 pub(super) struct Chunk {
@@ -42,6 +49,9 @@ pub(super) struct Chunk {
     /// The shared exit of failed self-modifying-code checks, made in the
     /// aux area when the first checked block goes into the chunk.
     smc_stub: Option<u64>,
+    /// Code below this address has been released from the tool's mapping
+    /// (see [`CodeCache::release_written`]).
+    released: u64,
 }
 
 impl Chunk {
@@ -244,8 +254,23 @@ impl CodeCache {
             probe_stub,
             flush_stub,
             smc_stub: None,
+            released: base,
         });
         self.chunks.len() - 1
+    }
+
+    /// Lets the tool's pages of chunk `ci`'s older code go (the client
+    /// keeps them: the code cache is one memory file mapped in both, and
+    /// counted twice where both map it). Code more than [`KEEP_MAPPED`]
+    /// bytes behind the chunk's end is released a megabyte at a time; the
+    /// linker writes into it again now and then, mapping a page back.
+    pub fn release_written(&mut self, ci: usize, mem: &mut dyn ClientMemory) {
+        let c = &mut self.chunks[ci];
+        let upto = c.code_next.saturating_sub(KEEP_MAPPED);
+        if upto >= c.released + RELEASE_STEP {
+            mem.release(c.released, upto - c.released);
+            c.released = upto;
+        }
     }
 
     /// Absolute address of the indirect-branch table.

@@ -549,6 +549,7 @@ impl Space {
         self.cache.chunk(ci).code_next = host + t.code.len() as u64;
         let far = self.link_exits(&mut t, ci, guest);
         self.mem.write(host, &t.code);
+        self.cache.release_written(ci, &mut *self.mem);
         for (field, dest) in far {
             self.patch(field, dest);
         }

@@ -456,10 +456,11 @@ pub(super) fn translate_traced(
     // Trace mode counts through the stream (or these counters): no
     // counter of counting mode's.
     let mut b = Builder::start(ctx, host, 0, &items, code, guest);
-    match (counted, kept) {
-        (Some(_), _) => b.e.counted_enter(r, a_reg),
-        (None, Some(_)) => b.e.kept_enter(r, a_reg, id),
-        (None, None) => b.e.trace_enter(r, a, id, words),
+    // (A filtered record starts as a plain one of one word: the id; its
+    // kept accesses are appended after it.)
+    match counted {
+        Some(_) => b.e.counted_enter(r, a_reg),
+        None => b.e.trace_enter(r, a, id, words),
     }
     b.regs = SiteRegs::Borrowed(r, a);
     let flags_dead = kept.map_or(0, |_| flags_dead_before(&items));
