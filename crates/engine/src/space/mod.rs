@@ -62,6 +62,12 @@ const MAX_CHAIN: u32 = 8;
 /// Most blocks translated eagerly per [`Space::ensure`].
 const EAGER_BUDGET: u32 = 64;
 
+/// The same in trace mode, where a translation costs several times more
+/// (a filtered block's checks and paths) and most eager ones never run
+/// (cc1: 60 % of its blocks): 16 made a small compile's peak memory 18 %
+/// lower at the same speed (7.3 s against 6.6-7.4 s, three runs each).
+const EAGER_BUDGET_TRACED: u32 = 16;
+
 /// The tracer's view of one client address space.
 pub struct Space {
     /// The client's memory.
@@ -470,7 +476,10 @@ impl Space {
         // Blocks chained into a translation are fresh too: their successors
         // are explored as well.
         let mut queue: VecDeque<u64> = VecDeque::new();
-        let mut budget = EAGER_BUDGET;
+        let mut budget = match self.tracing {
+            Some(_) => EAGER_BUDGET_TRACED,
+            None => EAGER_BUDGET,
+        };
         loop {
             queue.extend(self.fresh.drain(..));
             let Some(g) = queue.pop_front() else { break };
