@@ -300,9 +300,12 @@ impl BlockSim {
         let cols = self.cols;
         let fetches = plan.fetches.of(&self.fetch_ops);
         let data = plan.data.of(&self.data_ops);
-        let steps = kept.iter().map(|&w| {
+        let line_bits = self.kept_line_bits;
+        // A straddling access's word holds its first line: its last byte
+        // with the access's size touches that line and the next.
+        let steps = kept.iter().map(move |&w| {
             let k = KeptAccess(w);
-            (k.operand(), k.addr())
+            (k.operand(), k.reference(line_bits).0)
         });
         let mut missed = 0u64;
         if !repeat && fetches.len() <= 64 {
@@ -1307,7 +1310,9 @@ mod tests {
             let end = (addr + u64::from(size) - 1) >> filter.line_bits;
             let set = |l: u64| (l & ((1 << filter.set_bits) - 1)) as usize;
             if line != end {
-                kept.push(KeptAccess::new(op, addr).straddling().0);
+                // By its first line's start, as the engine keeps it.
+                let start = line << filter.line_bits;
+                kept.push(KeptAccess::new(op, start).straddling().0);
                 last[set(line)] = line;
                 last[set(end)] = end;
             } else if last[set(line)] != line {
