@@ -216,6 +216,47 @@ impl BlockSim {
         addrs: &[u64],
         out: &mut impl Charge,
     ) -> Option<Option<(usize, u64)>> {
+        let described = self.blocks.get(id.0 as usize)?.data.len as usize;
+        let steps = addrs.iter().copied().enumerate().take(described);
+        self.run_steps(id, steps, addrs.len(), out)
+    }
+
+    /// Simulates one execution of block `id` whose data references went
+    /// through [`BlockSim::mru_filter`]: `kept` holds the
+    /// [`KeptAccess`] words of the references left, in order (the others
+    /// hit the most recently used line of their D1 set and change
+    /// nothing). Charges as [`run`](Self::run) does; returns what
+    /// `run_plan` returns.
+    #[inline(always)]
+    fn run_kept_plan(
+        &mut self,
+        id: BlockId,
+        kept: &[u64],
+        out: &mut impl Charge,
+    ) -> Option<Option<(usize, u64)>> {
+        let described = self.blocks.get(id.0 as usize)?.data.len as usize;
+        let line_bits = self.kept_line_bits;
+        // A straddling access's word holds its first line: its last byte
+        // with the access's size touches that line and the next.
+        let steps = kept.iter().map(move |&w| {
+            let k = KeptAccess(w);
+            (k.operand(), k.reference(line_bits).0)
+        });
+        self.run_steps(id, steps, described, out)
+    }
+
+    /// One execution of block `id` making the data accesses `steps` (each
+    /// the index of its operand and its address, in order: all of them or
+    /// those a filter kept), `available` operands being accounted for: the
+    /// block's fetches and accesses through the caches, misses charged.
+    #[inline(always)]
+    fn run_steps(
+        &mut self,
+        id: BlockId,
+        steps: impl Iterator<Item = (usize, u64)>,
+        available: usize,
+        out: &mut impl Charge,
+    ) -> Option<Option<(usize, u64)>> {
         let plan = self.blocks.get_mut(id.0 as usize)?;
         let last = plan.last();
         plan.runs += 1;
@@ -233,7 +274,7 @@ impl BlockSim {
         // back in order among the data accesses': exact, and the loops
         // need no dispatch per step.
         let mut missed = 0u64;
-        if !repeat && fetches.len() <= 64 && addrs.len() == data.len() {
+        if !repeat && fetches.len() <= 64 && available == data.len() {
             for (k, f) in fetches.iter().enumerate() {
                 missed |= u64::from(sim.i1_is_miss(f.addr, u32::from(f.len))) << k;
             }
@@ -241,80 +282,7 @@ impl BlockSim {
         } else if !repeat {
             // Long blocks (or a producer giving too few addresses): each
             // fetch where it comes.
-            let steps = addrs.iter().copied().enumerate().take(data.len());
-            interleaved(
-                sim,
-                fetches,
-                data,
-                steps,
-                addrs.len(),
-                None,
-                cols.instr,
-                out,
-            );
-            plan.i1_changes = sim.i1_changes();
-            return Some(last);
-        }
-        if missed == 0 {
-            for (d, &addr) in data.iter().zip(addrs) {
-                d.run(sim, addr, out);
-            }
-        } else {
-            let steps = addrs.iter().copied().enumerate().take(data.len());
-            interleaved(
-                sim,
-                fetches,
-                data,
-                steps,
-                addrs.len(),
-                Some(missed),
-                cols.instr,
-                out,
-            );
-        }
-        Some(last)
-    }
-
-    /// Simulates one execution of block `id` whose data references went
-    /// through [`BlockSim::mru_filter`]: `kept` holds the
-    /// [`KeptAccess`] words of the references left, in order (the others
-    /// hit the most recently used line of their D1 set and change
-    /// nothing). Charges as [`run`](Self::run) does; returns what
-    /// `run_plan` returns.
-    #[inline(always)]
-    fn run_kept_plan(
-        &mut self,
-        id: BlockId,
-        kept: &[u64],
-        out: &mut impl Charge,
-    ) -> Option<Option<(usize, u64)>> {
-        let plan = self.blocks.get_mut(id.0 as usize)?;
-        let last = plan.last();
-        plan.runs += 1;
-        let Some(sim) = &mut self.caches else {
-            return Some(last);
-        };
-        let repeat = (plan.repeats_free && self.last_run == Some(id.0))
-            || (plan.distinct_sets && plan.i1_changes == sim.i1_changes());
-        self.last_run = Some(id.0);
-        let cols = self.cols;
-        let fetches = plan.fetches.of(&self.fetch_ops);
-        let data = plan.data.of(&self.data_ops);
-        let line_bits = self.kept_line_bits;
-        // A straddling access's word holds its first line: its last byte
-        // with the access's size touches that line and the next.
-        let steps = kept.iter().map(move |&w| {
-            let k = KeptAccess(w);
-            (k.operand(), k.reference(line_bits).0)
-        });
-        let mut missed = 0u64;
-        if !repeat && fetches.len() <= 64 {
-            for (k, f) in fetches.iter().enumerate() {
-                missed |= u64::from(sim.i1_is_miss(f.addr, u32::from(f.len))) << k;
-            }
-            plan.i1_changes = sim.i1_changes();
-        } else if !repeat {
-            interleaved(sim, fetches, data, steps, data.len(), None, cols.instr, out);
+            interleaved(sim, fetches, data, steps, available, None, cols.instr, out);
             plan.i1_changes = sim.i1_changes();
             return Some(last);
         }
@@ -330,7 +298,7 @@ impl BlockSim {
                 fetches,
                 data,
                 steps,
-                data.len(),
+                available,
                 Some(missed),
                 cols.instr,
                 out,
