@@ -572,45 +572,48 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
     let mut i = 0;
     while i < words.len() {
         let word = words[i];
-        if is_counted_pair(word) {
-            // A counted block's kept access, after its id: no lookup.
-            if let Some(&kept) = words.get(i + 1) {
-                let id = (word & (COUNTED_PAIR - 1)) as u32;
-                tool.counted_access(BlockId(id), KeptAccess(kept));
+        // Block ids lie below COUNTED_PAIR: one compare keeps the rest
+        // (pairs, resumed kept accesses, markers) off their path.
+        if word >= COUNTED_PAIR {
+            if is_counted_pair(word) {
+                // A counted block's kept access, after its id: no lookup.
+                if let Some(&kept) = words.get(i + 1) {
+                    let id = (word & (COUNTED_PAIR - 1)) as u32;
+                    tool.counted_access(BlockId(id), KeptAccess(kept));
+                }
+                i += 2;
+            } else if KeptAccess::is_kept(word) {
+                // Kept accesses of an interrupted block, resumed after its
+                // handler (a block's own follow its id, below).
+                let n = kept_run(&words[i..]);
+                if let Some(Some(meta)) = running.and_then(|id| metas.get(id as usize)) {
+                    tool.kept_accesses(BlockId(meta.id), &meta.info, &words[i..i + n]);
+                }
+                i += n;
+            } else {
+                // A marker the tracer wrote at a signal stop: the handler's
+                // first block is no branch target of the block before.
+                let stack = interrupted.entry(thread).or_default();
+                if word == u64::from(MARK_SIGNAL) {
+                    // Handlers left by longjmp never return: keep a few.
+                    if stack.len() >= 64 {
+                        stack.remove(0);
+                    }
+                    stack.extend(running);
+                    tool.signal(SignalEvent::Delivered);
+                } else if word == u64::from(MARK_SIGRETURN) {
+                    running = stack.pop();
+                    tool.signal(SignalEvent::Returned);
+                } else {
+                    debug_assert!(false, "unknown word {word:#x} in a trace buffer");
+                    break;
+                }
+                last = None;
+                i += 1;
             }
-            i += 2;
-            continue;
-        }
-        if KeptAccess::is_kept(word) {
-            // Kept accesses of an interrupted block, resumed after its
-            // handler (a block's own follow its id, below).
-            let n = kept_run(&words[i..]);
-            if let Some(Some(meta)) = running.and_then(|id| metas.get(id as usize)) {
-                tool.kept_accesses(BlockId(meta.id), &meta.info, &words[i..i + n]);
-            }
-            i += n;
             continue;
         }
         let id = word as u32;
-        if id >= MARK_SIGRETURN {
-            // A marker the tracer wrote at a signal stop: the handler's
-            // first block is no branch target of the block before.
-            let stack = interrupted.entry(thread).or_default();
-            if id == MARK_SIGNAL {
-                // Handlers left by longjmp never return: keep a few.
-                if stack.len() >= 64 {
-                    stack.remove(0);
-                }
-                stack.extend(running);
-                tool.signal(SignalEvent::Delivered);
-            } else {
-                running = stack.pop();
-                tool.signal(SignalEvent::Returned);
-            }
-            last = None;
-            i += 1;
-            continue;
-        }
         let (Some(&shape), Some(Some(meta))) = (shapes.get(id as usize), metas.get(id as usize))
         else {
             // Not a record start: the rest cannot be decoded.

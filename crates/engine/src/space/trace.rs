@@ -145,7 +145,6 @@ impl Space {
         t.stats.wait_time += got - asked;
         t.stats.read_time += got.elapsed();
         t.stats.bytes += 8 * words.len() as u64;
-        self.forget_lines(area);
         Ok(words)
     }
 
@@ -159,6 +158,8 @@ impl Space {
     pub fn flush_trace(&mut self, area: u64, record: Option<u64>) -> Result<u64, EngineError> {
         let start = area + AREA_TRACE;
         let mut words = self.buffered(area)?;
+        // Its records go on their own: the thread starts its tables afresh.
+        self.forget_lines(area);
         let record = record.unwrap_or_else(|| {
             let open = words.iter().rposition(|&w| !events::KeptAccess::is_kept(w));
             start + 8 * open.unwrap_or(0) as u64
