@@ -110,7 +110,15 @@ pub fn under_cachescope(
 ) -> Run {
     let mut c = Command::new(cachescope());
     c.args(opts).arg(prog).args(args);
-    run_cmd(c, cwd, stdin)
+    let run = run_cmd(c, cwd, stdin);
+    // The detached tracer's stderr is the client's: a panic there (after
+    // the client ended as natively, say) shows only in this text.
+    assert!(
+        !run.stderr_text().contains("panicked at"),
+        "cachescope panicked: {}",
+        run.stderr_text()
+    );
+    run
 }
 
 /// Runs `valgrind --tool=cachegrind --cache-sim=no -q <opts> prog args`.

@@ -59,10 +59,6 @@ struct Tracer<'a> {
     outcome: Option<Outcome>,
     /// Trace mode's consumer thread (when a tool is given).
     consumer: Option<Consumer>,
-    /// A signal whose deliveries to a handler are, for now, stepped into
-    /// the handler before anything else happens (see
-    /// `deliver_pending_first`).
-    stepped_signal: Option<i32>,
     /// Threads running a native client call (`VALGRIND_NON_SIMD_CALL`):
     /// their registers at the request, given back when it returns.
     native_calls: HashMap<i32, Regs>,
@@ -86,7 +82,6 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         requeue: Vec::new(),
         outcome: None,
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
-        stepped_signal: None,
         native_calls: HashMap::new(),
         reports: std::collections::VecDeque::new(),
     };

@@ -101,7 +101,10 @@ impl Tracer<'_> {
             if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
                 self.log_delivery(tid, sig)?;
             }
-            if self.stepped_signal == Some(sig) {
+            if self.shares_actions(tid) {
+                // Another thread may change the action before this one
+                // runs again and looks it up: the handler's frame is
+                // built now, under the action the signal met.
                 return self.step_into_handler(tid, sig);
             }
         }
@@ -424,6 +427,10 @@ impl Tracer<'_> {
     /// values in `oldact`.
     pub(super) fn on_sigaction(&mut self, tid: i32, regs: Regs) -> Result<(), EngineError> {
         self.deliver_pending_first(tid, regs.rdi as i32)?;
+        if !self.tasks.contains_key(&tid) {
+            // A handler that ran meanwhile ended the process.
+            return Ok(());
+        }
         let (space, site) = self.syscall_stop(tid, regs.rip)?;
         let tgid = self.tasks[&tid].tgid;
         let (sig, act, oldact) = (regs.rdi as i32, regs.rsi, regs.rdx);
@@ -533,7 +540,6 @@ impl Tracer<'_> {
         // Each is stepped into its handler before the action changes: a
         // thread merely resumed with its signal looks the action up only
         // when it next runs.
-        self.stepped_signal = Some(sig);
         let started = std::time::Instant::now();
         let result = (|| loop {
             while let Some(st) = self.poll_report()? {
@@ -550,7 +556,6 @@ impl Tracer<'_> {
             }
             Ok(())
         });
-        self.stepped_signal = None;
         result
     }
 
@@ -587,6 +592,15 @@ impl Tracer<'_> {
                 }
             }
         }
+    }
+
+    /// Whether `tid`'s signal actions are shared with other threads (its
+    /// process has more than one), which may change them at any time.
+    fn shares_actions(&self, tid: i32) -> bool {
+        self.tasks
+            .get(&tid)
+            .and_then(|t| self.procs.get(&t.tgid))
+            .is_some_and(|p| p.threads.len() > 1)
     }
 
     /// Whether a thread of process `tgid` other than `tid` has `sig`
