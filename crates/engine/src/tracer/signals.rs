@@ -537,26 +537,22 @@ impl Tracer<'_> {
         // no longer pending then: its report is handled first), or be on
         // its way there (pending: its stop is awaited), or have got there
         // since the last look (so a last look at the reports).
-        // Each is stepped into its handler before the action changes: a
-        // thread merely resumed with its signal looks the action up only
-        // when it next runs.
+        // Each is stepped into its handler (`on_signal` does so in a
+        // process of several threads) before the action changes.
         let started = std::time::Instant::now();
-        let result = (|| loop {
+        loop {
             while let Some(st) = self.poll_report()? {
                 self.handle(st)?;
             }
             if started.elapsed() >= PENDING_WAIT || !self.pending_elsewhere(tgid, tid, sig) {
-                break Ok(());
+                break;
             }
             std::thread::yield_now();
-        })()
-        .and_then(|()| {
-            while let Some(st) = self.poll_report()? {
-                self.handle(st)?;
-            }
-            Ok(())
-        });
-        result
+        }
+        while let Some(st) = self.poll_report()? {
+            self.handle(st)?;
+        }
+        Ok(())
     }
 
     /// Delivers `sig` to `tid` (at its delivery stop, ready) by stepping it
