@@ -463,6 +463,90 @@ impl KeptAccess {
     }
 }
 
+/// The layout of a *site word*: a reference kept by an [`MruFilter`] in
+/// a block whose executions are counted ([`MruFilter::fetch_set_bits`]),
+/// named by its *site*, a number the producer gives each reference a block
+/// may keep ([`Tool::block_sites`]), so that one word says everything: the
+/// line number in the low bits (user addresses on x86-64 lie below 2^47),
+/// the site above it, then whether it straddles two lines (bit 62) and
+/// whether it is an instruction fetch (bit 63). Sites start at 1, so a site
+/// word is above 2^32, where no block id or marker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteWords {
+    /// Bits of the line number: the site's field starts there.
+    line_field: u32,
+}
+
+impl SiteWords {
+    /// The bit of a fetch.
+    pub const FETCH: u64 = 1 << 63;
+    /// The bit of a reference straddling two lines.
+    pub const STRADDLES: u64 = 1 << 62;
+
+    /// The layout for lines of `1 << line_bits` bytes (16 to 256).
+    pub fn new(line_bits: u8) -> SiteWords {
+        SiteWords {
+            line_field: 47 - u32::from(line_bits.clamp(4, 8)),
+        }
+    }
+
+    /// How many sites the words can name (sites are below it; 0 is none).
+    pub fn sites(self) -> u32 {
+        1 << (62 - self.line_field)
+    }
+
+    /// Where the site's field starts (the number of line-number bits).
+    pub fn site_shift(self) -> u32 {
+        self.line_field
+    }
+
+    /// The word's bits above the line number: site `site`, a fetch or not,
+    /// straddling or not.
+    pub fn tag(self, site: u32, fetch: bool, straddles: bool) -> u64 {
+        debug_assert!(site != 0 && site < self.sites(), "site {site} out of range");
+        u64::from(site) << self.line_field
+            | if fetch { Self::FETCH } else { 0 }
+            | if straddles { Self::STRADDLES } else { 0 }
+    }
+
+    /// The word for a reference to line number `line` (its first line, if
+    /// it straddles two).
+    pub fn word(self, site: u32, fetch: bool, straddles: bool, line: u64) -> u64 {
+        self.tag(site, fetch, straddles) | line & ((1 << self.line_field) - 1)
+    }
+
+    /// The (first) line number of `word`.
+    #[inline(always)]
+    pub fn line(self, word: u64) -> u64 {
+        word & ((1 << self.line_field) - 1)
+    }
+
+    /// The site of `word`.
+    #[inline(always)]
+    pub fn site(self, word: u64) -> u32 {
+        (word >> self.line_field) as u32 & (self.sites() - 1)
+    }
+
+    /// Whether `word` is an instruction fetch (else a data reference).
+    #[inline(always)]
+    pub fn is_fetch(word: u64) -> bool {
+        word & Self::FETCH != 0
+    }
+
+    /// Whether `word`'s reference straddles two lines.
+    #[inline(always)]
+    pub fn straddles(word: u64) -> bool {
+        word & Self::STRADDLES != 0
+    }
+
+    /// Whether a word of a buffer is a site word (block ids and markers lie
+    /// below 2^32).
+    #[inline(always)]
+    pub fn is_site_word(word: u64) -> bool {
+        word > u64::from(u32::MAX)
+    }
+}
+
 impl Needs {
     /// Nothing beyond instruction counts, which the engine keeps with
     /// inline counters: no stream at all.
@@ -610,6 +694,22 @@ pub trait Tool {
     /// for that filter receives these, and simulates them here.
     fn counted_access(&mut self, id: BlockId, kept: KeptAccess) {
         let _ = (id, kept);
+    }
+
+    /// The references block `id` may keep are named by sites from `first`
+    /// on ([`SiteWords`]): its memory operands' in [`BlockInfo`] order, then
+    /// its fetches' in [`fetch_starts`] order. Given after [`Tool::block`],
+    /// for blocks whose executions are counted. The default ignores it.
+    fn block_sites(&mut self, id: BlockId, first: u32) {
+        let _ = (id, first);
+    }
+
+    /// Kept references of blocks whose executions are counted, as
+    /// [`SiteWords`] for the filter's line size, in execution order (each
+    /// instruction's fetch before its data references). The default
+    /// ignores them: only a tool that asks for that filter receives these.
+    fn site_accesses(&mut self, words: &[u64]) {
+        let _ = words;
     }
 
     /// Block `id` ran `runs` more times than its reported executions say:
@@ -869,6 +969,24 @@ mod tests {
         // Block ids and the tracer's markers are never kept accesses.
         assert!(!KeptAccess::is_kept(u64::from(u32::MAX)));
         assert!(!KeptAccess::is_kept(0));
+    }
+
+    #[test]
+    fn a_site_word_holds_the_site_and_the_line() {
+        let l = SiteWords::new(6);
+        assert_eq!((l.site_shift(), l.sites()), (41, 1 << 21));
+        // The top line of user space and the top site.
+        let line = (1u64 << 41) - 1;
+        let w = l.word(l.sites() - 1, true, false, line);
+        assert_eq!((l.site(w), l.line(w)), (l.sites() - 1, line));
+        assert!(SiteWords::is_fetch(w) && !SiteWords::straddles(w));
+        // Line 0 (a null pointer's) and site 1: still above any id.
+        let w = l.word(1, false, true, 0);
+        assert!(SiteWords::is_site_word(w) && SiteWords::straddles(w));
+        assert_eq!((l.site(w), l.line(w)), (1, 0));
+        assert!(!SiteWords::is_site_word(u64::from(u32::MAX)));
+        // Longer lines leave the sites more bits.
+        assert_eq!(SiteWords::new(7).sites(), 1 << 22);
     }
 
     #[test]
