@@ -3,7 +3,9 @@
 //! caused it in a [`CostTable`].
 
 use cachesim::{BranchPredictor, CacheConfig, CacheSim, Outcome};
-use events::{AccessKind, BlockId, BlockInfo, KeptAccess, MruFilter, Needs, Record, Tool};
+use events::{
+    AccessKind, BlockId, BlockInfo, KeptAccess, MruFilter, Needs, Record, SiteWords, Tool,
+};
 
 use crate::set::{Event, EventCounts, EventSet};
 use crate::table::CostTable;
@@ -115,9 +117,13 @@ pub struct BlockSim {
     /// log2 of the line size kept references are read with (the caches'
     /// one, when they ask for the filter).
     kept_line_bits: u8,
-    /// The L1 misses of the kept references of one execution, on their way
-    /// to LL (kept to reuse its allocation).
-    kept_misses: Vec<KeptAccess>,
+    /// How site words are laid out (for the kept references' line size).
+    site_words: SiteWords,
+    /// Per site (see [`Tool::block_sites`]): the block whose reference it
+    /// names (`u32::MAX`: none).
+    site_blocks: Vec<u32>,
+    /// Per block id: its first site (`u32::MAX`: none).
+    first_sites: Vec<u32>,
 }
 
 impl BlockSim {
@@ -141,7 +147,9 @@ impl BlockSim {
             data_ops: Vec::new(),
             last_run: None,
             kept_line_bits,
-            kept_misses: Vec::new(),
+            site_words: SiteWords::new(kept_line_bits),
+            site_blocks: Vec::new(),
+            first_sites: Vec::new(),
         }
     }
 
@@ -308,79 +316,130 @@ impl BlockSim {
     }
 
     /// Kept references of an execution of block `id` counted elsewhere
-    /// (see [`events::Tool::kept_accesses`]): each goes through I1 or D1 as
-    /// its word says, in the order given (each cache's own order), without
-    /// the block's plan; only the misses (rare) look the plan up, for the
-    /// slots they are charged to and for their LL references, which go
-    /// last, in program order (a fetch's before its instruction's data).
+    /// (see [`events::Tool::kept_accesses`]), in execution order (each
+    /// instruction's fetch before its data references): each goes through
+    /// I1 or D1 as its word says, without the block's plan; only a miss
+    /// (rare) looks the plan up, for the slot it is charged to, and goes on
+    /// to LL at once.
     #[inline(always)]
     pub fn kept_accesses(&mut self, id: BlockId, kept: &[u64], out: &mut impl Charge) {
         // Fetches not seen here: the next full run must simulate its own.
         self.last_run = None;
-        let Some(sim) = &mut self.caches else {
-            return;
-        };
         let line_bits = self.kept_line_bits;
-        let missed = &mut self.kept_misses;
         for &w in kept {
             let k = KeptAccess(w);
             let (addr, size) = k.reference(line_bits);
-            let miss = if k.is_fetch() {
-                sim.i1_is_miss(addr, size)
-            } else {
-                sim.d1_is_miss(addr, size)
+            let Some(sim) = &mut self.caches else { return };
+            let miss = match k.is_fetch() {
+                true => sim.i1_is_miss(addr, size),
+                false => sim.d1_is_miss(addr, size),
             };
             if miss {
-                missed.push(k);
+                self.kept_miss_to_ll(id, k, out);
             }
-        }
-        if !self.kept_misses.is_empty() {
-            self.kept_misses_to_ll(id, out);
         }
     }
 
-    /// The LL references of the L1 misses [`kept_accesses`](Self::kept_accesses)
-    /// found, in program order, and their charges.
+    /// The LL reference of an L1 miss [`kept_accesses`](Self::kept_accesses)
+    /// found, and its charges.
     #[inline(never)]
-    fn kept_misses_to_ll(&mut self, id: BlockId, out: &mut impl Charge) {
-        let mut missed = std::mem::take(&mut self.kept_misses);
+    fn kept_miss_to_ll(&mut self, id: BlockId, k: KeptAccess, out: &mut impl Charge) {
         let (Some(plan), Some(sim)) = (self.blocks.get(id.0 as usize), &mut self.caches) else {
-            missed.clear();
-            self.kept_misses = missed;
             return;
         };
-        let fetches = plan.fetches.of(&self.fetch_ops);
-        let data = plan.data.of(&self.data_ops);
-        // A fetch goes before the data accesses from its `data_before` on.
-        let place = |k: &KeptAccess| match k.is_fetch() {
-            true => fetches
+        let step = match k.is_fetch() {
+            true => plan
+                .fetches
+                .of(&self.fetch_ops)
                 .get(k.operand())
-                .map_or(usize::MAX, |f| 2 * usize::from(f.data_before)),
-            false => 2 * k.operand() + 1,
+                .map(|&f| L1Miss::Fetch(f)),
+            false => plan
+                .data
+                .of(&self.data_ops)
+                .get(k.operand())
+                .map(|&d| L1Miss::Data(d)),
         };
-        if missed.len() > 1 {
-            missed.sort_by_key(place);
+        if let Some(step) = step {
+            let (addr, size) = k.reference(self.kept_line_bits);
+            step.to_ll(sim, self.cols, addr, size, out);
         }
+    }
+
+    /// Block `id`'s references are named by sites from `first` on (see
+    /// [`Tool::block_sites`]); `id` is described.
+    pub fn name_sites(&mut self, id: BlockId, first: u32) {
+        let i = id.0 as usize;
+        let Some(plan) = self.blocks.get(i) else {
+            return;
+        };
+        let n = plan.data.of(&self.data_ops).len() + plan.fetches.of(&self.fetch_ops).len();
+        let (first, end) = (first as usize, first as usize + n);
+        if self.site_blocks.len() < end {
+            self.site_blocks.resize(end, u32::MAX);
+        }
+        self.site_blocks[first..end].fill(id.0);
+        if self.first_sites.len() <= i {
+            self.first_sites.resize(i + 1, u32::MAX);
+        }
+        self.first_sites[i] = first as u32;
+    }
+
+    /// Kept references as site words (see [`Tool::site_accesses`]), in
+    /// execution order: each goes through I1 or D1 as its word says, and
+    /// a miss (rare) on to LL at once, charged to the slot its site names.
+    #[inline(always)]
+    pub fn site_accesses(&mut self, words: &[u64], out: &mut impl Charge) {
+        // Fetches not seen here: the next full run must simulate its own.
+        self.last_run = None;
         let line_bits = self.kept_line_bits;
-        for k in missed.drain(..) {
-            let (addr, size) = k.reference(line_bits);
-            if k.is_fetch() {
-                if let Some(f) = fetches.get(k.operand()) {
-                    let slot = f.slot as usize;
-                    out.add(slot, self.cols.instr + 1, 1);
-                    if sim.instr_ll_is_miss(addr, size) {
-                        out.add(slot, self.cols.instr + 2, 1);
-                    }
-                }
-            } else if let Some(d) = data.get(k.operand()) {
-                let (slot, first) = (d.slot as usize, d.first as usize);
-                out.add(slot, first + 1, 1);
-                if sim.data_ll_is_miss(addr, size) {
-                    out.add(slot, first + 2, 1);
-                }
+        for &w in words {
+            let line = self.site_words.line(w) << line_bits;
+            let (addr, size) = match SiteWords::straddles(w) {
+                // The last byte of the first line and the first of the next.
+                true => (line | ((1 << line_bits) - 1), 2),
+                false => (line, 1),
+            };
+            let Some(sim) = &mut self.caches else { return };
+            let miss = match SiteWords::is_fetch(w) {
+                true => sim.i1_is_miss(addr, size),
+                false => sim.d1_is_miss(addr, size),
+            };
+            if miss {
+                self.site_miss_to_ll(w, addr, size, out);
             }
         }
-        self.kept_misses = missed;
+    }
+
+    /// The LL reference of an L1 miss [`site_accesses`](Self::site_accesses)
+    /// found, and its charges.
+    #[inline(never)]
+    fn site_miss_to_ll(&mut self, word: u64, addr: u64, size: u32, out: &mut impl Charge) {
+        let site = self.site_words.site(word) as usize;
+        let Some(&block) = self.site_blocks.get(site) else {
+            return;
+        };
+        let (Some(plan), Some(&first), Some(sim)) = (
+            self.blocks.get(block as usize),
+            self.first_sites.get(block as usize),
+            &mut self.caches,
+        ) else {
+            return;
+        };
+        let data = plan.data.of(&self.data_ops);
+        // Its operands' sites first, then its fetches'.
+        let Some(at) = site.checked_sub(first as usize) else {
+            return;
+        };
+        let step = match SiteWords::is_fetch(word) {
+            true => at
+                .checked_sub(data.len())
+                .and_then(|k| plan.fetches.of(&self.fetch_ops).get(k))
+                .map(|&f| L1Miss::Fetch(f)),
+            false => data.get(at).map(|&d| L1Miss::Data(d)),
+        };
+        if let Some(step) = step {
+            step.to_ll(sim, self.cols, addr, size, out);
+        }
     }
 
     /// Block `id` ran `runs` more times (counted by the producer).
@@ -652,6 +711,32 @@ impl DataOp {
             if outcome.ll_miss() {
                 out.add(self.slot as usize, self.first as usize + 2, 1);
             }
+        }
+    }
+}
+
+/// A kept reference that missed its L1 cache: the plan's step it is.
+enum L1Miss {
+    Fetch(FetchOp),
+    Data(DataOp),
+}
+
+impl L1Miss {
+    /// Charges the L1 miss and makes its LL reference (`addr`, `size`),
+    /// charging an LL miss too.
+    #[inline(always)]
+    fn to_ll(self, sim: &mut CacheSim, cols: Columns, addr: u64, size: u32, out: &mut impl Charge) {
+        let (slot, first, ll_miss) = match self {
+            L1Miss::Fetch(f) => (f.slot, cols.instr, sim.instr_ll_is_miss(addr, size)),
+            L1Miss::Data(d) => (
+                d.slot,
+                usize::from(d.first),
+                sim.data_ll_is_miss(addr, size),
+            ),
+        };
+        out.add(slot as usize, first + 1, 1);
+        if ll_miss {
+            out.add(slot as usize, first + 2, 1);
         }
     }
 }
@@ -940,6 +1025,15 @@ impl Tool for CachegrindTool {
 
     fn block_runs(&mut self, id: BlockId, runs: u64) {
         self.sim.add_runs(id, runs);
+    }
+
+    fn block_sites(&mut self, id: BlockId, first: u32) {
+        self.sim.name_sites(id, first);
+    }
+
+    #[inline(always)]
+    fn site_accesses(&mut self, words: &[u64]) {
+        self.sim.site_accesses(words, &mut self.table);
     }
 
     #[inline(always)]
@@ -1311,6 +1405,26 @@ mod tests {
         kept
     }
 
+    /// Kept fetches and data references of one execution of `b` (each in
+    /// its own order) merged as the engine writes them: each instruction's
+    /// fetch before its data references.
+    fn in_execution_order(b: &BlockInfo, fetches: Vec<u64>, data: Vec<u64>) -> Vec<u64> {
+        let fetch_instr: Vec<usize> = events::fetch_starts(b, 6).collect();
+        let data_instr: Vec<usize> = (0..b.instrs().len())
+            .flat_map(|n| std::iter::repeat_n(n, b.mem_operands(n).len()))
+            .collect();
+        let mut words: Vec<(usize, bool, u64)> = fetches
+            .into_iter()
+            .map(|w| (fetch_instr[KeptAccess(w).operand()], false, w))
+            .chain(
+                data.into_iter()
+                    .map(|w| (data_instr[KeptAccess(w).operand()], true, w)),
+            )
+            .collect();
+        words.sort_by_key(|&(n, is_data, w)| (n, is_data, KeptAccess(w).operand()));
+        words.into_iter().map(|(.., w)| w).collect()
+    }
+
     #[test]
     fn filtered_runs_equal_full_runs() {
         let small = || {
@@ -1322,13 +1436,23 @@ mod tests {
         };
         let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
         let blocks = random_blocks(&mut rand, 30, 2, 100);
-        // Three ways to report the same executions: every address; the
+        // Four ways to report the same executions: every address; the
         // data references an MRU filter keeps (with the branch predictor,
         // executions are reported one by one); and the fetches and data
-        // references kept with executions counted (without it).
+        // references kept with executions counted (without it), each
+        // with its block's id or as a site word.
         let mut full = CachegrindTool::new(Some(small()), false);
         let mut filtered = CachegrindTool::new(Some(small()), true);
         let mut counted = CachegrindTool::new(Some(small()), false);
+        let mut sited = CachegrindTool::new(Some(small()), false);
+        let layout = SiteWords::new(6);
+        // Sites from 1 on: each block's operands', then its fetches'.
+        let mut first_sites = Vec::new();
+        let mut next_site = 1;
+        for b in &blocks {
+            first_sites.push(next_site);
+            next_site += (b.mem_count() + events::fetch_starts(b, 6).count()) as u32;
+        }
         let filter = filtered.needs().mru_filter.expect("one line size");
         assert_eq!((filter.line_bits, filter.set_bits), (6, 2));
         assert_eq!(filter.fetch_set_bits, None);
@@ -1338,6 +1462,8 @@ mod tests {
             full.block(BlockId(n as u32), b);
             filtered.block(BlockId(n as u32), b);
             counted.block(BlockId(n as u32), b);
+            sited.block(BlockId(n as u32), b);
+            sited.block_sites(BlockId(n as u32), first_sites[n]);
         }
         let mut last = vec![0u64; 4];
         let mut last_counted = vec![0u64; 4];
@@ -1357,28 +1483,34 @@ mod tests {
             filtered.block_run_kept(BlockId(n as u32), b, &kept_data);
             refs += addrs.len();
             delivered += kept_data.len();
-            // The engine checks the fetches where the block's flags allow,
-            // before or after (some of) its data accesses: the tool puts
-            // their LL references in order.
+            // In execution order: each instruction's fetch, then its data.
             let fetches = kept_fetches(fetch_filter, &mut last_fetched, b);
             let data = kept(filter, &mut last_counted, b, &addrs);
-            let words: Vec<u64> = if rand(2) == 0 {
-                fetches.into_iter().chain(data).collect()
-            } else {
-                data.into_iter().chain(fetches).collect()
-            };
-            if !words.is_empty() {
-                counted.kept_accesses(BlockId(n as u32), b, &words);
+            let words = in_execution_order(b, fetches, data);
+            for &w in &words {
+                counted.counted_access(BlockId(n as u32), KeptAccess(w));
             }
+            let site_words: Vec<u64> = words
+                .iter()
+                .map(|&w| {
+                    let k = KeptAccess(w);
+                    let at = k.operand() + if k.is_fetch() { b.mem_count() } else { 0 };
+                    let site = first_sites[n] + at as u32;
+                    layout.word(site, k.is_fetch(), k.straddles(), k.addr() >> 6)
+                })
+                .collect();
+            sited.site_accesses(&site_words);
             runs[n] += 1;
         }
         for (n, &r) in runs.iter().enumerate() {
             counted.block_runs(BlockId(n as u32), r);
+            sited.block_runs(BlockId(n as u32), r);
         }
         assert!(delivered < refs * 3 / 4, "{delivered} of {refs}");
         full.finish();
         filtered.finish();
         counted.finish();
+        sited.finish();
         // (The predictor's columns aside.)
         let no_branches = |t: &CachegrindTool| -> Vec<(u64, Vec<u64>)> {
             rows(t)
@@ -1387,6 +1519,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(rows(&full), rows(&counted));
+        assert_eq!(rows(&full), rows(&sited));
         assert_eq!(rows(&full), no_branches(&filtered));
         assert!(full.totals().get(Event::D1mr) > 100);
         assert!(full.totals().get(Event::DLmr) > 10);
