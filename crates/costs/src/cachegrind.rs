@@ -716,6 +716,7 @@ impl DataOp {
 }
 
 /// A kept reference that missed its L1 cache: the plan's step it is.
+#[derive(Clone, Copy)]
 enum L1Miss {
     Fetch(FetchOp),
     Data(DataOp),
