@@ -26,7 +26,8 @@ use crate::emit::{is_counted_pair, COUNTED_PAIR};
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::translate::{BlockMeta, REP_WORDS};
 use events::{
-    BlockId, CondBranch, InstrFetch, KeptAccess, Needs, Record, SignalEvent, Terminator, Transfer,
+    BlockId, CondBranch, InstrFetch, KeptAccess, Needs, Record, SignalEvent, SiteWords, Terminator,
+    Transfer,
 };
 use std::any::Any;
 use std::collections::HashMap;
@@ -486,6 +487,9 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
                 if let Some(p) = procs.get_mut(&key) {
                     for meta in metas {
                         p.tool.block(BlockId(meta.id), &meta.info);
+                        if let Some(first) = meta.sites {
+                            p.tool.block_sites(BlockId(meta.id), first);
+                        }
                         p.decoder.add(meta);
                     }
                 }
@@ -562,6 +566,9 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
     } = decoder;
     let branches = needs.cond_branches || needs.indirect_targets;
     let calls = needs.calls_returns;
+    // Counted executions: words above 2^32 between records are site words
+    // (no record of kept accesses is reported, so none resumes).
+    let sited = needs.mru_filter.is_some_and(|f| f.fetch_set_bits.is_some());
     if calls {
         tool.thread(thread);
     }
@@ -582,6 +589,13 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
                     tool.counted_access(BlockId(id), KeptAccess(kept));
                 }
                 i += 2;
+            } else if sited && SiteWords::is_site_word(word) {
+                let n = words[i..]
+                    .iter()
+                    .position(|&w| !SiteWords::is_site_word(w))
+                    .unwrap_or(words.len() - i);
+                tool.site_accesses(&words[i..i + n]);
+                i += n;
             } else if KeptAccess::is_kept(word) {
                 // Kept accesses of an interrupted block, resumed after its
                 // handler (a block's own follow its id, below).
@@ -805,6 +819,7 @@ mod tests {
             sp: false,
             kept: false,
             counter: None,
+            sites: None,
             rep: Some(RepString {
                 cond,
                 step: 1,
@@ -854,6 +869,7 @@ mod tests {
                 sp: false,
                 kept,
                 counter: None,
+                sites: None,
                 rep: None,
             });
         }
@@ -875,6 +891,78 @@ mod tests {
         assert_eq!(seen.fetches, 5, "five block runs");
         assert_eq!(seen.data, [0x40, 0x80, 0xc0]);
         assert!(decoder.interrupted[&9].is_empty());
+    }
+
+    /// What a tool with counted executions receives.
+    #[derive(Default)]
+    struct Counted {
+        sites: Vec<Vec<u64>>,
+        pairs: Vec<(u32, u64)>,
+        signals: usize,
+    }
+
+    impl events::Tool for Counted {
+        fn needs(&self) -> Needs {
+            Needs {
+                mru_filter: Some(events::MruFilter {
+                    line_bits: 6,
+                    set_bits: 6,
+                    fetch_set_bits: Some(6),
+                }),
+                ..Needs::COUNTING
+            }
+        }
+        fn record(&mut self, _: Record) {}
+        fn site_accesses(&mut self, words: &[u64]) {
+            self.sites.push(words.to_vec());
+        }
+        fn counted_access(&mut self, id: BlockId, kept: KeptAccess) {
+            self.pairs.push((id.0, kept.0));
+        }
+        fn signal(&mut self, _: SignalEvent) {
+            self.signals += 1;
+        }
+    }
+
+    impl StreamTool for Counted {
+        fn fork(&self) -> Box<dyn StreamTool> {
+            Box::new(Counted::default())
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    /// Counted executions: site words between pairs and markers reach the
+    /// tool in runs, in order, and pairs as pairs.
+    #[test]
+    fn site_words_reach_the_tool_in_runs() {
+        let mut tool = Counted::default();
+        let mut decoder = Decoder::new(events::Tool::needs(&tool));
+        let layout = SiteWords::new(6);
+        let site = |n: u32, line: u64| layout.word(n, n.is_multiple_of(2), false, line);
+        let pair = KeptAccess::new(0, 0x1000).0;
+        let words = [
+            site(1, 0),
+            site(2, 0x7fff_ffff),
+            COUNTED_PAIR | 5,
+            pair,
+            site(3, 9),
+            u64::from(MARK_SIGNAL),
+            site(4, 10),
+            u64::from(MARK_SIGRETURN),
+        ];
+        decode(&mut tool, &mut decoder, 1, &words);
+        assert_eq!(
+            tool.sites,
+            [
+                vec![site(1, 0), site(2, 0x7fff_ffff)],
+                vec![site(3, 9)],
+                vec![site(4, 10)]
+            ]
+        );
+        assert_eq!(tool.pairs, [(5, pair)]);
+        assert_eq!(tool.signals, 2);
     }
 
     /// Cachegrind's branch records (spec §3): `rep movsb` with n = 3 makes

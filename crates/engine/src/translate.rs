@@ -72,6 +72,12 @@ pub trait TransCtx {
     fn alloc_flush_site(&mut self) -> u32 {
         0
     }
+    /// The first of `n` new sites naming a counted block's kept
+    /// references (`events::SiteWords`), if they stay below `limit`.
+    fn alloc_ref_sites(&mut self, n: u32, limit: u32) -> Option<u32> {
+        let _ = (n, limit);
+        None
+    }
     /// Host address of the flush stub near the block.
     fn flush_stub(&self) -> u64 {
         0
@@ -985,6 +991,8 @@ mod tests {
         pub next: u32,
         pub trace: Option<TraceMode>,
         pub sites: u32,
+        /// The next site for kept references (`None`: none to give).
+        pub ref_sites: Option<u32>,
     }
     impl TransCtx for Ctx {
         fn alloc_counter(&mut self) -> u32 {
@@ -1016,6 +1024,11 @@ mod tests {
         fn alloc_flush_site(&mut self) -> u32 {
             self.sites += 1;
             self.sites - 1
+        }
+        fn alloc_ref_sites(&mut self, n: u32, limit: u32) -> Option<u32> {
+            let first = self.ref_sites.filter(|&f| f + n <= limit)?;
+            self.ref_sites = Some(first + n);
+            Some(first)
         }
         fn flush_stub(&self) -> u64 {
             0x51_0000

@@ -323,8 +323,9 @@ pub struct Needs {
 /// its own references touched knows which references find their line on
 /// top; such a reference hits and reorders nothing. A tool that runs every
 /// delivered reference through the same cache (in order) ends in the same
-/// state with the same misses. References that straddle two lines are
-/// always delivered; a data reference longer than a line counts as a
+/// state with the same misses. A reference straddling two lines is left
+/// out when both are their sets' last lines (two hits that change
+/// nothing); a data reference longer than a line counts as a
 /// line's bytes at its address (Cachegrind caps them so when its caches
 /// have one line size, the only case a tool asks for the filter).
 ///

@@ -51,6 +51,13 @@ impl<T: Tool> Tool for LiveTool<T> {
     fn block_runs(&mut self, id: BlockId, runs: u64) {
         self.0.block_runs(id, runs);
     }
+    fn block_sites(&mut self, id: BlockId, first: u32) {
+        self.0.block_sites(id, first);
+    }
+    #[inline(always)]
+    fn site_accesses(&mut self, words: &[u64]) {
+        self.0.site_accesses(words);
+    }
 }
 
 impl<T: Tool + Clone + Send + 'static> StreamTool for LiveTool<T> {

@@ -123,6 +123,35 @@ pub enum FlagsAt {
     Live(Option<u32>),
 }
 
+/// How a filtered block writes what its checks keep.
+#[derive(Debug, Clone, Copy)]
+pub enum KeptForm {
+    /// `events::KeptAccess` words after the block's id in its record
+    /// (executions reported).
+    Record,
+    /// (block id, `events::KeptAccess` word) pairs (executions counted):
+    /// the block's id.
+    Pair(u32),
+    /// One `events::SiteWords` word each (executions counted): the words'
+    /// layout, the block's first site (its operands' sites come first) and
+    /// its number of operands (its fetches' sites follow them).
+    Sites {
+        layout: events::SiteWords,
+        first: u32,
+        operands: u32,
+    },
+}
+
+impl KeptForm {
+    /// The id a kept access's pair starts with, if pairs.
+    fn pair_id(self) -> Option<u32> {
+        match self {
+            KeptForm::Pair(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
 impl Emitter {
     /// Block entry in trace mode: borrows `r` (and `a`), reserves `words`
     /// 8-byte words in the buffer and writes the block's `id` in the first.
@@ -187,50 +216,46 @@ impl Emitter {
         self.load_gs(Register::RAX, layout::S_KEEP_RAX);
     }
 
-    /// The I1 checks of a block's fetches (flags clobbered, `r`
-    /// clobbered): each fetch in one line that is not the line its set
-    /// fetched last, and each one straddling two lines, goes to its
-    /// out-of-line path ([`Emitter::fetch_paths`]), which keeps it.
-    pub fn fetch_checks(
-        &mut self,
-        r: Register,
-        fetches: &[FetchCheck],
-        i1_set_mask: u32,
-    ) -> Vec<FetchPath> {
-        let mut paths = Vec::with_capacity(fetches.len());
-        for &check in fetches {
-            let path = FetchPath {
-                check,
-                kept: self.new_label(),
-                back: self.new_label(),
-            };
-            if check.straddles {
-                self.jmp_label(path.kept);
-            } else {
-                let set = (check.line & u64::from(i1_set_mask)) as u32;
-                self.insn(Instruction::with2(Code::Mov_r64_imm64, r, check.line));
-                self.insn(Instruction::with2(Code::Cmp_rm64_r64, i1_slot(set), r));
-                self.jcc_label(JNE, path.kept);
-            }
-            self.bind(path.back);
-            paths.push(path);
+    /// The I1 check of a fetch (flags clobbered, `r` clobbered), before
+    /// its instruction: a fetch in a line (or two) that is not the line
+    /// its set fetched last goes to its out-of-line path
+    /// ([`Emitter::fetch_paths`]), which keeps it.
+    pub fn fetch_check(&mut self, r: Register, check: FetchCheck, i1_set_mask: u32) -> FetchPath {
+        let path = FetchPath {
+            check,
+            kept: self.new_label(),
+            back: self.new_label(),
+        };
+        // A fetch straddling two lines that are both their sets' last
+        // changes nothing either (they are in two sets, unless I1 has one
+        // set, where the two compares cannot both succeed).
+        let lines = check.line..=check.line + u64::from(check.straddles);
+        for line in lines {
+            let set = (line & u64::from(i1_set_mask)) as u32;
+            self.insn(Instruction::with2(Code::Mov_r64_imm64, r, line));
+            self.insn(Instruction::with2(Code::Cmp_rm64_r64, i1_slot(set), r));
+            self.jcc_label(JNE, path.kept);
         }
-        paths
+        self.bind(path.back);
+        path
     }
 
     /// The out-of-line path of a fetch check (`r` holding its line unless
     /// it straddles): its line (or both) become their sets' last, and it
-    /// is kept by its line's start, after block `id`'s id if that is still
-    /// to be written.
+    /// is kept by its line, in `form` (counted executions: a pair or a
+    /// site word).
     pub fn fetch_paths(
         &mut self,
         a: Register,
         r: Register,
         paths: &[FetchPath],
         d1: MruGeometry,
-        id: u32,
+        form: KeptForm,
     ) {
-        let i1_set_mask = u64::from(d1.i1_set_mask.expect("fetches are checked"));
+        let Some(i1_set_mask) = d1.i1_set_mask.map(u64::from) else {
+            debug_assert!(paths.is_empty(), "fetches are checked");
+            return;
+        };
         for path in paths {
             let line = path.check.line;
             self.bind(path.kept);
@@ -245,16 +270,28 @@ impl Emitter {
                     r,
                 ));
             }
-            self.insn(Instruction::with2(
-                Code::Mov_r64_imm64,
-                r,
-                line << d1.line_bits,
-            ));
-            let mut tag = events::KeptAccess::FETCH | (path.check.fetch + 1);
-            if path.check.straddles {
-                tag |= events::KeptAccess::STRADDLES;
+            if let KeptForm::Sites {
+                layout,
+                first,
+                operands,
+            } = form
+            {
+                let site = first + operands + u32::from(path.check.fetch);
+                let word = layout.word(site, true, path.check.straddles, line);
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, r, word));
+                self.append_word(a, r);
+            } else {
+                self.insn(Instruction::with2(
+                    Code::Mov_r64_imm64,
+                    r,
+                    line << d1.line_bits,
+                ));
+                let mut tag = events::KeptAccess::FETCH | (path.check.fetch + 1);
+                if path.check.straddles {
+                    tag |= events::KeptAccess::STRADDLES;
+                }
+                self.append_kept(a, r, tag, form.pair_id());
             }
-            self.append_kept(a, r, tag, Some(id));
             self.jmp_label(path.back);
         }
     }
@@ -314,31 +351,68 @@ impl Emitter {
     /// `r` the set) becomes its set's last and is kept by its line's
     /// start; one that straddles two lines (`a` its first line) goes to the
     /// block's [`straddle_routine`](Self::straddle_routine) with its tag
-    /// and where to come back. With counted executions, `id` is the
-    /// block's, which each kept access goes with.
+    /// and where to come back. Each is written in `form`.
     pub fn kept_paths(
         &mut self,
         a: Register,
         r: Register,
         path: &KeptPath,
         d1: MruGeometry,
-        id: Option<u32>,
+        form: KeptForm,
         straddle_routine: Label,
     ) {
         let line_bits = u32::from(d1.line_bits);
         let tag = path.operand + 1;
+        let site = |straddles: bool| match form {
+            KeptForm::Sites { layout, first, .. } => {
+                Some(layout.tag(first + u32::from(path.operand), false, straddles))
+            }
+            _ => None,
+        };
         self.bind(path.other_line);
         self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(r), a));
-        self.insn(Instruction::with2(Code::Shl_rm64_imm8, a, line_bits));
-        self.append_kept(r, a, tag, id);
+        match site(false) {
+            Some(word_tag) => {
+                // The word: the line number with the site's bits above.
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, r, word_tag));
+                self.insn(Instruction::with2(Code::Or_r64_rm64, a, r));
+                self.append_word(r, a);
+            }
+            None => {
+                self.insn(Instruction::with2(Code::Shl_rm64_imm8, a, line_bits));
+                self.append_kept(r, a, tag, form.pair_id());
+            }
+        }
         self.jmp_label(path.back);
         if let Some(straddle) = path.straddle {
+            // `a` the first line, `r` the next: both their sets' last
+            // (two sets, unless D1 has one) is two hits that change
+            // nothing; else kept.
             self.bind(straddle);
-            self.insn(Instruction::with2(
-                Code::Mov_rm16_imm16,
-                gs(layout::S_KEPT_TAG),
-                u32::from(tag | events::KeptAccess::STRADDLES),
-            ));
+            let keep = self.new_label();
+            self.mov(r, a);
+            self.and_mask(r, d1.set_mask);
+            self.insn(Instruction::with2(Code::Cmp_rm64_r64, mru_slot(r), a));
+            self.jcc_label(JNE, keep);
+            self.lea(r, based(a, 1));
+            self.and_mask(r, d1.set_mask);
+            self.lea(a, based(a, 1));
+            self.insn(Instruction::with2(Code::Cmp_rm64_r64, mru_slot(r), a));
+            self.lea(a, based(a, -1));
+            self.jcc_label(JNE, keep);
+            self.jmp_label(path.back);
+            self.bind(keep);
+            // The tag's bits as the routine shifts them into place.
+            let (code, bits) = match (form, site(true)) {
+                (KeptForm::Sites { layout, .. }, Some(t)) => {
+                    (Code::Mov_rm32_imm32, (t >> layout.site_shift()) as u32)
+                }
+                _ => (
+                    Code::Mov_rm16_imm16,
+                    u32::from(tag | events::KeptAccess::STRADDLES),
+                ),
+            };
+            self.insn(Instruction::with2(code, gs(layout::S_KEPT_TAG), bits));
             self.lea_label(r, path.back);
             self.jmp_label(straddle_routine);
         }
@@ -354,7 +428,7 @@ impl Emitter {
         a: Register,
         r: Register,
         d1: MruGeometry,
-        id: Option<u32>,
+        form: KeptForm,
         routine: Label,
     ) {
         self.bind(routine);
@@ -364,28 +438,47 @@ impl Emitter {
         // comes from slots, so that an interrupted append runs again whole.
         let load = self.here();
         self.load_gs(r, layout::S_TRACE_PTR);
-        let at = self.pair_id(r, id);
-        // The word: the tag in the top 16 bits, the line's start below.
-        self.insn(Instruction::with2(
-            Code::Movzx_r32_rm16,
-            a.full_register32(),
-            gs(layout::S_KEPT_TAG),
-        ));
-        self.insn(Instruction::with2(
-            Code::Shl_rm64_imm8,
-            a,
-            48 - u32::from(d1.line_bits),
-        ));
-        self.insn(Instruction::with2(
-            Code::Or_r64_rm64,
-            a,
-            gs(layout::S_KEPT_LINE),
-        ));
-        self.insn(Instruction::with2(
-            Code::Shl_rm64_imm8,
-            a,
-            u32::from(d1.line_bits),
-        ));
+        let at = self.pair_id(r, form.pair_id());
+        if let KeptForm::Sites { layout, .. } = form {
+            // The word: the site's bits above the line number.
+            self.insn(Instruction::with2(
+                Code::Mov_r32_rm32,
+                a.full_register32(),
+                gs(layout::S_KEPT_TAG),
+            ));
+            self.insn(Instruction::with2(
+                Code::Shl_rm64_imm8,
+                a,
+                layout.site_shift(),
+            ));
+            self.insn(Instruction::with2(
+                Code::Or_r64_rm64,
+                a,
+                gs(layout::S_KEPT_LINE),
+            ));
+        } else {
+            // The word: the tag in the top 16 bits, the line's start below.
+            self.insn(Instruction::with2(
+                Code::Movzx_r32_rm16,
+                a.full_register32(),
+                gs(layout::S_KEPT_TAG),
+            ));
+            self.insn(Instruction::with2(
+                Code::Shl_rm64_imm8,
+                a,
+                48 - u32::from(d1.line_bits),
+            ));
+            self.insn(Instruction::with2(
+                Code::Or_r64_rm64,
+                a,
+                gs(layout::S_KEPT_LINE),
+            ));
+            self.insn(Instruction::with2(
+                Code::Shl_rm64_imm8,
+                a,
+                u32::from(d1.line_bits),
+            ));
+        }
         self.insn(Instruction::with2(
             Code::Mov_rm64_r64,
             MemoryOperand::with_base_displ(r, at),
@@ -449,6 +542,21 @@ impl Emitter {
             u32::from(tag),
         ));
         self.lea(ptr, based(ptr, at as i32 + 8));
+        self.store_gs(ptr, layout::S_TRACE_PTR);
+        self.counter_updates.push((load, self.here()));
+    }
+
+    /// Appends the word in `word` to the buffer (`ptr` is clobbered); an
+    /// interrupted append runs again from the load of the write pointer.
+    fn append_word(&mut self, ptr: Register, word: Register) {
+        let load = self.here();
+        self.load_gs(ptr, layout::S_TRACE_PTR);
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_r64,
+            MemoryOperand::with_base(ptr),
+            word,
+        ));
+        self.lea(ptr, based(ptr, 8));
         self.store_gs(ptr, layout::S_TRACE_PTR);
         self.counter_updates.push((load, self.here()));
     }

@@ -694,6 +694,14 @@ impl TransCtx for Ctx<'_> {
         t.next_site += 1;
         t.next_site - 1
     }
+    fn alloc_ref_sites(&mut self, n: u32, limit: u32) -> Option<u32> {
+        // Sites of a translation that fails are never used: harmless.
+        let t = self.tracing.as_mut().expect("trace mode");
+        let first = t.next_ref_site;
+        let end = first.checked_add(n).filter(|&end| end <= limit)?;
+        t.next_ref_site = end;
+        Some(first)
+    }
     fn flush_stub(&self) -> u64 {
         self.chunk.flush_stub
     }

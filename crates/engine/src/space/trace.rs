@@ -22,6 +22,9 @@ pub(crate) struct Tracing {
     pub next_block: u32,
     /// The next flush site's number.
     pub next_site: u32,
+    /// The next site naming a counted block's kept reference (from 1:
+    /// `events::SiteWords`).
+    pub next_ref_site: u32,
     /// Flush sites by number.
     pub sites: Vec<FlushSite>,
     /// Per module record (by index): the origin its blocks' metadata
@@ -43,6 +46,7 @@ impl Tracing {
             link,
             next_block: 0,
             next_site: 0,
+            next_ref_site: 1,
             sites: Vec::new(),
             origins: Vec::new(),
             stats: TraceStats::default(),

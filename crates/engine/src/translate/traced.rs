@@ -11,7 +11,7 @@
 //! block counters are kept: the records are the counts.
 
 use super::*;
-use crate::emit::{FetchCheck, FetchPath, FlagsAt, KeptPath, MruGeometry};
+use crate::emit::{FetchCheck, FetchPath, FlagsAt, KeptForm, KeptPath, MruGeometry};
 use crate::memrefs::{data_accesses, AddrExpr};
 use events::{BlockInfo, MemOperand, Terminator};
 
@@ -76,6 +76,10 @@ pub struct BlockMeta {
     /// executions (records are written only for executions that keep
     /// something).
     pub counter: Option<u32>,
+    /// With counted executions: the first of the sites naming its kept
+    /// references (`events::SiteWords`; `None`: they go in pairs with its
+    /// id).
+    pub sites: Option<u32>,
     /// For a rep string instruction's block: how to expand its record.
     pub rep: Option<RepString>,
 }
@@ -105,9 +109,11 @@ pub struct FlushSite {
     pub resume: u64,
     /// The register holding the record's address there, or (filtered
     /// trace mode) the write pointer: the open record is then found by its
-    /// id, the last word that is no kept access.
+    /// id, the last word that is no kept access. (Counted executions have
+    /// no open record at their check, on entry: everything before the
+    /// write pointer is complete, and it stands for the record's address.)
     pub record_reg: Register,
-    /// Whether the records are filtered ones.
+    /// Whether the records are filtered ones with reported executions.
     pub kept: bool,
 }
 
@@ -453,6 +459,41 @@ pub(super) fn translate_traced(
         Some(_) => ctx.alloc_counter(),
         None => 0,
     };
+    // The fetches a counted block checks, each before its instruction.
+    let fetch_checks: Vec<(usize, FetchCheck)> = match counted {
+        Some(g) => events::fetch_starts(&block_info, g.line_bits)
+            .enumerate()
+            .map(|(k, n)| {
+                let i = block_info.instrs()[n];
+                let line = i.addr >> g.line_bits;
+                let check = FetchCheck {
+                    fetch: k as u16,
+                    line,
+                    straddles: (i.addr + u64::from(i.len.max(1)) - 1) >> g.line_bits != line,
+                };
+                (n, check)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    // How what the checks keep is written: counted blocks name each
+    // reference by a site of its own, one word (by a pair of the block's
+    // id and the reference once the sites run out).
+    let form = match counted {
+        Some(g) => {
+            let refs = n_access as u32 + fetch_checks.len() as u32;
+            let layout = events::SiteWords::new(g.line_bits);
+            match ctx.alloc_ref_sites(refs, layout.sites()) {
+                Some(first) => KeptForm::Sites {
+                    layout,
+                    first,
+                    operands: n_access as u32,
+                },
+                None => KeptForm::Pair(id),
+            }
+        }
+        None => KeptForm::Record,
+    };
     // Trace mode counts through the stream (or these counters): no
     // counter of counting mode's.
     let mut b = Builder::start(ctx, host, 0, &items, code, guest);
@@ -466,8 +507,7 @@ pub(super) fn translate_traced(
     let flags_dead = kept.map_or(0, |_| flags_dead_before(&items));
     let dead_before = |n: usize| n < 64 && flags_dead >> n & 1 != 0;
     let check_at = match counter_position(&items) {
-        // Counted executions check their fetches first, on entry, so that
-        // each execution's kept references are in program order.
+        // Counted executions are counted on entry.
         _ if counted.is_some() => dead_before(0).then_some(0),
         Placement::DeadFlags(n) => Some(n),
         _ => None,
@@ -478,25 +518,11 @@ pub(super) fn translate_traced(
         let site = b.ctx.alloc_flush_site();
         let stub = b.ctx.flush_stub();
         let kept_flags = counted.is_some() && flags != FlagsAt::Dead;
-        if let Some(g) = counted {
+        if counted.is_some() {
             if kept_flags {
                 b.e.keep_flags();
             }
             b.e.count_execution(counter);
-            let fetches: Vec<FetchCheck> = events::fetch_starts(&block_info, g.line_bits)
-                .enumerate()
-                .map(|(k, n)| {
-                    let i = block_info.instrs()[n];
-                    let line = i.addr >> g.line_bits;
-                    FetchCheck {
-                        fetch: k as u16,
-                        line,
-                        straddles: (i.addr + u64::from(i.len.max(1)) - 1) >> g.line_bits != line,
-                    }
-                })
-                .collect();
-            let mask = g.i1_set_mask.expect("counted executions check fetches");
-            fetch_paths = b.e.fetch_checks(r, &fetches, mask);
         }
         if kept.is_some() {
             // `r` is free between checks: it takes the write pointer.
@@ -511,7 +537,7 @@ pub(super) fn translate_traced(
             id: site,
             resume,
             record_reg: r,
-            kept: kept.is_some(),
+            kept: kept.is_some() && counted.is_none(),
         });
     };
     if check_at.is_none() {
@@ -525,9 +551,23 @@ pub(super) fn translate_traced(
     // Whether the borrowed registers are given back already (a client
     // request exits with the client's own registers).
     let mut left = false;
+    let mut next_fetch = fetch_checks.iter().peekable();
     for (n, item) in items.iter().enumerate() {
         if check_at == Some(n) {
             check(&mut b, FlagsAt::Dead);
+        }
+        // A fetch's check goes before its instruction (and its data
+        // references'), so that what is kept is in execution order.
+        if let (Some(g), Some(&(_, fetch))) = (counted, next_fetch.next_if(|&&(at, _)| at == n)) {
+            let live = !dead_before(n);
+            if live {
+                b.e.keep_flags();
+            }
+            let mask = g.i1_set_mask.expect("counted executions check fetches");
+            fetch_paths.push(b.e.fetch_check(r, fetch, mask));
+            if live {
+                b.e.give_back_flags();
+            }
         }
         match item {
             Item::ClientRequest(ip) => {
@@ -605,16 +645,13 @@ pub(super) fn translate_traced(
         b.exit_jmp(next);
     }
     if let Some(d1) = kept {
-        let with_id = counted.map(|_| id);
         let straddles = b.e.new_label();
         for p in &paths {
-            b.e.kept_paths(a_reg, r, p, d1, with_id, straddles);
+            b.e.kept_paths(a_reg, r, p, d1, form, straddles);
         }
-        if counted.is_some() {
-            b.e.fetch_paths(a_reg, r, &fetch_paths, d1, id);
-        }
+        b.e.fetch_paths(a_reg, r, &fetch_paths, d1, form);
         if paths.iter().any(KeptPath::may_straddle) {
-            b.e.straddle_routine(a_reg, r, d1, with_id, straddles);
+            b.e.straddle_routine(a_reg, r, d1, form, straddles);
         }
     }
     b.seal(end);
@@ -639,6 +676,10 @@ pub(super) fn translate_traced(
         sp,
         kept: kept.is_some(),
         counter: counted.map(|_| counter),
+        sites: match form {
+            KeptForm::Sites { first, .. } => Some(first),
+            _ => None,
+        },
         rep,
     });
     Ok(b.t)
@@ -754,7 +795,13 @@ mod tests {
     /// Filtered trace mode with a 64-set D1 of 64-byte lines, and with
     /// fetches checked too (a 64-set I1) if `counted`.
     fn filtered_mode(code: &[u8], counted: bool) -> Translation {
+        filtered_with_sites(code, counted, None)
+    }
+
+    /// [`filtered_mode`], with sites for kept references from `ref_sites`.
+    fn filtered_with_sites(code: &[u8], counted: bool, ref_sites: Option<u32>) -> Translation {
         let mut ctx = Ctx {
+            ref_sites,
             next: 7,
             trace: Some(TraceMode {
                 data: true,
@@ -775,7 +822,38 @@ mod tests {
     }
 
     #[test]
-    fn a_counted_block_checks_its_fetches_on_entry_and_keeps_accesses_with_its_id() {
+    fn a_counted_block_keeps_each_reference_in_one_site_word_in_execution_order() {
+        // nop x62 ; mov rax,[rdi] ; ret: as below, with sites from 1: the
+        // load's 1, the return address's 2, the fetches' 3 and 4.
+        let mut code = vec![0x90; 62];
+        code.extend([0x48, 0x8b, 0x07, 0xc3]);
+        let t = filtered_with_sites(&code, true, Some(1));
+        let meta = t.meta.as_ref().unwrap();
+        assert_eq!((meta.counter.is_some(), meta.sites), (true, Some(1)));
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        // No pairs.
+        assert!(!d.iter().any(|l| l.ends_with("],40000007h")), "{d:#?}");
+        // The straddling mov's fetch is checked (both lines, 40h and 41h)
+        // after the nops, before the load's address.
+        let at = |p: &dyn Fn(&String) -> bool| d.iter().position(p).unwrap();
+        let last_nop = d.iter().rposition(|l| l == "nop").unwrap();
+        let second_line = at(&|l: &String| l.starts_with("mov r") && l.ends_with(",41h"));
+        let load_addr = at(&|l: &String| l.starts_with("lea r") && l.ends_with(",[rdi]"));
+        assert!(last_nop < second_line && second_line < load_addr, "{d:#?}");
+        // Its kept word is a constant; the load's tag goes above its line
+        // number, and when it straddles, from the routine's slot.
+        let layout = events::SiteWords::new(6);
+        let fetch = format!("{:X}h", layout.word(4, true, true, 0x40));
+        assert!(d.iter().any(|l| l.ends_with(&fetch)), "{fetch} {d:#?}");
+        let load = format!(",{:X}h", layout.tag(1, false, false));
+        assert!(d.iter().any(|l| l.ends_with(&load)), "{load} {d:#?}");
+        let straddling = layout.tag(1, false, true) >> layout.site_shift();
+        let straddling = format!(",{straddling:X}h");
+        assert!(d.iter().any(|l| l.ends_with(&straddling)), "{d:#?}");
+    }
+
+    #[test]
+    fn a_counted_block_without_sites_keeps_accesses_with_its_id() {
         // nop x62 ; mov rax,[rdi] ; ret: three instructions from 0x103e,
         // the mov straddling into the line at 0x1040.
         let mut code = vec![0x90; 62];
@@ -791,8 +869,8 @@ mod tests {
             .unwrap();
         assert!(count < d.iter().position(|l| l == "nop").unwrap(), "{d:#?}");
         assert!(!d[..count].iter().any(|l| l.ends_with("],7")), "{d:#?}");
-        // Fetch 0 (line 0x40 of the nops) is checked against I1's table;
-        // fetch 1 (the straddling mov) is always kept.
+        // Fetch 0 (line 0x40 of the nops) is checked against I1's table,
+        // and fetch 1 (the straddling mov) against both its lines'.
         assert!(
             d.iter()
                 .any(|l| l.ends_with(",40h") && l.starts_with("mov r")),
@@ -823,16 +901,27 @@ mod tests {
         assert_eq!(meta.words, 1, "the id; kept accesses follow it");
         assert_eq!(meta.info.mem_count(), 3);
         let d = crate::emit::tests::disasm_at(&t.code, t.host);
-        // One table compare per access, each followed by its jump out.
+        // One table compare per access in the block (up to the return of
+        // its borrowed registers before the `ret`), each followed by its
+        // jump out; out of line, two more for each access that straddles
+        // (both lines compared).
+        let end = d.iter().position(|l| l == "mov r10,gs:[30h]").unwrap();
         let compares: Vec<usize> = d
             .iter()
             .enumerate()
             .filter(|(_, l)| l.starts_with("cmp gs:["))
             .map(|(n, _)| n)
             .collect();
-        assert_eq!(compares.len(), 3, "{d:#?}");
+        assert_eq!(compares.len(), 3 + 3 * 2, "{d:#?}");
+        assert_eq!(compares.iter().filter(|&&n| n < end).count(), 3, "{d:#?}");
         for &n in &compares {
-            assert!(d[n + 1].starts_with("jne "), "{d:#?}");
+            // (The next line's compare goes back to the first line first.)
+            let jump = if d[n + 1].starts_with("lea ") {
+                n + 2
+            } else {
+                n + 1
+            };
+            assert!(d[jump].starts_with("jne "), "{d:#?}");
         }
         // The load's check comes before the load, the store's before the
         // store.
