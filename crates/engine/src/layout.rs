@@ -154,8 +154,12 @@ pub const S_TRACE_LIMIT: u32 = 0x120;
 /// Thread-area offset of 64 bytes where trace mode stores a gather's or
 /// scatter's index register to read one lane.
 pub const S_VECTOR_SCRATCH: u32 = 0x140;
-/// Offset in a thread area of its trace buffer.
+/// Offset in a thread area of its first trace buffer; the second follows
+/// it ([`TRACE_BUFFER`] bytes apart): the thread writes one while the
+/// tracer reads the other.
 pub const AREA_TRACE: u64 = 16 << 20;
+/// Bytes from one trace buffer's start to the next's.
+pub const TRACE_BUFFER: u64 = TRACE_BYTES + TRACE_SLACK;
 /// Offset in a thread area of the filtered trace mode's table of the line
 /// each D1 set referenced last (8 bytes per set, [`MRU_MAX_SETS`] at most;
 /// zero, like a cold cache's tags, until referenced). Below the trace
@@ -173,6 +177,7 @@ pub const TRACE_BYTES: u64 = 2 << 20;
 /// and so do the records of a signal handler's blocks up to its own check
 /// (each block checks).
 pub const TRACE_SLACK: u64 = 1 << 20;
+const _: () = assert!(AREA_TRACE + 2 * TRACE_BUFFER <= AREA_SIZE);
 
 /// Exit: an unlinked direct branch (the stub is identified by its address).
 pub const MAGIC_LINK: u32 = MAGIC_LO;

@@ -3,7 +3,9 @@
 //! complete records to the consumer when a buffer fills or a thread ends.
 
 use super::Space;
-use crate::layout::{AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BYTES, TRACE_SLACK};
+use crate::layout::{
+    AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BYTES, TRACE_SLACK,
+};
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
 use crate::{EngineError, ModuleRecord, TraceStats};
@@ -36,6 +38,9 @@ pub(crate) struct Tracing {
     /// Blocks whose executions are counted rather than recorded, and
     /// their counters (filtered trace mode with fetches checked).
     pub counted: Vec<(u32, u32)>,
+    /// Complete records a flush left for the consumer, read once the
+    /// thread runs on in its other buffer: (thread area, start, words).
+    pub pending: Option<(u64, u64, usize)>,
 }
 
 impl Tracing {
@@ -51,6 +56,7 @@ impl Tracing {
             origins: Vec::new(),
             stats: TraceStats::default(),
             counted: Vec::new(),
+            pending: None,
         }
     }
 
@@ -92,16 +98,28 @@ impl Space {
         }
     }
 
-    /// Points the trace buffer of the thread area `area` at its start.
+    /// Points the trace buffer of the thread area `area` at the start of
+    /// its first buffer.
     pub(super) fn reset_trace(&mut self, area: u64) {
         if self.tracing.is_some() {
-            let start = area + AREA_TRACE;
-            let mut b = start.to_le_bytes().to_vec();
-            b.extend_from_slice(&(start + TRACE_BYTES).to_le_bytes());
-            const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
-            self.mem.write(area + u64::from(S_TRACE_PTR), &b);
+            self.use_buffer(area, area + AREA_TRACE);
             self.forget_lines(area);
         }
+    }
+
+    /// Makes the thread of `area` write from `ptr` on, in the buffer
+    /// starting at `start`.
+    fn use_buffer_from(&mut self, area: u64, start: u64, ptr: u64) {
+        let mut b = ptr.to_le_bytes().to_vec();
+        b.extend_from_slice(&(start + TRACE_BYTES).to_le_bytes());
+        const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
+        self.mem.write(area + u64::from(S_TRACE_PTR), &b);
+    }
+
+    /// Makes the thread of `area` write from the start of the buffer at
+    /// `start`.
+    fn use_buffer(&mut self, area: u64, start: u64) {
+        self.use_buffer_from(area, start, start);
     }
 
     /// Filtered trace mode: clears the table of the line each D1 set of
@@ -122,21 +140,32 @@ impl Space {
         self.tracing.as_ref()?.sites.get(site as usize).copied()
     }
 
-    /// Everything in the trace buffer of `area`, read in one go into a
-    /// recycled buffer.
-    fn buffered(&mut self, area: u64) -> Result<Vec<u64>, EngineError> {
-        let Some(t) = &mut self.tracing else {
-            return Ok(Vec::new());
-        };
-        let start = area + AREA_TRACE;
+    /// The buffer the thread of `area` writes (its start) and its write
+    /// pointer.
+    fn trace_extent(&mut self, area: u64) -> Result<(u64, u64), EngineError> {
         let ptr = self.mem.read_u64(area + u64::from(S_TRACE_PTR))?;
+        let first = area + AREA_TRACE;
+        let start = if ptr >= first + TRACE_BUFFER {
+            first + TRACE_BUFFER
+        } else {
+            first
+        };
         if !(start..=start + TRACE_BYTES + TRACE_SLACK).contains(&ptr) {
             return Err(EngineError(format!(
                 "trace buffer of thread area {area:#x} is corrupt (write pointer {ptr:#x})"
             )));
         }
+        Ok((start, ptr))
+    }
+
+    /// `n` words of client memory from `start`, read in one go into a
+    /// recycled buffer.
+    fn read_words(&mut self, start: u64, n: usize) -> Result<Vec<u64>, EngineError> {
+        let Some(t) = &mut self.tracing else {
+            return Ok(Vec::new());
+        };
         let asked = Instant::now();
-        let mut words = t.link.buffer(((ptr - start) / 8) as usize);
+        let mut words = t.link.buffer(n);
         let got = Instant::now();
         if let Err(e) = self
             .mem
@@ -152,43 +181,90 @@ impl Space {
         Ok(words)
     }
 
+    /// Everything in the buffer the thread of `area` writes, read in one
+    /// go into a recycled buffer (after the records a flush left).
+    fn buffered(&mut self, area: u64) -> Result<Vec<u64>, EngineError> {
+        self.hand_over_pending();
+        if self.tracing.is_none() {
+            return Ok(Vec::new());
+        }
+        let (start, ptr) = self.trace_extent(area)?;
+        self.read_words(start, ((ptr - start) / 8) as usize)
+    }
+
+    /// The records a flush left go to the consumer: read once the thread
+    /// runs on in its other buffer (the tracer's copy overlaps its work),
+    /// and before anything else of the process is read.
+    pub fn hand_over_pending(&mut self) {
+        let Some((area, start, n)) = self.tracing.as_mut().and_then(|t| t.pending.take()) else {
+            return;
+        };
+        // (Memory already gone: nothing more to hand over.)
+        let words = self.read_words(start, n).unwrap_or_default();
+        if let Some(t) = &self.tracing {
+            t.link.records(area, words);
+        }
+    }
+
+    /// Where the open record of filtered records (`record` `None` at a
+    /// flush) starts in the buffer from `start` to `ptr`: at the last word
+    /// that is no kept access (its id, or a signal marker after which its
+    /// accesses resumed). Read from the end: a record is short.
+    fn open_filtered_record(&mut self, start: u64, ptr: u64) -> Result<u64, EngineError> {
+        let mut from = ptr.saturating_sub(64 << 10).max(start);
+        loop {
+            let words = self.mem.read(from, (ptr - from) as usize)?;
+            let words: &[u64] = bytemuck::cast_slice(&words);
+            if let Some(open) = words.iter().rposition(|&w| !events::KeptAccess::is_kept(w)) {
+                return Ok(from + 8 * open as u64);
+            }
+            if from == start {
+                return Ok(start);
+            }
+            from = start;
+        }
+    }
+
     /// A flush stop of the thread whose area is `area`, in a block whose
-    /// record is at `record`: hands the records before it to the consumer,
-    /// moves the block's own (partly written) record and whatever followed
-    /// it to the buffer's start, and returns the record's new address.
-    /// Filtered records (`record` `None`) have no fixed length: the open
-    /// one starts at the last word that is no kept access (its id, or a
-    /// signal marker after which its accesses resumed).
+    /// record is at `record`: the thread goes on in its other buffer, where
+    /// its open (partly written) record is moved, and the records before
+    /// that are handed to the consumer once it runs
+    /// ([`Space::hand_over_pending`]). Returns the record's new address.
+    /// Filtered records (`record` `None`) have no fixed length: see
+    /// `open_filtered_record`.
     pub fn flush_trace(&mut self, area: u64, record: Option<u64>) -> Result<u64, EngineError> {
-        let start = area + AREA_TRACE;
-        let mut words = self.buffered(area)?;
-        // Its records go on their own: the thread starts its tables afresh.
-        self.forget_lines(area);
-        let record = record.unwrap_or_else(|| {
-            let open = words.iter().rposition(|&w| !events::KeptAccess::is_kept(w));
-            start + 8 * open.unwrap_or(0) as u64
-        });
-        let done = record.wrapping_sub(start) / 8;
-        if record < start || done > words.len() as u64 {
+        self.hand_over_pending();
+        let (start, ptr) = self.trace_extent(area)?;
+        let record = match record {
+            Some(r) => r,
+            None => self.open_filtered_record(start, ptr)?,
+        };
+        if !(start..=ptr).contains(&record) || (record - start) % 8 != 0 {
             return Err(EngineError(format!(
                 "trace buffer of thread area {area:#x} is corrupt (record {record:#x})"
             )));
         }
-        let open = words.split_off(done as usize);
-        self.mem.write(start, bytemuck::cast_slice(&open));
-        let new_ptr = start + 8 * open.len() as u64;
-        self.mem
-            .write(area + u64::from(S_TRACE_PTR), &new_ptr.to_le_bytes());
-        if let Some(t) = &self.tracing {
-            t.link.records(area, words);
+        let next = if start == area + AREA_TRACE {
+            start + TRACE_BUFFER
+        } else {
+            area + AREA_TRACE
+        };
+        let open = self.mem.read(record, (ptr - record) as usize)?;
+        self.mem.write(next, &open);
+        self.use_buffer_from(area, next, next + open.len() as u64);
+        // Its records go on their own: the thread starts its tables afresh.
+        self.forget_lines(area);
+        if let Some(t) = &mut self.tracing {
+            t.pending = Some((area, start, ((record - start) / 8) as usize));
         }
-        Ok(start)
+        Ok(next)
     }
 
     /// Counted executions: every block's count, of live and exited
     /// threads, goes to the tool (before the process's end, after its
     /// records).
     pub fn hand_over_runs(&mut self) {
+        self.hand_over_pending();
         let Some(t) = &self.tracing else { return };
         if t.counted.is_empty() {
             return;

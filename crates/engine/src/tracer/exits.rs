@@ -83,6 +83,8 @@ impl Tracer<'_> {
         self.requeue_signals(tgid, inj);
         set_regs(tid, &regs)?;
         self.resume(tid, 0)?;
+        // A flush's records are read while the thread runs on.
+        space.borrow_mut().hand_over_pending();
         Ok(())
     }
 }
