@@ -339,8 +339,10 @@ pub struct MruFilter {
     pub set_bits: u8,
     /// log2 of I1's number of sets, when instruction fetches are filtered
     /// too. Then block executions are counted rather than reported: the
-    /// producer delivers only what it keeps, through
-    /// [`Tool::counted_access`], and each block's count at the end through
+    /// producer delivers only what it keeps, in execution order, through
+    /// [`Tool::site_accesses`] (or [`Tool::counted_access`], for blocks
+    /// past the sites [`SiteWords`] can name), and each block's count at
+    /// the end through
     /// [`Tool::block_runs`] (a tool that needs every execution in order,
     /// to read branch outcomes from it, leaves this `None`). The fetches
     /// checked are those [`fetch_starts`] lists; a kept one names its
@@ -675,12 +677,9 @@ pub trait Tool {
     /// that is counted elsewhere: the rest of one reported with
     /// [`Tool::block_run_kept`] that a signal handler interrupted, or any
     /// part of one whose executions are counted
-    /// ([`MruFilter::fetch_set_bits`]; see also [`Tool::counted_access`]).
-    /// Within one call, fetches come in their order and data references
-    /// in theirs, the two kinds not necessarily interleaved as executed
-    /// (they meet only in a shared cache level, where the tool puts them
-    /// in order). The default hands the references to [`Tool::records`] in
-    /// execution order.
+    /// ([`MruFilter::fetch_set_bits`]; see also [`Tool::counted_access`]),
+    /// in execution order (each instruction's fetch before its data
+    /// references). The default hands them to [`Tool::records`].
     fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
         let _ = id;
         // The line size the fetches were counted in (any, without them).

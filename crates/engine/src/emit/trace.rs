@@ -136,7 +136,7 @@ pub enum KeptForm {
     /// layout, the block's first site (its operands' sites come first) and
     /// its number of operands (its fetches' sites follow them).
     Sites {
-        layout: events::SiteWords,
+        words: events::SiteWords,
         first: u32,
         operands: u32,
     },
@@ -271,13 +271,13 @@ impl Emitter {
                 ));
             }
             if let KeptForm::Sites {
-                layout,
+                words,
                 first,
                 operands,
             } = form
             {
                 let site = first + operands + u32::from(path.check.fetch);
-                let word = layout.word(site, true, path.check.straddles, line);
+                let word = words.word(site, true, path.check.straddles, line);
                 self.insn(Instruction::with2(Code::Mov_r64_imm64, r, word));
                 self.append_word(a, r);
             } else {
@@ -364,8 +364,8 @@ impl Emitter {
         let line_bits = u32::from(d1.line_bits);
         let tag = path.operand + 1;
         let site = |straddles: bool| match form {
-            KeptForm::Sites { layout, first, .. } => {
-                Some(layout.tag(first + u32::from(path.operand), false, straddles))
+            KeptForm::Sites { words, first, .. } => {
+                Some(words.tag(first + u32::from(path.operand), false, straddles))
             }
             _ => None,
         };
@@ -404,8 +404,8 @@ impl Emitter {
             self.bind(keep);
             // The tag's bits as the routine shifts them into place.
             let (code, bits) = match (form, site(true)) {
-                (KeptForm::Sites { layout, .. }, Some(t)) => {
-                    (Code::Mov_rm32_imm32, (t >> layout.site_shift()) as u32)
+                (KeptForm::Sites { words, .. }, Some(t)) => {
+                    (Code::Mov_rm32_imm32, (t >> words.site_shift()) as u32)
                 }
                 _ => (
                     Code::Mov_rm16_imm16,
@@ -439,45 +439,28 @@ impl Emitter {
         let load = self.here();
         self.load_gs(r, layout::S_TRACE_PTR);
         let at = self.pair_id(r, form.pair_id());
-        if let KeptForm::Sites { layout, .. } = form {
-            // The word: the site's bits above the line number.
-            self.insn(Instruction::with2(
-                Code::Mov_r32_rm32,
-                a.full_register32(),
-                gs(layout::S_KEPT_TAG),
-            ));
-            self.insn(Instruction::with2(
-                Code::Shl_rm64_imm8,
-                a,
-                layout.site_shift(),
-            ));
-            self.insn(Instruction::with2(
-                Code::Or_r64_rm64,
-                a,
-                gs(layout::S_KEPT_LINE),
-            ));
-        } else {
-            // The word: the tag in the top 16 bits, the line's start below.
-            self.insn(Instruction::with2(
-                Code::Movzx_r32_rm16,
-                a.full_register32(),
-                gs(layout::S_KEPT_TAG),
-            ));
-            self.insn(Instruction::with2(
-                Code::Shl_rm64_imm8,
-                a,
-                48 - u32::from(d1.line_bits),
-            ));
-            self.insn(Instruction::with2(
-                Code::Or_r64_rm64,
-                a,
-                gs(layout::S_KEPT_LINE),
-            ));
-            self.insn(Instruction::with2(
-                Code::Shl_rm64_imm8,
-                a,
-                u32::from(d1.line_bits),
-            ));
+        // The word: a site word's tag bits above the line number; a
+        // `KeptAccess` word's tag in the top 16 bits over the line's start.
+        let (load_tag, shift, to_start) = match form {
+            KeptForm::Sites { words, .. } => (Code::Mov_r32_rm32, words.site_shift(), 0),
+            _ => {
+                let line_bits = u32::from(d1.line_bits);
+                (Code::Movzx_r32_rm16, 48 - line_bits, line_bits)
+            }
+        };
+        self.insn(Instruction::with2(
+            load_tag,
+            a.full_register32(),
+            gs(layout::S_KEPT_TAG),
+        ));
+        self.insn(Instruction::with2(Code::Shl_rm64_imm8, a, shift));
+        self.insn(Instruction::with2(
+            Code::Or_r64_rm64,
+            a,
+            gs(layout::S_KEPT_LINE),
+        ));
+        if to_start != 0 {
+            self.insn(Instruction::with2(Code::Shl_rm64_imm8, a, to_start));
         }
         self.insn(Instruction::with2(
             Code::Mov_rm64_r64,

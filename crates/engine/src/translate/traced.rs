@@ -482,10 +482,10 @@ pub(super) fn translate_traced(
     let form = match counted {
         Some(g) => {
             let refs = n_access as u32 + fetch_checks.len() as u32;
-            let layout = events::SiteWords::new(g.line_bits);
-            match ctx.alloc_ref_sites(refs, layout.sites()) {
+            let words = events::SiteWords::new(g.line_bits);
+            match ctx.alloc_ref_sites(refs, words.sites()) {
                 Some(first) => KeptForm::Sites {
-                    layout,
+                    words,
                     first,
                     operands: n_access as u32,
                 },
