@@ -45,7 +45,7 @@ fn threads_meet_exit_signals_fork_and_exec_as_natively() {
         // kill-then-default is a race natively too, which the signalled
         // thread wins unless the machine is too busy to wake it at once:
         // a few tries to see the native behaviour.
-        let nat = (0..5)
+        let nat = (0..20)
             .map(|_| native(dir.path(), exe.as_os_str(), &[mode], None))
             .find(|nat| nat.end == expected_end)
             .unwrap_or_else(|| panic!("{mode} natively never ended as {expected_end:?}"));
