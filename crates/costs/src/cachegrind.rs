@@ -1298,6 +1298,16 @@ mod tests {
         blocks
     }
 
+    /// Caches small enough for many misses: I1 as given, a 512-byte D1
+    /// and a 2 KiB LL, both with 64-byte lines.
+    fn small_caches(i1: CacheConfig) -> CacheSim {
+        CacheSim::new(
+            i1,
+            CacheConfig::new(512, 2, 64),
+            CacheConfig::new(2048, 4, 64),
+        )
+    }
+
     /// A tool's table, row by row in address order.
     fn rows(t: &CachegrindTool) -> Vec<(u64, Vec<u64>)> {
         let t = t.table();
@@ -1314,13 +1324,7 @@ mod tests {
     /// instructions and accesses).
     #[test]
     fn block_runs_equal_their_records() {
-        let small = || {
-            CacheSim::new(
-                CacheConfig::new(128, 2, 32),
-                CacheConfig::new(512, 2, 64),
-                CacheConfig::new(2048, 4, 64),
-            )
-        };
+        let small = || small_caches(CacheConfig::new(128, 2, 32));
         let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
         // A few blocks long enough to make more than 64 fetches (the plan's
         // I1 pass keeps a bit per fetch).
@@ -1428,13 +1432,7 @@ mod tests {
 
     #[test]
     fn filtered_runs_equal_full_runs() {
-        let small = || {
-            CacheSim::new(
-                CacheConfig::new(256, 2, 64),
-                CacheConfig::new(512, 2, 64),
-                CacheConfig::new(2048, 4, 64),
-            )
-        };
+        let small = || small_caches(CacheConfig::new(256, 2, 64));
         let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
         let blocks = random_blocks(&mut rand, 30, 2, 100);
         // Four ways to report the same executions: every address; the
@@ -1527,14 +1525,7 @@ mod tests {
         assert!(full.totals().get(Event::I1mr) > 100);
         // Different line sizes: no filter (an access within a D1 line may
         // straddle two of a shorter LL line, or be capped below a line).
-        let mixed = CachegrindTool::new(
-            Some(CacheSim::new(
-                CacheConfig::new(128, 2, 32),
-                CacheConfig::new(512, 2, 64),
-                CacheConfig::new(2048, 4, 64),
-            )),
-            false,
-        );
+        let mixed = CachegrindTool::new(Some(small_caches(CacheConfig::new(128, 2, 32))), false);
         assert_eq!(mixed.needs().mru_filter, None);
     }
 

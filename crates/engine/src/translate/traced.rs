@@ -514,15 +514,24 @@ pub(super) fn translate_traced(
     };
     let mut flush_sites = Vec::new();
     let mut fetch_paths: Vec<FetchPath> = Vec::new();
-    let mut check = |b: &mut Builder, flags: FlagsAt| {
+    // The first instruction's fetch is checked with the count, inside the
+    // same keeping of the flags.
+    let entry_fetch = fetch_checks
+        .first()
+        .filter(|&&(n, _)| n == 0)
+        .map(|&(_, f)| f);
+    let mut check = |b: &mut Builder, flags: FlagsAt| -> Option<FetchPath> {
         let site = b.ctx.alloc_flush_site();
         let stub = b.ctx.flush_stub();
         let kept_flags = counted.is_some() && flags != FlagsAt::Dead;
-        if counted.is_some() {
+        let mut entry_path = None;
+        if let Some(g) = counted {
             if kept_flags {
                 b.e.keep_flags();
             }
             b.e.count_execution(counter);
+            let mask = g.i1_set_mask.expect("counted executions check fetches");
+            entry_path = entry_fetch.map(|f| b.e.fetch_check(r, f, mask));
         }
         if kept.is_some() {
             // `r` is free between checks: it takes the write pointer.
@@ -539,11 +548,12 @@ pub(super) fn translate_traced(
             record_reg: r,
             kept: kept.is_some() && counted.is_none(),
         });
+        entry_path
     };
     if check_at.is_none() {
         // Flags may be live everywhere: keep them around the check.
         let stash = (a != Some(Register::RAX)).then_some(layout::S_RCX0);
-        check(&mut b, FlagsAt::Live(stash));
+        fetch_paths.extend(check(&mut b, FlagsAt::Live(stash)));
     }
     let mut paths: Vec<KeptPath> = Vec::new();
     let mut word = 1u32;
@@ -551,10 +561,13 @@ pub(super) fn translate_traced(
     // Whether the borrowed registers are given back already (a client
     // request exits with the client's own registers).
     let mut left = false;
-    let mut next_fetch = fetch_checks.iter().peekable();
+    let mut next_fetch = fetch_checks
+        .iter()
+        .skip(usize::from(entry_fetch.is_some()))
+        .peekable();
     for (n, item) in items.iter().enumerate() {
         if check_at == Some(n) {
-            check(&mut b, FlagsAt::Dead);
+            fetch_paths.extend(check(&mut b, FlagsAt::Dead));
         }
         // A fetch's check goes before its instruction (and its data
         // references'), so that what is kept is in execution order.
