@@ -325,43 +325,12 @@ impl BlockSim {
     pub fn kept_accesses(&mut self, id: BlockId, kept: &[u64], out: &mut impl Charge) {
         // Fetches not seen here: the next full run must simulate its own.
         self.last_run = None;
-        let line_bits = self.kept_line_bits;
         for &w in kept {
             let k = KeptAccess(w);
-            let (addr, size) = k.reference(line_bits);
-            let Some(sim) = &mut self.caches else { return };
-            let miss = match k.is_fetch() {
-                true => sim.i1_is_miss(addr, size),
-                false => sim.d1_is_miss(addr, size),
-            };
-            if miss {
-                self.kept_miss_to_ll(id, k, out);
-            }
-        }
-    }
-
-    /// The LL reference of an L1 miss [`kept_accesses`](Self::kept_accesses)
-    /// found, and its charges.
-    #[inline(never)]
-    fn kept_miss_to_ll(&mut self, id: BlockId, k: KeptAccess, out: &mut impl Charge) {
-        let (Some(plan), Some(sim)) = (self.blocks.get(id.0 as usize), &mut self.caches) else {
-            return;
-        };
-        let step = match k.is_fetch() {
-            true => plan
-                .fetches
-                .of(&self.fetch_ops)
-                .get(k.operand())
-                .map(|&f| L1Miss::Fetch(f)),
-            false => plan
-                .data
-                .of(&self.data_ops)
-                .get(k.operand())
-                .map(|&d| L1Miss::Data(d)),
-        };
-        if let Some(step) = step {
             let (addr, size) = k.reference(self.kept_line_bits);
-            step.to_ll(sim, self.cols, addr, size, out);
+            if self.l1_is_miss(k.is_fetch(), addr, size) {
+                self.miss_to_ll(id.0, k.is_fetch(), k.operand(), addr, size, out);
+            }
         }
     }
 
@@ -372,7 +341,7 @@ impl BlockSim {
         let Some(plan) = self.blocks.get(i) else {
             return;
         };
-        let n = plan.data.of(&self.data_ops).len() + plan.fetches.of(&self.fetch_ops).len();
+        let n = (plan.data.len + plan.fetches.len) as usize;
         let (first, end) = (first as usize, first as usize + n);
         if self.site_blocks.len() < end {
             self.site_blocks.resize(end, u32::MAX);
@@ -399,46 +368,82 @@ impl BlockSim {
                 true => (line | ((1 << line_bits) - 1), 2),
                 false => (line, 1),
             };
-            let Some(sim) = &mut self.caches else { return };
-            let miss = match SiteWords::is_fetch(w) {
-                true => sim.i1_is_miss(addr, size),
-                false => sim.d1_is_miss(addr, size),
-            };
-            if miss {
+            if self.l1_is_miss(SiteWords::is_fetch(w), addr, size) {
                 self.site_miss_to_ll(w, addr, size, out);
             }
         }
     }
 
-    /// The LL reference of an L1 miss [`site_accesses`](Self::site_accesses)
-    /// found, and its charges.
+    /// Whether a kept reference (a fetch, else a data reference) misses
+    /// its L1 cache.
+    #[inline(always)]
+    fn l1_is_miss(&mut self, fetch: bool, addr: u64, size: u32) -> bool {
+        match (&mut self.caches, fetch) {
+            (Some(sim), true) => sim.i1_is_miss(addr, size),
+            (Some(sim), false) => sim.d1_is_miss(addr, size),
+            (None, _) => false,
+        }
+    }
+
+    /// The L1 miss of a site word: its block and its place there by the
+    /// site (the block's operands' sites first, then its fetches').
     #[inline(never)]
     fn site_miss_to_ll(&mut self, word: u64, addr: u64, size: u32, out: &mut impl Charge) {
         let site = self.site_words.site(word) as usize;
         let Some(&block) = self.site_blocks.get(site) else {
             return;
         };
-        let (Some(plan), Some(&first), Some(sim)) = (
+        let (Some(plan), Some(&first)) = (
             self.blocks.get(block as usize),
             self.first_sites.get(block as usize),
-            &mut self.caches,
         ) else {
             return;
         };
-        let data = plan.data.of(&self.data_ops);
-        // Its operands' sites first, then its fetches'.
-        let Some(at) = site.checked_sub(first as usize) else {
+        let fetch = SiteWords::is_fetch(word);
+        let at = site.checked_sub(first as usize);
+        let index = match fetch {
+            true => at.and_then(|at| at.checked_sub(plan.data.len as usize)),
+            false => at,
+        };
+        if let Some(index) = index {
+            self.miss_to_ll(block, fetch, index, addr, size, out);
+        }
+    }
+
+    /// A kept reference that missed L1, fetch or data operand `index` of
+    /// block `block`: its L1 miss charged, its LL reference made and an LL
+    /// miss charged.
+    #[inline(never)]
+    fn miss_to_ll(
+        &mut self,
+        block: u32,
+        fetch: bool,
+        index: usize,
+        addr: u64,
+        size: u32,
+        out: &mut impl Charge,
+    ) {
+        let (Some(plan), Some(sim)) = (self.blocks.get(block as usize), &mut self.caches) else {
             return;
         };
-        let step = match SiteWords::is_fetch(word) {
-            true => at
-                .checked_sub(data.len())
-                .and_then(|k| plan.fetches.of(&self.fetch_ops).get(k))
-                .map(|&f| L1Miss::Fetch(f)),
-            false => data.get(at).map(|&d| L1Miss::Data(d)),
+        let (slot, first, ll_miss) = if fetch {
+            let Some(f) = plan.fetches.of(&self.fetch_ops).get(index) else {
+                return;
+            };
+            (f.slot, self.cols.instr, sim.instr_ll_is_miss(addr, size))
+        } else {
+            let Some(d) = plan.data.of(&self.data_ops).get(index) else {
+                return;
+            };
+            (
+                d.slot,
+                usize::from(d.first),
+                sim.data_ll_is_miss(addr, size),
+            )
         };
-        if let Some(step) = step {
-            step.to_ll(sim, self.cols, addr, size, out);
+        out.add(slot as usize, first + 1, 1);
+        if ll_miss {
+            out.add(slot as usize, first + 2, 1);
         }
     }
 
@@ -711,33 +716,6 @@ impl DataOp {
             if outcome.ll_miss() {
                 out.add(self.slot as usize, self.first as usize + 2, 1);
             }
-        }
-    }
-}
-
-/// A kept reference that missed its L1 cache: the plan's step it is.
-#[derive(Clone, Copy)]
-enum L1Miss {
-    Fetch(FetchOp),
-    Data(DataOp),
-}
-
-impl L1Miss {
-    /// Charges the L1 miss and makes its LL reference (`addr`, `size`),
-    /// charging an LL miss too.
-    #[inline(always)]
-    fn to_ll(self, sim: &mut CacheSim, cols: Columns, addr: u64, size: u32, out: &mut impl Charge) {
-        let (slot, first, ll_miss) = match self {
-            L1Miss::Fetch(f) => (f.slot, cols.instr, sim.instr_ll_is_miss(addr, size)),
-            L1Miss::Data(d) => (
-                d.slot,
-                usize::from(d.first),
-                sim.data_ll_is_miss(addr, size),
-            ),
-        };
-        out.add(slot as usize, first + 1, 1);
-        if ll_miss {
-            out.add(slot as usize, first + 2, 1);
         }
     }
 }
