@@ -102,24 +102,19 @@ impl Space {
     /// its first buffer.
     pub(super) fn reset_trace(&mut self, area: u64) {
         if self.tracing.is_some() {
-            self.use_buffer(area, area + AREA_TRACE);
+            let start = area + AREA_TRACE;
+            self.write_from(area, start, start);
             self.forget_lines(area);
         }
     }
 
     /// Makes the thread of `area` write from `ptr` on, in the buffer
     /// starting at `start`.
-    fn use_buffer_from(&mut self, area: u64, start: u64, ptr: u64) {
+    fn write_from(&mut self, area: u64, start: u64, ptr: u64) {
         let mut b = ptr.to_le_bytes().to_vec();
         b.extend_from_slice(&(start + TRACE_BYTES).to_le_bytes());
         const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
         self.mem.write(area + u64::from(S_TRACE_PTR), &b);
-    }
-
-    /// Makes the thread of `area` write from the start of the buffer at
-    /// `start`.
-    fn use_buffer(&mut self, area: u64, start: u64) {
-        self.use_buffer_from(area, start, start);
     }
 
     /// Filtered trace mode: clears the table of the line each D1 set of
@@ -249,9 +244,12 @@ impl Space {
         } else {
             area + AREA_TRACE
         };
-        let open = self.mem.read(record, (ptr - record) as usize)?;
-        self.mem.write(next, &open);
-        self.use_buffer_from(area, next, next + open.len() as u64);
+        // (Counted executions have none: their check is on entry.)
+        if record < ptr {
+            let open = self.mem.read(record, (ptr - record) as usize)?;
+            self.mem.write(next, &open);
+        }
+        self.write_from(area, next, next + (ptr - record));
         // Its records go on their own: the thread starts its tables afresh.
         self.forget_lines(area);
         if let Some(t) = &mut self.tracing {

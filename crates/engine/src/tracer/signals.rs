@@ -527,10 +527,7 @@ impl Tracer<'_> {
         let Some(tgid) = self.tasks.get(&tid).map(|t| t.tgid) else {
             return Ok(());
         };
-        if !(1..=64).contains(&sig) {
-            return Ok(());
-        }
-        if self.procs.get(&tgid).is_none_or(|p| p.threads.len() < 2) {
+        if !(1..=64).contains(&sig) || !self.shares_actions(tid) {
             return Ok(());
         }
         // A thread may stand at its delivery stop already (the signal is
