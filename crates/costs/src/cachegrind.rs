@@ -4,7 +4,8 @@
 
 use cachesim::{BranchPredictor, CacheConfig, CacheSim, Outcome};
 use events::{
-    AccessKind, BlockId, BlockInfo, KeptAccess, MruFilter, Needs, Record, SiteWords, Tool,
+    AccessKind, BlockId, BlockInfo, KeptAccess, MruFilter, Needs, Record, SiteWords, Terminator,
+    Tool,
 };
 
 use crate::set::{Event, EventCounts, EventSet};
@@ -124,6 +125,23 @@ pub struct BlockSim {
     site_blocks: Vec<u32>,
     /// Per block id: its first site (`u32::MAX`: none).
     first_sites: Vec<u32>,
+    /// Per block id: the branch ending it, as branch words told it.
+    branch_tallies: Vec<BranchTally>,
+}
+
+/// The branch ending a block whose executions are counted: its outcomes
+/// come in branch words ([`SiteWords::cond_word`]) and are tallied per
+/// block, charged to the block's last instruction at the end.
+#[derive(Debug, Clone, Copy, Default)]
+struct BranchTally {
+    /// The branch's address.
+    pc: u64,
+    /// Executions (Bc or Bi) and mispredictions (Bcm or Bim) not yet
+    /// charged.
+    executed: u64,
+    mispredicted: u64,
+    /// An indirect jump or call (else a conditional branch).
+    indirect: bool,
 }
 
 impl BlockSim {
@@ -150,6 +168,7 @@ impl BlockSim {
             site_words: SiteWords::new(kept_line_bits),
             site_blocks: Vec::new(),
             first_sites: Vec::new(),
+            branch_tallies: Vec::new(),
         }
     }
 
@@ -190,6 +209,35 @@ impl BlockSim {
         }
         self.blocks[i] = plan;
         self.cold[i] = cold;
+        if self.branches.is_some() {
+            if self.branch_tallies.len() <= i {
+                self.branch_tallies.resize_with(i + 1, Default::default);
+            }
+            self.branch_tallies[i] = BranchTally {
+                pc: info.instrs().last().map_or(0, |l| l.addr),
+                indirect: matches!(
+                    info.terminator(),
+                    Terminator::IndirectJump | Terminator::IndirectCall
+                ),
+                ..Default::default()
+            };
+        }
+    }
+
+    /// Charges the branches tallied from branch words to the last
+    /// instruction of their blocks, and starts the tallies again.
+    pub fn charge_branch_tallies(&mut self, out: &mut impl Charge) {
+        for (plan, t) in self.blocks.iter().zip(&mut self.branch_tallies) {
+            if let (Some((slot, _)), true) = (plan.last(), t.executed > 0) {
+                let first = if t.indirect {
+                    self.cols.indirect
+                } else {
+                    self.cols.cond
+                };
+                out.add(slot, first, std::mem::take(&mut t.executed));
+                out.add(slot, first + 1, std::mem::take(&mut t.mispredicted));
+            }
+        }
     }
 
     /// Whether block `id` was described.
@@ -356,12 +404,24 @@ impl BlockSim {
     /// Kept references as site words (see [`Tool::site_accesses`]), in
     /// execution order: each goes through I1 or D1 as its word says, and
     /// a miss (rare) on to LL at once, charged to the slot its site names.
+    /// Branch words among them go through the predictor.
     #[inline(always)]
     pub fn site_accesses(&mut self, words: &[u64], out: &mut impl Charge) {
         // Fetches not seen here: the next full run must simulate its own.
         self.last_run = None;
         let line_bits = self.kept_line_bits;
-        for &w in words {
+        let mut i = 0;
+        while i < words.len() {
+            let w = words[i];
+            i += 1;
+            if SiteWords::is_branch(w) {
+                let target = SiteWords::is_indirect(w).then(|| {
+                    i += 1;
+                    words.get(i - 1).map_or(0, |&t| SiteWords::target(t))
+                });
+                self.branch_word(w, target);
+                continue;
+            }
             let line = self.site_words.line(w) << line_bits;
             let (addr, size) = match SiteWords::straddles(w) {
                 // The last byte of the first line and the first of the next.
@@ -372,6 +432,23 @@ impl BlockSim {
                 self.site_miss_to_ll(w, addr, size, out);
             }
         }
+    }
+
+    /// The branch ending an execution of a counted block, as its branch
+    /// word says (with its target, if an indirect one): through the
+    /// predictor, tallied for the block.
+    #[inline(always)]
+    fn branch_word(&mut self, word: u64, target: Option<u64>) {
+        let block = SiteWords::branch_block(word) as usize;
+        let (Some(t), Some(bp)) = (self.branch_tallies.get_mut(block), &mut self.branches) else {
+            return;
+        };
+        let mispredicted = match target {
+            Some(target) => bp.indirect(t.pc, target),
+            None => bp.cond(t.pc, SiteWords::taken(word)),
+        };
+        t.executed += 1;
+        t.mispredicted += u64::from(mispredicted);
     }
 
     /// Whether a kept reference (a fetch, else a data reference) misses
@@ -459,9 +536,8 @@ impl BlockSim {
     /// simulated and all three have one line size (then no access is
     /// capped below a line, and an access within one D1 line is within
     /// one LL line).
-    /// With the branch predictor, every execution must be reported in
-    /// order (the next block tells a branch's outcome), so fetches are
-    /// not filtered then.
+    /// With the branch predictor too, branch words tell the outcomes among
+    /// the kept references (see [`SiteWords`]).
     pub fn mru_filter(&self) -> Option<MruFilter> {
         let sim = self.caches.as_ref()?;
         let (i1, d1, ll) = (sim.i1(), sim.d1(), sim.ll());
@@ -471,10 +547,7 @@ impl BlockSim {
         Some(MruFilter {
             line_bits: d1.line_size.trailing_zeros() as u8,
             set_bits: d1.sets().trailing_zeros() as u8,
-            fetch_set_bits: self
-                .branches
-                .is_none()
-                .then(|| i1.sets().trailing_zeros() as u8),
+            fetch_set_bits: Some(i1.sets().trailing_zeros() as u8),
         })
     }
 
@@ -586,6 +659,7 @@ impl CachegrindTool {
     /// counted per block, not per execution. Call it before reading
     /// [`table`](Self::table) or [`totals`](Self::totals) after block runs.
     pub fn finish(&mut self) {
+        self.sim.charge_branch_tallies(&mut self.table);
         let cols = self.cols;
         let cache = self.sim.caches.is_some();
         for (plan, cold) in self.sim.blocks.iter_mut().zip(&self.sim.cold) {
@@ -1276,6 +1350,15 @@ mod tests {
         blocks
     }
 
+    /// Block `b` ending in `terminator` instead.
+    fn ending_in(b: &BlockInfo, terminator: Terminator) -> BlockInfo {
+        let mut e = BlockInfo::new(b.start(), terminator);
+        for (n, i) in b.instrs().iter().enumerate() {
+            e.push(i.addr, i.len, b.mem_operands(n));
+        }
+        e
+    }
+
     /// Caches small enough for many misses: I1 as given, a 512-byte D1
     /// and a 2 KiB LL, both with 64-byte lines.
     fn small_caches(i1: CacheConfig) -> CacheSim {
@@ -1412,16 +1495,27 @@ mod tests {
     fn filtered_runs_equal_full_runs() {
         let small = || small_caches(CacheConfig::new(256, 2, 64));
         let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
-        let blocks = random_blocks(&mut rand, 30, 2, 100);
+        // Blocks ending in conditional branches, indirect jumps and
+        // neither, with the branch predictor simulated.
+        let terminators = [
+            Terminator::CondJump { target: 0x40_1000 },
+            Terminator::IndirectJump,
+            Terminator::FallThrough,
+        ];
+        let blocks: Vec<BlockInfo> = random_blocks(&mut rand, 30, 2, 100)
+            .iter()
+            .enumerate()
+            .map(|(n, b)| ending_in(b, terminators[n % 3]))
+            .collect();
         // Four ways to report the same executions: every address; the
-        // data references an MRU filter keeps (with the branch predictor,
-        // executions are reported one by one); and the fetches and data
-        // references kept with executions counted (without it), each
-        // with its block's id or as a site word.
-        let mut full = CachegrindTool::new(Some(small()), false);
+        // data references an MRU filter keeps, executions reported one by
+        // one; and the fetches and data references kept with executions
+        // counted, each with its block's id or as a site word (branch
+        // outcomes then in branch words among them).
+        let mut full = CachegrindTool::new(Some(small()), true);
         let mut filtered = CachegrindTool::new(Some(small()), true);
-        let mut counted = CachegrindTool::new(Some(small()), false);
-        let mut sited = CachegrindTool::new(Some(small()), false);
+        let mut counted = CachegrindTool::new(Some(small()), true);
+        let mut sited = CachegrindTool::new(Some(small()), true);
         let layout = SiteWords::new(6);
         // Sites from 1 on: each block's operands', then its fetches'.
         let mut first_sites = Vec::new();
@@ -1432,7 +1526,6 @@ mod tests {
         }
         let filter = filtered.needs().mru_filter.expect("one line size");
         assert_eq!((filter.line_bits, filter.set_bits), (6, 2));
-        assert_eq!(filter.fetch_set_bits, None);
         let fetch_filter = counted.needs().mru_filter.expect("one line size");
         assert_eq!(fetch_filter.fetch_set_bits, Some(1));
         for (n, b) in blocks.iter().enumerate() {
@@ -1455,9 +1548,31 @@ mod tests {
             let addrs: Vec<u64> = (0..b.mem_count())
                 .map(|_| 0x60_0000 + if rand(8) == 0 { rand(8192) } else { rand(256) })
                 .collect();
+            // Where its branch (if any) goes, as a record and as words.
+            let pc = b.instrs().last().unwrap().addr;
+            let (branch, branch_words) = match b.terminator() {
+                Terminator::CondJump { .. } => {
+                    let taken = rand(3) != 0;
+                    let words = vec![SiteWords::cond_word(n as u32, taken)];
+                    (Some(Record::CondBranch(CondBranch { pc, taken })), words)
+                }
+                Terminator::IndirectJump => {
+                    let target = 0x40_0000 + 16 * rand(40);
+                    let words = vec![
+                        SiteWords::indirect_word(n as u32),
+                        SiteWords::target_word(target),
+                    ];
+                    (Some(Record::Indirect(Transfer { pc, target })), words)
+                }
+                _ => (None, Vec::new()),
+            };
             full.block_run(BlockId(n as u32), b, &addrs);
             let kept_data = kept(filter, &mut last, b, &addrs);
             filtered.block_run_kept(BlockId(n as u32), b, &kept_data);
+            if let Some(branch) = branch {
+                full.record(branch);
+                filtered.record(branch);
+            }
             refs += addrs.len();
             delivered += kept_data.len();
             // In execution order: each instruction's fetch, then its data.
@@ -1467,6 +1582,7 @@ mod tests {
             for &w in &words {
                 counted.counted_access(BlockId(n as u32), KeptAccess(w));
             }
+            counted.site_accesses(&branch_words);
             let site_words: Vec<u64> = words
                 .iter()
                 .map(|&w| {
@@ -1475,6 +1591,7 @@ mod tests {
                     let site = first_sites[n] + at as u32;
                     layout.word(site, k.is_fetch(), k.straddles(), k.addr() >> 6)
                 })
+                .chain(branch_words)
                 .collect();
             sited.site_accesses(&site_words);
             runs[n] += 1;
@@ -1488,16 +1605,11 @@ mod tests {
         filtered.finish();
         counted.finish();
         sited.finish();
-        // (The predictor's columns aside.)
-        let no_branches = |t: &CachegrindTool| -> Vec<(u64, Vec<u64>)> {
-            rows(t)
-                .into_iter()
-                .map(|(a, r)| (a, r[..9].to_vec()))
-                .collect()
-        };
         assert_eq!(rows(&full), rows(&counted));
         assert_eq!(rows(&full), rows(&sited));
-        assert_eq!(rows(&full), no_branches(&filtered));
+        assert_eq!(rows(&full), rows(&filtered));
+        assert!(full.totals().get(Event::Bcm) > 100);
+        assert!(full.totals().get(Event::Bim) > 100);
         assert!(full.totals().get(Event::D1mr) > 100);
         assert!(full.totals().get(Event::DLmr) > 10);
         assert!(full.totals().get(Event::I1mr) > 100);

@@ -12,7 +12,8 @@ mod smc;
 mod trace;
 
 pub use trace::{
-    is_counted_pair, FetchCheck, FetchPath, FlagsAt, KeptForm, KeptPath, MruGeometry, COUNTED_PAIR,
+    is_counted_pair, FetchCheck, FetchPath, FlagsAt, KeptForm, KeptPath, MruGeometry, Taken,
+    COUNTED_PAIR,
 };
 
 use crate::layout;

@@ -564,11 +564,15 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
         last: lasts,
         interrupted,
     } = decoder;
-    let branches = needs.cond_branches || needs.indirect_targets;
     let calls = needs.calls_returns;
     // Counted executions: words above 2^32 between records are site words
-    // (no record of kept accesses is reported, so none resumes).
+    // (no record of kept accesses is reported, so none resumes), branch
+    // words among them.
     let sited = needs.mru_filter.is_some_and(|f| f.fetch_set_bits.is_some());
+    // Otherwise the next block tells a branch's outcome (a rep string
+    // block's own are in its record).
+    let rep_branches = needs.cond_branches || needs.indirect_targets;
+    let branches = rep_branches && !sited;
     if calls {
         tool.thread(thread);
     }
@@ -648,7 +652,7 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
             tool.block_run_kept(BlockId(id), &meta.info, kept);
             i += kept.len();
         } else if shape & Shape::REP != 0 {
-            rep_run(tool, meta, addrs, branches);
+            rep_run(tool, meta, addrs, rep_branches);
         } else if shape & Shape::SP != 0 {
             let (sp, addrs) = addrs.split_last().expect("a stack pointer word");
             tool.block_run(BlockId(id), &meta.info, addrs);

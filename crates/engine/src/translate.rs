@@ -530,6 +530,9 @@ struct Builder<'a> {
     tail_jmp: Option<(usize, u64, u64)>,
     /// Where the guest's registers are at this point of the code.
     regs: SiteRegs,
+    /// The block's id, when its indirect jump or call writes a branch word
+    /// (counted executions with branch simulation).
+    indirect_word: Option<u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -555,6 +558,7 @@ impl<'a> Builder<'a> {
             ctx,
             tail_jmp: None,
             regs: SiteRegs::Guest,
+            indirect_word: None,
         };
         if b.ctx.smc_stub().is_some() {
             // Code that may change gets retired while other threads run it:
@@ -758,6 +762,9 @@ impl Builder<'_> {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
+                if let Some(id) = self.indirect_word {
+                    self.e.indirect_branch_word(id);
+                }
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 self.lookup();
@@ -766,6 +773,9 @@ impl Builder<'_> {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
+                if let Some(id) = self.indirect_word {
+                    self.e.indirect_branch_word(id);
+                }
                 self.lookup();
             }
             FlowControl::Return => {
@@ -980,6 +990,7 @@ mod tests {
             data: true,
             sp: false,
             filter: None,
+            branches: false,
         }),
     ];
 
@@ -1290,6 +1301,7 @@ mod tests {
                     data: true,
                     sp: false,
                     filter: None,
+                    branches: false,
                 })
             }
             fn alloc_block_id(&mut self) -> u32 {
@@ -1369,6 +1381,7 @@ mod tests {
             ctx: &mut ctx,
             tail_jmp: None,
             regs: SiteRegs::Guest,
+            indirect_word: None,
         };
         // xbegin +0x10
         let i = Decoder::with_ip(

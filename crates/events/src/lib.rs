@@ -343,10 +343,11 @@ pub struct MruFilter {
     /// [`Tool::site_accesses`] (or [`Tool::counted_access`], for blocks
     /// past the sites [`SiteWords`] can name), and each block's count at
     /// the end through
-    /// [`Tool::block_runs`] (a tool that needs every execution in order,
-    /// to read branch outcomes from it, leaves this `None`). The fetches
-    /// checked are those [`fetch_starts`] lists; a kept one names its
-    /// place in that list.
+    /// [`Tool::block_runs`]. With [`Needs::cond_branches`] or
+    /// [`Needs::indirect_targets`], the outcome of the branch ending each
+    /// execution comes among the site words as a *branch word* (see
+    /// [`SiteWords::cond_word`]). The fetches checked are those
+    /// [`fetch_starts`] lists; a kept one names its place in that list.
     pub fetch_set_bits: Option<u8>,
 }
 
@@ -474,6 +475,16 @@ impl KeptAccess {
 /// the site above it, then whether it straddles two lines (bit 62) and
 /// whether it is an instruction fetch (bit 63). Sites start at 1, so a site
 /// word is above 2^32, where no block id or marker is.
+///
+/// A word whose top 25 bits are all set (its site the field's top value,
+/// which names no reference) is a *branch word* instead: the outcome of
+/// the conditional or indirect branch that ends an execution of a counted
+/// block, written where the branch ran (the predictor is simulated in
+/// execution order, like the caches). It holds the block's id in bits 8
+/// to 38 (see [`SiteWords::branch_tag`]), in bit 0 whether a conditional
+/// branch was taken and in bit 1 whether the branch is an indirect one,
+/// whose target follows in the next word (with bit 63 set, so that it too
+/// lies above 2^32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SiteWords {
     /// Bits of the line number: the site's field starts there.
@@ -494,8 +505,10 @@ impl SiteWords {
     }
 
     /// How many sites the words can name (sites are below it; 0 is none).
+    /// The field's top value is no site's: with it the word is a branch
+    /// word (see [`SiteWords::is_branch`]).
     pub fn sites(self) -> u32 {
-        1 << (62 - self.line_field)
+        (1 << (62 - self.line_field)) - 1
     }
 
     /// Where the site's field starts (the number of line-number bits).
@@ -527,7 +540,7 @@ impl SiteWords {
     /// The site of `word`.
     #[inline(always)]
     pub fn site(self, word: u64) -> u32 {
-        (word >> self.line_field) as u32 & (self.sites() - 1)
+        (word >> self.line_field) as u32 & self.sites()
     }
 
     /// Whether `word` is an instruction fetch (else a data reference).
@@ -541,6 +554,79 @@ impl SiteWords {
     pub fn straddles(word: u64) -> bool {
         word & Self::STRADDLES != 0
     }
+
+    /// The branch word of a conditional branch ending block `id`, taken or
+    /// not (see [`SiteWords`]).
+    pub fn cond_word(id: u32, taken: bool) -> u64 {
+        Self::branch_tag(id) | u64::from(taken)
+    }
+
+    /// The branch word of an indirect jump or call ending block `id`; the
+    /// word after it is [`SiteWords::target_word`].
+    pub fn indirect_word(id: u32) -> u64 {
+        Self::branch_tag(id) | Self::INDIRECT
+    }
+
+    /// The branch word of block `id` without its outcome bits (its low
+    /// byte is 0, where a producer stores the outcome).
+    pub fn branch_tag(id: u32) -> u64 {
+        debug_assert!(id < 1 << 30, "block ids stay below 2^30");
+        Self::BRANCH | u64::from(id ^ Self::FLIP) << 8
+    }
+
+    /// For blocks below 2^23: [`SiteWords::branch_tag`] as a 32-bit
+    /// immediate that sign-extends to it (one store of a word, whose low
+    /// byte a `setcc` then fills).
+    pub fn short_branch_tag(id: u32) -> Option<u32> {
+        (id < 1 << 23).then(|| Self::branch_tag(id) as u32)
+    }
+
+    /// The word after an indirect branch word: its target.
+    pub fn target_word(target: u64) -> u64 {
+        target | Self::FETCH
+    }
+
+    /// The target in a [`SiteWords::target_word`].
+    #[inline(always)]
+    pub fn target(word: u64) -> u64 {
+        word & !Self::FETCH
+    }
+
+    /// Whether `word` (a site word's place) is a branch word: its top 25
+    /// bits are set, so its site is the one no reference is given.
+    #[inline(always)]
+    pub fn is_branch(word: u64) -> bool {
+        word >= Self::BRANCH
+    }
+
+    /// The block whose branch a branch word tells.
+    #[inline(always)]
+    pub fn branch_block(word: u64) -> u32 {
+        (word >> 8) as u32 & ((1 << 31) - 1) ^ Self::FLIP
+    }
+
+    /// Whether a conditional branch word's branch was taken.
+    #[inline(always)]
+    pub fn taken(word: u64) -> bool {
+        word & 1 != 0
+    }
+
+    /// Whether a branch word is an indirect branch's (its target follows).
+    #[inline(always)]
+    pub fn is_indirect(word: u64) -> bool {
+        word & Self::INDIRECT != 0
+    }
+
+    /// The bits every branch word has: 39 and up, which covers the site
+    /// field (from 39 to 43 on) for every line size, and the fetch and
+    /// straddle bits.
+    const BRANCH: u64 = u64::MAX << 39;
+    /// The bit of an indirect branch word.
+    const INDIRECT: u64 = 2;
+    /// The block's field (bits 8 to 38) holds its id with bits 23 to 30
+    /// flipped: for ids below 2^23 they are then all set, as in a
+    /// sign-extended 32-bit immediate with bit 31 set.
+    const FLIP: u32 = 0xff << 23;
 
     /// Whether a word of a buffer is a site word (block ids and markers lie
     /// below 2^32).
@@ -706,8 +792,11 @@ pub trait Tool {
 
     /// Kept references of blocks whose executions are counted, as
     /// [`SiteWords`] for the filter's line size, in execution order (each
-    /// instruction's fetch before its data references). The default
-    /// ignores them: only a tool that asks for that filter receives these.
+    /// instruction's fetch before its data references), with the branch
+    /// words of the branches these blocks end in when the tool simulates
+    /// branches (an indirect one's target word with it, in the same
+    /// slice). The default ignores them: only a tool that asks for that
+    /// filter receives these.
     fn site_accesses(&mut self, words: &[u64]) {
         let _ = words;
     }
@@ -974,7 +1063,7 @@ mod tests {
     #[test]
     fn a_site_word_holds_the_site_and_the_line() {
         let l = SiteWords::new(6);
-        assert_eq!((l.site_shift(), l.sites()), (41, 1 << 21));
+        assert_eq!((l.site_shift(), l.sites()), (41, (1 << 21) - 1));
         // The top line of user space and the top site.
         let line = (1u64 << 41) - 1;
         let w = l.word(l.sites() - 1, true, false, line);
@@ -986,7 +1075,43 @@ mod tests {
         assert_eq!((l.site(w), l.line(w)), (1, 0));
         assert!(!SiteWords::is_site_word(u64::from(u32::MAX)));
         // Longer lines leave the sites more bits.
-        assert_eq!(SiteWords::new(7).sites(), 1 << 22);
+        assert_eq!(SiteWords::new(7).sites(), (1 << 22) - 1);
+    }
+
+    #[test]
+    fn a_branch_word_holds_its_block_and_outcome_and_has_no_site() {
+        for line_bits in [4, 6, 8] {
+            let l = SiteWords::new(line_bits);
+            let top = (1 << 30) - 1;
+            for (id, taken) in [(top, true), (7, false), (1 << 23, true), (0, false)] {
+                let w = SiteWords::cond_word(id, taken);
+                assert!(SiteWords::is_site_word(w) && SiteWords::is_branch(w));
+                assert!(!SiteWords::is_indirect(w) && SiteWords::taken(w) == taken);
+                assert_eq!(SiteWords::branch_block(w), id);
+                assert_eq!(l.site(w), l.sites(), "no reference's site");
+            }
+            let w = SiteWords::indirect_word(5);
+            assert!(SiteWords::is_branch(w) && SiteWords::is_indirect(w));
+            assert_eq!(SiteWords::branch_block(w), 5);
+            // A reference's word never is one, even at the top site and line.
+            let line = (1u64 << l.site_shift()) - 1;
+            assert!(!SiteWords::is_branch(l.word(
+                l.sites() - 1,
+                true,
+                true,
+                line
+            )));
+            // A target in the low 4 GiB still lies above 2^32 in its word.
+            let t = SiteWords::target_word(0x40_1000);
+            assert!(SiteWords::is_site_word(t) && SiteWords::target(t) == 0x40_1000);
+        }
+        // Below 2^23 the tag is a sign-extended 32-bit immediate.
+        for id in [0, 5, (1 << 23) - 1] {
+            let imm = SiteWords::short_branch_tag(id).expect("a short tag");
+            assert_eq!(i64::from(imm as i32) as u64, SiteWords::branch_tag(id));
+            assert_eq!(SiteWords::branch_tag(id) & 0xff, 0);
+        }
+        assert_eq!(SiteWords::short_branch_tag(1 << 23), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 use super::{based, gs, Emitter, Label};
 use crate::layout;
+use events::SiteWords;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 /// Condition code of `jne`.
@@ -140,6 +141,66 @@ pub enum KeptForm {
         first: u32,
         operands: u32,
     },
+}
+
+/// How a conditional branch's outcome is found for its branch word.
+#[derive(Debug, Clone, Copy)]
+pub enum Taken<'a> {
+    /// By its condition code (0-15, as in `jcc`), from the flags.
+    Flags(u8),
+    /// Always taken: it goes to the next instruction either way (counted
+    /// as taken, as when the next block tells).
+    Always,
+    /// By running the guest's own short branch (`jrcxz`, `jecxz`, `loop`,
+    /// `loope`, `loopne`; these bytes: its prefixes and opcode, without
+    /// the rel8) on a copy of RCX.
+    Guest(&'a [u8]),
+}
+
+/// `setcc r/m8` for condition code `cc`.
+fn setcc(cc: u8) -> Code {
+    const SETCC: [Code; 16] = [
+        Code::Seto_rm8,
+        Code::Setno_rm8,
+        Code::Setb_rm8,
+        Code::Setae_rm8,
+        Code::Sete_rm8,
+        Code::Setne_rm8,
+        Code::Setbe_rm8,
+        Code::Seta_rm8,
+        Code::Sets_rm8,
+        Code::Setns_rm8,
+        Code::Setp_rm8,
+        Code::Setnp_rm8,
+        Code::Setl_rm8,
+        Code::Setge_rm8,
+        Code::Setle_rm8,
+        Code::Setg_rm8,
+    ];
+    SETCC[usize::from(cc & 15)]
+}
+
+/// `cmovcc r64, r/m64` for condition code `cc`.
+fn cmov(cc: u8) -> Code {
+    const CMOV: [Code; 16] = [
+        Code::Cmovo_r64_rm64,
+        Code::Cmovno_r64_rm64,
+        Code::Cmovb_r64_rm64,
+        Code::Cmovae_r64_rm64,
+        Code::Cmove_r64_rm64,
+        Code::Cmovne_r64_rm64,
+        Code::Cmovbe_r64_rm64,
+        Code::Cmova_r64_rm64,
+        Code::Cmovs_r64_rm64,
+        Code::Cmovns_r64_rm64,
+        Code::Cmovp_r64_rm64,
+        Code::Cmovnp_r64_rm64,
+        Code::Cmovl_r64_rm64,
+        Code::Cmovge_r64_rm64,
+        Code::Cmovle_r64_rm64,
+        Code::Cmovg_r64_rm64,
+    ];
+    CMOV[usize::from(cc & 15)]
 }
 
 impl KeptForm {
@@ -542,6 +603,95 @@ impl Emitter {
         self.lea(ptr, based(ptr, 8));
         self.store_gs(ptr, layout::S_TRACE_PTR);
         self.counter_updates.push((load, self.here()));
+    }
+
+    /// Appends the branch word of the conditional branch ending block `id`
+    /// (`events::SiteWords::cond_word`), just before that branch runs:
+    /// `word` and `ptr` (borrowed) are clobbered, the flags and the
+    /// client's registers are left as they are.
+    pub fn cond_branch_word(&mut self, word: Register, ptr: Register, id: u32, taken: Taken) {
+        let tag = SiteWords::branch_tag(id);
+        match (taken, SiteWords::short_branch_tag(id)) {
+            // The usual case: one store of the tag, `setcc` on its low byte.
+            (Taken::Flags(_) | Taken::Always, Some(short)) => {
+                let load = self.here();
+                self.load_gs(ptr, layout::S_TRACE_PTR);
+                let at = MemoryOperand::with_base(ptr);
+                match taken {
+                    Taken::Flags(cc) => {
+                        self.insn(Instruction::with2(Code::Mov_rm64_imm32, at, short as i32));
+                        self.insn(Instruction::with1(setcc(cc), at));
+                    }
+                    _ => self.insn(Instruction::with2(
+                        Code::Mov_rm64_imm32,
+                        at,
+                        (short | 1) as i32,
+                    )),
+                }
+                self.lea(ptr, based(ptr, 8));
+                self.store_gs(ptr, layout::S_TRACE_PTR);
+                self.counter_updates.push((load, self.here()));
+                return;
+            }
+            (Taken::Always, None) => {
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag | 1));
+            }
+            (Taken::Flags(cc), None) => {
+                // cmovcc reads the flags and sets none.
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag));
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, ptr, tag | 1));
+                self.insn(Instruction::with2(cmov(cc), word, ptr));
+            }
+            (Taken::Guest(opcode), _) => {
+                // The guest's own branch (`jrcxz`, `loop`...), run on a
+                // copy of RCX, tells where it will go; all before the
+                // append, which an interruption may run again.
+                let (taken, done) = (self.new_label(), self.new_label());
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag));
+                self.store_gs(Register::RCX, layout::S_RCX0);
+                self.short_branch(opcode, taken);
+                self.jmp_short(done);
+                self.bind(taken);
+                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag | 1));
+                self.bind(done);
+                self.load_gs(Register::RCX, layout::S_RCX0);
+            }
+        }
+        self.append_word(ptr, word);
+    }
+
+    /// Appends the branch word of the indirect jump or call ending block
+    /// `id` and its target, in RCX (`events::SiteWords::indirect_word`),
+    /// with the client's RAX and RCX in their spill slots: RAX is used and
+    /// reloaded; the flags are left as they are.
+    pub fn indirect_branch_word(&mut self, id: u32) {
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        let word = SiteWords::indirect_word(id);
+        let load = self.here();
+        self.load_gs(rax, layout::S_TRACE_PTR);
+        for (at, half) in [(0, word as u32), (4, (word >> 32) as u32)] {
+            self.insn(Instruction::with2(
+                Code::Mov_rm32_imm32,
+                MemoryOperand::with_base_displ(rax, at),
+                half,
+            ));
+        }
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_r64,
+            MemoryOperand::with_base_displ(rax, 8),
+            rcx,
+        ));
+        // The target word's top byte (a user address's is 0) gets bit 63.
+        debug_assert_eq!(SiteWords::target_word(0), 0x80 << 56);
+        self.insn(Instruction::with2(
+            Code::Mov_rm8_imm8,
+            MemoryOperand::with_base_displ(rax, 15),
+            0x80u32,
+        ));
+        self.lea(rax, based(rax, 16));
+        self.store_gs(rax, layout::S_TRACE_PTR);
+        self.counter_updates.push((load, self.here()));
+        self.load_gs(rax, layout::S_RAX);
     }
 
     /// After a rep string instruction in filtered trace mode (whose

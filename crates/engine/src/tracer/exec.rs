@@ -123,6 +123,7 @@ impl Tracer<'_> {
                     data: needs.data_refs || needs.instr_fetches,
                     sp: needs.calls_returns,
                     filter: needs.mru_filter.and_then(crate::translate::filter_geometry),
+                    branches: needs.cond_branches || needs.indirect_targets,
                 };
                 space.set_tracing(Tracing::new(mode, consumer.link(tool)));
             }

@@ -11,7 +11,7 @@
 //! block counters are kept: the records are the counts.
 
 use super::*;
-use crate::emit::{FetchCheck, FetchPath, FlagsAt, KeptForm, KeptPath, MruGeometry};
+use crate::emit::{FetchCheck, FetchPath, FlagsAt, KeptForm, KeptPath, MruGeometry, Taken};
 use crate::memrefs::{data_accesses, AddrExpr};
 use events::{BlockInfo, MemOperand, Terminator};
 
@@ -29,6 +29,10 @@ pub struct TraceMode {
     /// hold only the accesses kept (`events::KeptAccess` words after the
     /// id; see `emit::trace`).
     pub filter: Option<MruGeometry>,
+    /// With counted executions (`filter` with fetches): the outcome of each
+    /// conditional and indirect branch ending a block, as a branch word
+    /// (`events::SiteWords::cond_word`) written where the branch runs.
+    pub branches: bool,
 }
 
 /// The checks' geometry for a tool's MRU filter, if the thread areas'
@@ -115,6 +119,21 @@ pub struct FlushSite {
     pub record_reg: Register,
     /// Whether the records are filtered ones with reported executions.
     pub kept: bool,
+}
+
+/// How the outcome of conditional branch `i` (in `code`, at `guest`) is
+/// found for its branch word.
+fn taken_by<'a>(i: &Instruction, code: &'a [u8], guest: u64) -> Taken<'a> {
+    if i.near_branch_target() == i.next_ip() {
+        return Taken::Always;
+    }
+    match i.mnemonic() {
+        Mnemonic::Jrcxz | Mnemonic::Jecxz | Mnemonic::Loop | Mnemonic::Loope | Mnemonic::Loopne => {
+            let off = (i.ip() - guest) as usize;
+            Taken::Guest(&code[off..off + i.len() - 1])
+        }
+        _ => condition_code(i).map_or(Taken::Always, Taken::Flags),
+    }
 }
 
 /// The 64-bit GPRs a block may borrow, RAX first (the flag-keeping check
@@ -497,6 +516,17 @@ pub(super) fn translate_traced(
     // Trace mode counts through the stream (or these counters): no
     // counter of counting mode's.
     let mut b = Builder::start(ctx, host, 0, &items, code, guest);
+    // Counted executions tell branch outcomes in branch words, where the
+    // branch runs (an indirect one's in the terminator, by its target).
+    let branch_words = counted.is_some() && mode.branches;
+    if branch_words
+        && matches!(
+            terminator,
+            Terminator::IndirectJump | Terminator::IndirectCall
+        )
+    {
+        b.indirect_word = Some(id);
+    }
     // (A filtered record starts as a plain one of one word: the id; its
     // kept accesses are appended after it.)
     match counted {
@@ -644,6 +674,9 @@ pub(super) fn translate_traced(
                     if sp {
                         b.e.trace_store(r, words - 1, Register::RSP);
                     }
+                    if branch_words && i.flow_control() == FlowControl::ConditionalBranch {
+                        b.e.cond_branch_word(r, a_reg, id, taken_by(i, code, guest));
+                    }
                     b.e.trace_leave(r, a);
                     b.regs = SiteRegs::Guest;
                     b.terminator(i, code, guest)?;
@@ -710,6 +743,7 @@ mod tests {
                 data: true,
                 sp: false,
                 filter: None,
+                branches: false,
             }),
             ..Ctx::default()
         };
@@ -781,6 +815,7 @@ mod tests {
                     data: false,
                     sp: true,
                     filter: None,
+                    branches: false,
                 }),
                 ..Ctx::default()
             };
@@ -813,6 +848,16 @@ mod tests {
 
     /// [`filtered_mode`], with sites for kept references from `ref_sites`.
     fn filtered_with_sites(code: &[u8], counted: bool, ref_sites: Option<u32>) -> Translation {
+        filtered_with(code, counted, ref_sites, false)
+    }
+
+    /// [`filtered_with_sites`], with branch words if `branches`.
+    fn filtered_with(
+        code: &[u8],
+        counted: bool,
+        ref_sites: Option<u32>,
+        branches: bool,
+    ) -> Translation {
         let mut ctx = Ctx {
             ref_sites,
             next: 7,
@@ -824,10 +869,75 @@ mod tests {
                     set_mask: 63,
                     i1_set_mask: counted.then_some(63),
                 }),
+                branches,
             }),
             ..Ctx::default()
         };
         translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
+    }
+
+    /// The disassembly of `code` translated as a counted block (id 7)
+    /// writing branch words.
+    fn with_branch_words(code: &[u8]) -> Vec<String> {
+        let t = filtered_with(code, true, Some(1), true);
+        crate::emit::tests::disasm_at(&t.code, t.host)
+    }
+
+    #[test]
+    fn a_counted_block_tells_its_branch_in_a_branch_word() {
+        // cmp rdi,rsi ; jne +0x10: the tag (block 7) stored as a
+        // sign-extended immediate, its low byte set by `setne`, before
+        // the branch reads the same flags.
+        let d = with_branch_words(&[0x48, 0x39, 0xf7, 0x75, 0x10]);
+        let tag = events::SiteWords::short_branch_tag(7).unwrap();
+        let store = d
+            .iter()
+            .position(|l| l.starts_with("mov qword ptr [") && l.ends_with(&format!("{tag:X}h")))
+            .expect("the tag's store");
+        let set = d.iter().position(|l| l.starts_with("setne [")).unwrap();
+        let jne = set + d[set..].iter().position(|l| l.starts_with("jne ")).unwrap();
+        assert!(store < set, "{d:#?}");
+        let sets_flags = |l: &&String| {
+            ["add ", "cmp ", "and ", "sub "]
+                .iter()
+                .any(|p| l.starts_with(p))
+        };
+        assert!(!d[set..jne].iter().any(|l| sets_flags(&l)), "{d:#?}");
+        // Without branch simulation, nothing of it.
+        let t = filtered_with(&[0x48, 0x39, 0xf7, 0x75, 0x10], true, Some(1), false);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        assert!(!d.iter().any(|l| l.starts_with("setne")), "{d:#?}");
+    }
+
+    #[test]
+    fn a_loop_is_run_on_a_copy_of_rcx_for_its_branch_word() {
+        // loop -2: the guest's own `loop` runs once on RCX kept in its
+        // slot, choosing between the two words; then the real one.
+        let d = with_branch_words(&[0xe2, 0xfe]);
+        let loops = d.iter().filter(|l| l.starts_with("loop ")).count();
+        assert_eq!(loops, 2, "{d:#?}");
+        let tag = events::SiteWords::branch_tag(7);
+        for word in [tag, tag | 1] {
+            let imm = format!("{word:X}h");
+            assert!(d.iter().any(|l| l.ends_with(&imm)), "{imm} {d:#?}");
+        }
+    }
+
+    #[test]
+    fn an_indirect_jump_tells_its_target_after_its_branch_word() {
+        // jmp rax: the word (block 7, bit 1) in two halves, then the
+        // target from RCX with bit 63 set in its top byte.
+        let d = with_branch_words(&[0xff, 0xe0]);
+        let word = events::SiteWords::indirect_word(7);
+        for half in [word as u32, (word >> 32) as u32] {
+            let imm = format!("{half:X}h");
+            assert!(d.iter().any(|l| l.ends_with(&imm)), "{imm} {d:#?}");
+        }
+        assert!(d.iter().any(|l| l == "mov [rax+8],rcx"), "{d:#?}");
+        assert!(
+            d.iter().any(|l| l == "mov byte ptr [rax+0Fh],80h"),
+            "{d:#?}"
+        );
     }
 
     fn filtered(code: &[u8]) -> Translation {
