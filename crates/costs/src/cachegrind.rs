@@ -125,23 +125,41 @@ pub struct BlockSim {
     site_blocks: Vec<u32>,
     /// Per block id: its first site (`u32::MAX`: none).
     first_sites: Vec<u32>,
-    /// Per block id: the branch ending it, as branch words told it.
+    /// Per block id: the branch ending it, with counted executions.
     branch_tallies: Vec<BranchTally>,
+    /// Per block id: the low 16 bits of the address of the branch ending
+    /// it (all the predictor reads of it), apart from the tallies, which a
+    /// correct prediction does not touch: two bytes a block stay cached.
+    branch_pcs: Vec<u16>,
+    /// Per block id: the mispredictions of the branch ending it found
+    /// from branch words (not yet in its tally).
+    branch_misses: Vec<u64>,
 }
 
-/// The branch ending a block whose executions are counted: its outcomes
-/// come in branch words ([`SiteWords::cond_word`]) and are tallied per
-/// block, charged to the block's last instruction at the end.
+/// The branch ending a block whose executions are counted: executed as
+/// often as the block ran (each execution ends in it), mispredicted as the
+/// predictor found from the branch words ([`SiteWords::cond_word`]);
+/// charged to the block's last instruction at the end.
 #[derive(Debug, Clone, Copy, Default)]
 struct BranchTally {
-    /// The branch's address.
-    pc: u64,
     /// Executions (Bc or Bi) and mispredictions (Bcm or Bim) not yet
     /// charged.
     executed: u64,
     mispredicted: u64,
-    /// An indirect jump or call (else a conditional branch).
-    indirect: bool,
+    /// What kind of branch it is.
+    kind: BranchKind,
+}
+
+/// The kind of branch ending a block, as the predictor sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum BranchKind {
+    /// None it simulates (a return, a direct jump or call, no branch).
+    #[default]
+    None,
+    /// A conditional branch: Bc, Bcm.
+    Cond,
+    /// An indirect jump or call: Bi, Bim.
+    Indirect,
 }
 
 impl BlockSim {
@@ -169,6 +187,8 @@ impl BlockSim {
             site_blocks: Vec::new(),
             first_sites: Vec::new(),
             branch_tallies: Vec::new(),
+            branch_pcs: Vec::new(),
+            branch_misses: Vec::new(),
         }
     }
 
@@ -212,28 +232,33 @@ impl BlockSim {
         if self.branches.is_some() {
             if self.branch_tallies.len() <= i {
                 self.branch_tallies.resize_with(i + 1, Default::default);
+                self.branch_pcs.resize(i + 1, 0);
+                self.branch_misses.resize(i + 1, 0);
             }
+            self.branch_pcs[i] = info.instrs().last().map_or(0, |l| l.addr as u16);
             self.branch_tallies[i] = BranchTally {
-                pc: info.instrs().last().map_or(0, |l| l.addr),
-                indirect: matches!(
-                    info.terminator(),
-                    Terminator::IndirectJump | Terminator::IndirectCall
-                ),
+                kind: match info.terminator() {
+                    Terminator::CondJump { .. } => BranchKind::Cond,
+                    Terminator::IndirectJump | Terminator::IndirectCall => BranchKind::Indirect,
+                    _ => BranchKind::None,
+                },
                 ..Default::default()
             };
         }
     }
 
-    /// Charges the branches tallied from branch words to the last
+    /// Charges the branches tallied with counted executions to the last
     /// instruction of their blocks, and starts the tallies again.
     pub fn charge_branch_tallies(&mut self, out: &mut impl Charge) {
-        for (plan, t) in self.blocks.iter().zip(&mut self.branch_tallies) {
+        let tallies = self.branch_tallies.iter_mut().zip(&mut self.branch_misses);
+        for (plan, (t, misses)) in self.blocks.iter().zip(tallies) {
+            t.mispredicted += std::mem::take(misses);
+            let first = match t.kind {
+                BranchKind::Cond => self.cols.cond,
+                BranchKind::Indirect => self.cols.indirect,
+                BranchKind::None => continue,
+            };
             if let (Some((slot, _)), true) = (plan.last(), t.executed > 0) {
-                let first = if t.indirect {
-                    self.cols.indirect
-                } else {
-                    self.cols.cond
-                };
                 out.add(slot, first, std::mem::take(&mut t.executed));
                 out.add(slot, first + 1, std::mem::take(&mut t.mispredicted));
             }
@@ -402,17 +427,21 @@ impl BlockSim {
     }
 
     /// Kept references as site words (see [`Tool::site_accesses`]), in
-    /// execution order: each goes through I1 or D1 as its word says, and
-    /// a miss (rare) on to LL at once, charged to the slot its site names.
-    /// Branch words among them go through the predictor.
+    /// execution order, those at the start of `words`: each goes through
+    /// I1 or D1 as its word says, and a miss (rare) on to LL at once,
+    /// charged to the slot its site names. Branch words among them go
+    /// through the predictor. Returns how many words were site words.
     #[inline(always)]
-    pub fn site_accesses(&mut self, words: &[u64], out: &mut impl Charge) {
+    pub fn site_accesses(&mut self, words: &[u64], out: &mut impl Charge) -> usize {
         // Fetches not seen here: the next full run must simulate its own.
         self.last_run = None;
         let line_bits = self.kept_line_bits;
         let mut i = 0;
         while i < words.len() {
             let w = words[i];
+            if !SiteWords::is_site_word(w) {
+                break;
+            }
             i += 1;
             if SiteWords::is_branch(w) {
                 let target = SiteWords::is_indirect(w).then(|| {
@@ -432,23 +461,27 @@ impl BlockSim {
                 self.site_miss_to_ll(w, addr, size, out);
             }
         }
+        // An indirect word at the very end has no target word: i is past.
+        i.min(words.len())
     }
 
     /// The branch ending an execution of a counted block, as its branch
     /// word says (with its target, if an indirect one): through the
-    /// predictor, tallied for the block.
+    /// predictor, a misprediction tallied for the block (its executions
+    /// come with its runs).
     #[inline(always)]
     fn branch_word(&mut self, word: u64, target: Option<u64>) {
         let block = SiteWords::branch_block(word) as usize;
-        let (Some(t), Some(bp)) = (self.branch_tallies.get_mut(block), &mut self.branches) else {
+        let (Some(&pc), Some(bp)) = (self.branch_pcs.get(block), &mut self.branches) else {
             return;
         };
+        let pc = u64::from(pc);
         let mispredicted = match target {
-            Some(target) => bp.indirect(t.pc, target),
-            None => bp.cond(t.pc, SiteWords::taken(word)),
+            Some(target) => bp.indirect(pc, target),
+            None => bp.cond(pc, SiteWords::taken(word)),
         };
-        t.executed += 1;
-        t.mispredicted += u64::from(mispredicted);
+        // Without a branch: the host would mispredict as often as the model.
+        self.branch_misses[block] += u64::from(mispredicted);
     }
 
     /// Whether a kept reference (a fetch, else a data reference) misses
@@ -528,6 +561,10 @@ impl BlockSim {
     pub fn add_runs(&mut self, id: BlockId, runs: u64) {
         if let Some(plan) = self.blocks.get_mut(id.0 as usize) {
             plan.runs += runs;
+        }
+        // Each counted execution ends in its branch.
+        if let Some(t) = self.branch_tallies.get_mut(id.0 as usize) {
+            t.executed += runs;
         }
     }
 
@@ -1085,8 +1122,8 @@ impl Tool for CachegrindTool {
     }
 
     #[inline(always)]
-    fn site_accesses(&mut self, words: &[u64]) {
-        self.sim.site_accesses(words, &mut self.table);
+    fn site_accesses(&mut self, words: &[u64]) -> usize {
+        self.sim.site_accesses(words, &mut self.table)
     }
 
     #[inline(always)]

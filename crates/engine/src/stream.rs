@@ -594,12 +594,8 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
                 }
                 i += 2;
             } else if sited && SiteWords::is_site_word(word) {
-                let n = words[i..]
-                    .iter()
-                    .position(|&w| !SiteWords::is_site_word(w))
-                    .unwrap_or(words.len() - i);
-                tool.site_accesses(&words[i..i + n]);
-                i += n;
+                // At least this one word, so that the loop goes on.
+                i += tool.site_accesses(&words[i..]).max(1);
             } else if KeptAccess::is_kept(word) {
                 // Kept accesses of an interrupted block, resumed after its
                 // handler (a block's own follow its id, below).
@@ -917,8 +913,10 @@ mod tests {
             }
         }
         fn record(&mut self, _: Record) {}
-        fn site_accesses(&mut self, words: &[u64]) {
-            self.sites.push(words.to_vec());
+        fn site_accesses(&mut self, words: &[u64]) -> usize {
+            let n = events::site_run(words);
+            self.sites.push(words[..n].to_vec());
+            n
         }
         fn counted_access(&mut self, id: BlockId, kept: KeptAccess) {
             self.pairs.push((id.0, kept.0));

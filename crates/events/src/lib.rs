@@ -467,6 +467,16 @@ impl KeptAccess {
     }
 }
 
+/// How many words at the start of `words` are site words
+/// ([`SiteWords::is_site_word`]).
+#[inline(always)]
+pub fn site_run(words: &[u64]) -> usize {
+    words
+        .iter()
+        .position(|&w| !SiteWords::is_site_word(w))
+        .unwrap_or(words.len())
+}
+
 /// The layout of a *site word*: a reference kept by an [`MruFilter`] in
 /// a block whose executions are counted ([`MruFilter::fetch_set_bits`]),
 /// named by its *site*, a number the producer gives each reference a block
@@ -794,11 +804,13 @@ pub trait Tool {
     /// [`SiteWords`] for the filter's line size, in execution order (each
     /// instruction's fetch before its data references), with the branch
     /// words of the branches these blocks end in when the tool simulates
-    /// branches (an indirect one's target word with it, in the same
-    /// slice). The default ignores them: only a tool that asks for that
-    /// filter receives these.
-    fn site_accesses(&mut self, words: &[u64]) {
-        let _ = words;
+    /// branches (an indirect one's target word right after it): the site
+    /// words at the start of `words`, up to the first that is none
+    /// ([`SiteWords::is_site_word`]). Returns how many there were (one
+    /// pass over a buffer: it is read once). The default ignores them:
+    /// only a tool that asks for that filter receives these.
+    fn site_accesses(&mut self, words: &[u64]) -> usize {
+        site_run(words)
     }
 
     /// Block `id` ran `runs` more times than its reported executions say:

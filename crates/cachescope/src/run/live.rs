@@ -55,8 +55,8 @@ impl<T: Tool> Tool for LiveTool<T> {
         self.0.block_sites(id, first);
     }
     #[inline(always)]
-    fn site_accesses(&mut self, words: &[u64]) {
-        self.0.site_accesses(words);
+    fn site_accesses(&mut self, words: &[u64]) -> usize {
+        self.0.site_accesses(words)
     }
 }
 
