@@ -134,6 +134,9 @@ pub struct BlockSim {
     /// Per block id: the mispredictions of the branch ending it found
     /// from branch words (not yet in its tally).
     branch_misses: Vec<u64>,
+    /// Branch words of the site words at hand, each with the word after
+    /// it, waiting for [`BlockSim::run_branch_words`] (reused).
+    branch_words: Vec<(u64, u64)>,
 }
 
 /// The branch ending a block whose executions are counted: executed as
@@ -189,6 +192,7 @@ impl BlockSim {
             branch_tallies: Vec::new(),
             branch_pcs: Vec::new(),
             branch_misses: Vec::new(),
+            branch_words: Vec::new(),
         }
     }
 
@@ -444,11 +448,10 @@ impl BlockSim {
             }
             i += 1;
             if SiteWords::is_branch(w) {
-                let target = SiteWords::is_indirect(w).then(|| {
-                    i += 1;
-                    words.get(i - 1).map_or(0, |&t| SiteWords::target(t))
-                });
-                self.branch_word(w, target);
+                // With the word after it: an indirect branch's target.
+                let next = words.get(i).copied().unwrap_or(0);
+                self.branch_words.push((w, next));
+                i += usize::from(SiteWords::is_indirect(w));
                 continue;
             }
             let line = self.site_words.line(w) << line_bits;
@@ -461,27 +464,41 @@ impl BlockSim {
                 self.site_miss_to_ll(w, addr, size, out);
             }
         }
+        self.run_branch_words();
         // An indirect word at the very end has no target word: i is past.
         i.min(words.len())
     }
 
-    /// The branch ending an execution of a counted block, as its branch
-    /// word says (with its target, if an indirect one): through the
-    /// predictor, a misprediction tallied for the block (its executions
-    /// come with its runs).
-    #[inline(always)]
-    fn branch_word(&mut self, word: u64, target: Option<u64>) {
-        let block = SiteWords::branch_block(word) as usize;
-        let (Some(&pc), Some(bp)) = (self.branch_pcs.get(block), &mut self.branches) else {
+    /// The branch words set aside by [`site_accesses`](Self::site_accesses)
+    /// (each with the word after it), through the predictor in their order,
+    /// mispredictions tallied per block (executions come with its runs).
+    /// The predictor and the caches share nothing, so each goes through
+    /// its own references in a loop of its own: this one has no branch
+    /// the host cannot guess, and its counters' loads overlap.
+    #[inline(never)]
+    fn run_branch_words(&mut self) {
+        let Some(bp) = &mut self.branches else {
+            self.branch_words.clear();
             return;
         };
-        let pc = u64::from(pc);
-        let mispredicted = match target {
-            Some(target) => bp.indirect(pc, target),
-            None => bp.cond(pc, SiteWords::taken(word)),
-        };
-        // Without a branch: the host would mispredict as often as the model.
-        self.branch_misses[block] += u64::from(mispredicted);
+        for &(w, next) in &self.branch_words {
+            let block = SiteWords::branch_block(w) as usize;
+            let (Some(&pc), Some(misses)) = (
+                self.branch_pcs.get(block),
+                self.branch_misses.get_mut(block),
+            ) else {
+                continue;
+            };
+            let pc = u64::from(pc);
+            let mispredicted = match SiteWords::is_indirect(w) {
+                true => bp.indirect(pc, SiteWords::target(next)),
+                false => bp.cond(pc, SiteWords::taken(w)),
+            };
+            // Without a branch: the host would mispredict as often as the
+            // model.
+            *misses += u64::from(mispredicted);
+        }
+        self.branch_words.clear();
     }
 
     /// Whether a kept reference (a fetch, else a data reference) misses
