@@ -8,7 +8,8 @@
 //! function in order of first use, its own file's lines first, then each
 //! inlined file's (`fi=`) in order of first use, lines in position order.
 
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 
 use crate::model::{Block, Call, Costs, Item, Position};
 use crate::names::NameId;
@@ -56,7 +57,7 @@ struct Function {
 pub struct PartBuilder {
     events: usize,
     order: Vec<FunctionKey>,
-    functions: HashMap<FunctionKey, Function>,
+    functions: FxHashMap<FunctionKey, Function>,
 }
 
 fn add(to: &mut Costs, from: &[u64]) {
@@ -75,12 +76,13 @@ impl PartBuilder {
     }
 
     fn function(&mut self, key: FunctionKey, file: NameId) -> (&mut Function, usize) {
-        if !self.functions.contains_key(&key) {
-            self.order.push(key);
-        }
-        let f = self.functions.entry(key).or_insert_with(|| Function {
-            files: vec![key.file],
-            ..Function::default()
+        let order = &mut self.order;
+        let f = self.functions.entry(key).or_insert_with(|| {
+            order.push(key);
+            Function {
+                files: vec![key.file],
+                ..Function::default()
+            }
         });
         let index = match f.files.iter().position(|&x| x == file) {
             Some(i) => i,

@@ -7,7 +7,7 @@
 //! share a name in different files two ids, and keeping the ids of a file
 //! read in means writing it back reproduces it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// One entry of a [`NameTable`], referred to by its index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,8 +27,8 @@ pub struct Name {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NameTable {
     entries: Vec<Name>,
-    by_id: HashMap<u64, NameId>,
-    by_text: HashMap<String, NameId>,
+    by_id: FxHashMap<u64, NameId>,
+    by_text: FxHashMap<String, NameId>,
 }
 
 impl NameTable {

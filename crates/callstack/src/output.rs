@@ -77,8 +77,9 @@ impl CallTool {
         thread: Option<u32>,
         locate: &mut Locate<'_>,
     ) -> Part {
-        let mut located: FxHashMap<u64, (Rc<str>, u32)> = FxHashMap::default();
-        let mut at = |addr: u64| located.entry(addr).or_insert_with(|| locate(addr)).clone();
+        // Each address located and its file interned once: an address
+        // recurs in every context its block ran in.
+        let mut located: FxHashMap<u64, (callgrind::NameId, u32)> = FxHashMap::default();
         let mut namer = Namer { profile };
         let tree = &self.tree;
         let wanted = |n: NodeId| thread.is_none_or(|t| tree.nodes[n as usize].thread == t);
@@ -93,6 +94,12 @@ impl CallTool {
             None => vec![("Ir", 0)],
         };
         let permute = |row: &[u64]| -> Vec<u64> { order.iter().map(|&(_, i)| row[i]).collect() };
+        // The same into a buffer kept for the loops over rows.
+        let permute_into = |c: &mut Vec<u64>, row: &[u64]| {
+            c.clear();
+            c.extend(order.iter().map(|&(_, i)| row[i]));
+        };
+        let mut c = Vec::with_capacity(order.len());
         // Each context's function key, made once per (function, level).
         let mut keys: FxHashMap<(u32, u32), FunctionKey> = FxHashMap::default();
         let mut key_of = |namer: &mut Namer, n: NodeId| -> FunctionKey {
@@ -113,9 +120,12 @@ impl CallTool {
             })
         };
         let mut site = |namer: &mut Namer, addr: u64| -> Site {
-            let (file, line) = at(addr);
+            let (file, line) = *located.entry(addr).or_insert_with(|| {
+                let (file, line) = locate(addr);
+                (namer.file(&file), line)
+            });
             Site {
-                file: namer.file(&file),
+                file,
                 position: Position {
                     addr: if options.dump_instr { addr } else { 0 },
                     line: if options.dump_line {
@@ -147,21 +157,34 @@ impl CallTool {
                 .iter()
                 .zip(rows.chunks(width))
             {
-                let c = permute(row);
+                permute_into(&mut c, row);
                 let s = site(&mut namer, addr);
                 builder.add_cost(key, s, &c);
                 add(&mut total, &c);
             }
         }
+        // Per block: its instructions' sites, each run of equal ones as
+        // one with its length, made once (a block runs in many contexts).
+        let mut block_sites: FxHashMap<u32, Vec<(Site, u64)>> = FxHashMap::default();
         for &(node, block, runs) in &costs.runs {
             if !wanted(node) {
                 continue;
             }
             let key = key_of(&mut namer, node);
-            for &addr in self.block_state(block).instrs.iter() {
-                let s = site(&mut namer, addr);
-                builder.add_cost(key, s, &[runs]);
-                total[0] += runs;
+            let sites = block_sites.entry(block).or_insert_with(|| {
+                let mut sites: Vec<(Site, u64)> = Vec::new();
+                for &addr in self.block_state(block).instrs.iter() {
+                    let s = site(&mut namer, addr);
+                    match sites.last_mut() {
+                        Some((last, n)) if *last == s => *n += 1,
+                        _ => sites.push((s, 1)),
+                    }
+                }
+                sites
+            });
+            for &(s, n) in sites.iter() {
+                builder.add_cost(key, s, &[runs * n]);
+                total[0] += runs * n;
             }
         }
         for (&(node, addr), row) in costs
@@ -173,7 +196,7 @@ impl CallTool {
                 continue;
             }
             let key = key_of(&mut namer, node);
-            let c = permute(row);
+            permute_into(&mut c, row);
             let s = site(&mut namer, addr);
             builder.add_cost(key, s, &c);
             add(&mut total, &c);
