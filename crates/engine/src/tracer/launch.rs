@@ -63,6 +63,7 @@ pub(super) fn launch(cfg: &LaunchConfig) -> Result<i32, EngineError> {
         }
         Forked::Detached => {
             drop(ours);
+            sys::map_large_allocations();
             Ok(become_tracer(theirs, client))
         }
     }
