@@ -497,9 +497,6 @@ impl Emitter {
         self.store_gs(a, layout::S_KEPT_LINE);
         // As `append_kept`, the tag from its slot: everything it writes
         // comes from slots, so that an interrupted append runs again whole.
-        let load = self.here();
-        self.load_gs(r, layout::S_TRACE_PTR);
-        let at = self.pair_id(r, form.pair_id());
         // The word: a site word's tag bits above the line number; a
         // `KeptAccess` word's tag in the top 16 bits over the line's start.
         let (load_tag, shift, to_start) = match form {
@@ -509,28 +506,25 @@ impl Emitter {
                 (Code::Movzx_r32_rm16, 48 - line_bits, line_bits)
             }
         };
-        self.insn(Instruction::with2(
-            load_tag,
-            a.full_register32(),
-            gs(layout::S_KEPT_TAG),
-        ));
-        self.insn(Instruction::with2(Code::Shl_rm64_imm8, a, shift));
-        self.insn(Instruction::with2(
-            Code::Or_r64_rm64,
-            a,
-            gs(layout::S_KEPT_LINE),
-        ));
-        if to_start != 0 {
-            self.insn(Instruction::with2(Code::Shl_rm64_imm8, a, to_start));
-        }
-        self.insn(Instruction::with2(
-            Code::Mov_rm64_r64,
-            MemoryOperand::with_base_displ(r, at),
-            a,
-        ));
-        self.lea(r, based(r, at as i32 + 8));
-        self.store_gs(r, layout::S_TRACE_PTR);
-        self.counter_updates.push((load, self.here()));
+        self.append(r, |e| {
+            let at = e.pair_id(r, form.pair_id());
+            e.insn(Instruction::with2(
+                load_tag,
+                a.full_register32(),
+                gs(layout::S_KEPT_TAG),
+            ));
+            e.insn(Instruction::with2(Code::Shl_rm64_imm8, a, shift));
+            e.insn(Instruction::with2(
+                Code::Or_r64_rm64,
+                a,
+                gs(layout::S_KEPT_LINE),
+            ));
+            if to_start != 0 {
+                e.insn(Instruction::with2(Code::Shl_rm64_imm8, a, to_start));
+            }
+            e.store_at(r, at, a);
+            at as i32 + 8
+        });
         self.load_gs(a, layout::S_KEPT_LINE);
         for _ in 0..2 {
             self.mov(r, a);
@@ -572,37 +566,47 @@ impl Emitter {
     /// append runs again from the load of the write pointer, as a block's
     /// entry does.
     fn append_kept(&mut self, ptr: Register, addr: Register, tag: u16, id: Option<u32>) {
+        self.append(ptr, |e| {
+            let at = e.pair_id(ptr, id);
+            e.store_at(ptr, at, addr);
+            e.insn(Instruction::with2(
+                Code::Mov_rm16_imm16,
+                MemoryOperand::with_base_displ(ptr, at + 6),
+                u32::from(tag),
+            ));
+            at as i32 + 8
+        });
+    }
+
+    /// Appends to the buffer what `write` stores at `ptr` (the write
+    /// pointer, loaded into it; clobbered), `write` returning how many
+    /// bytes that is. An interrupted append runs again from the load of
+    /// the write pointer (see `Emitter::counter_updates`), so `write` must
+    /// store only what does not change when it runs again.
+    fn append(&mut self, ptr: Register, write: impl FnOnce(&mut Emitter) -> i32) {
         let load = self.here();
         self.load_gs(ptr, layout::S_TRACE_PTR);
-        let at = self.pair_id(ptr, id);
-        self.insn(Instruction::with2(
-            Code::Mov_rm64_r64,
-            MemoryOperand::with_base_displ(ptr, at),
-            addr,
-        ));
-        self.insn(Instruction::with2(
-            Code::Mov_rm16_imm16,
-            MemoryOperand::with_base_displ(ptr, at + 6),
-            u32::from(tag),
-        ));
-        self.lea(ptr, based(ptr, at as i32 + 8));
+        let size = write(self);
+        self.lea(ptr, based(ptr, size));
         self.store_gs(ptr, layout::S_TRACE_PTR);
         self.counter_updates.push((load, self.here()));
     }
 
-    /// Appends the word in `word` to the buffer (`ptr` is clobbered); an
-    /// interrupted append runs again from the load of the write pointer.
-    fn append_word(&mut self, ptr: Register, word: Register) {
-        let load = self.here();
-        self.load_gs(ptr, layout::S_TRACE_PTR);
+    /// `mov [ptr + disp], src`.
+    fn store_at(&mut self, ptr: Register, disp: i64, src: Register) {
         self.insn(Instruction::with2(
             Code::Mov_rm64_r64,
-            MemoryOperand::with_base(ptr),
-            word,
+            MemoryOperand::with_base_displ(ptr, disp),
+            src,
         ));
-        self.lea(ptr, based(ptr, 8));
-        self.store_gs(ptr, layout::S_TRACE_PTR);
-        self.counter_updates.push((load, self.here()));
+    }
+
+    /// Appends the word in `word` to the buffer (`ptr` is clobbered).
+    fn append_word(&mut self, ptr: Register, word: Register) {
+        self.append(ptr, |e| {
+            e.store_at(ptr, 0, word);
+            8
+        });
     }
 
     /// Appends the branch word of the conditional branch ending block `id`
@@ -614,23 +618,20 @@ impl Emitter {
         match (taken, SiteWords::short_branch_tag(id)) {
             // The usual case: one store of the tag, `setcc` on its low byte.
             (Taken::Flags(_) | Taken::Always, Some(short)) => {
-                let load = self.here();
-                self.load_gs(ptr, layout::S_TRACE_PTR);
-                let at = MemoryOperand::with_base(ptr);
-                match taken {
-                    Taken::Flags(cc) => {
-                        self.insn(Instruction::with2(Code::Mov_rm64_imm32, at, short as i32));
-                        self.insn(Instruction::with1(setcc(cc), at));
+                self.append(ptr, |e| {
+                    let at = MemoryOperand::with_base(ptr);
+                    match taken {
+                        Taken::Flags(cc) => {
+                            e.insn(Instruction::with2(Code::Mov_rm64_imm32, at, short as i32));
+                            e.insn(Instruction::with1(setcc(cc), at));
+                        }
+                        _ => {
+                            let taken = (short | 1) as i32;
+                            e.insn(Instruction::with2(Code::Mov_rm64_imm32, at, taken));
+                        }
                     }
-                    _ => self.insn(Instruction::with2(
-                        Code::Mov_rm64_imm32,
-                        at,
-                        (short | 1) as i32,
-                    )),
-                }
-                self.lea(ptr, based(ptr, 8));
-                self.store_gs(ptr, layout::S_TRACE_PTR);
-                self.counter_updates.push((load, self.here()));
+                    8
+                });
                 return;
             }
             (Taken::Always, None) => {
@@ -667,30 +668,24 @@ impl Emitter {
     pub fn indirect_branch_word(&mut self, id: u32) {
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let word = SiteWords::indirect_word(id);
-        let load = self.here();
-        self.load_gs(rax, layout::S_TRACE_PTR);
-        for (at, half) in [(0, word as u32), (4, (word >> 32) as u32)] {
-            self.insn(Instruction::with2(
-                Code::Mov_rm32_imm32,
-                MemoryOperand::with_base_displ(rax, at),
-                half,
+        self.append(rax, |e| {
+            for (at, half) in [(0, word as u32), (4, (word >> 32) as u32)] {
+                e.insn(Instruction::with2(
+                    Code::Mov_rm32_imm32,
+                    MemoryOperand::with_base_displ(rax, at),
+                    half,
+                ));
+            }
+            e.store_at(rax, 8, rcx);
+            // The target word's top byte (a user address's is 0) gets bit 63.
+            debug_assert_eq!(SiteWords::target_word(0), 0x80 << 56);
+            e.insn(Instruction::with2(
+                Code::Mov_rm8_imm8,
+                MemoryOperand::with_base_displ(rax, 15),
+                0x80u32,
             ));
-        }
-        self.insn(Instruction::with2(
-            Code::Mov_rm64_r64,
-            MemoryOperand::with_base_displ(rax, 8),
-            rcx,
-        ));
-        // The target word's top byte (a user address's is 0) gets bit 63.
-        debug_assert_eq!(SiteWords::target_word(0), 0x80 << 56);
-        self.insn(Instruction::with2(
-            Code::Mov_rm8_imm8,
-            MemoryOperand::with_base_displ(rax, 15),
-            0x80u32,
-        ));
-        self.lea(rax, based(rax, 16));
-        self.store_gs(rax, layout::S_TRACE_PTR);
-        self.counter_updates.push((load, self.here()));
+            16
+        });
         self.load_gs(rax, layout::S_RAX);
     }
 
@@ -840,11 +835,7 @@ impl Emitter {
 
     /// `mov [r + 8 * word], src`.
     pub fn trace_store(&mut self, r: Register, word: u32, src: Register) {
-        self.insn(Instruction::with2(
-            Code::Mov_rm64_r64,
-            MemoryOperand::with_base_displ(r, i64::from(word * 8)),
-            src,
-        ));
+        self.store_at(r, i64::from(word * 8), src);
     }
 
     /// `setz byte [r + 8 * word]`.
