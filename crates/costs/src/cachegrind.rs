@@ -128,8 +128,9 @@ pub struct BlockSim {
     /// Per block id: the branch ending it, with counted executions.
     branch_tallies: Vec<BranchTally>,
     /// Per block id: the low 16 bits of the address of the branch ending
-    /// it (all the predictor reads of it), apart from the tallies, which a
-    /// correct prediction does not touch: two bytes a block stay cached.
+    /// it (all the predictor reads of it), kept apart from the tallies so
+    /// that the table the predictor reads per branch is two bytes a block
+    /// and stays in the host's caches.
     branch_pcs: Vec<u16>,
     /// Per block id: the mispredictions of the branch ending it found
     /// from branch words (not yet in its tally).
