@@ -93,11 +93,15 @@ impl CallTool {
                 .collect(),
             None => vec![("Ir", 0)],
         };
-        let permute = |row: &[u64]| -> Vec<u64> { order.iter().map(|&(_, i)| row[i]).collect() };
-        // The same into a buffer kept for the loops over rows.
+        // Into a buffer kept for the loops over rows.
         let permute_into = |c: &mut Vec<u64>, row: &[u64]| {
             c.clear();
             c.extend(order.iter().map(|&(_, i)| row[i]));
+        };
+        let permute = |row: &[u64]| -> Vec<u64> {
+            let mut c = Vec::with_capacity(order.len());
+            permute_into(&mut c, row);
+            c
         };
         let mut c = Vec::with_capacity(order.len());
         // Each context's function key, made once per (function, level).

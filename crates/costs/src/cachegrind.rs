@@ -133,7 +133,7 @@ pub struct BlockSim {
     /// and stays in the host's caches.
     branch_pcs: Vec<u16>,
     /// Per block id: the mispredictions of the branch ending it found
-    /// from branch words (not yet in its tally).
+    /// from branch words, not yet charged.
     branch_misses: Vec<u64>,
     /// Branch words of the site words at hand, each with the word after
     /// it, waiting for [`BlockSim::run_branch_words`] (reused).
@@ -141,15 +141,14 @@ pub struct BlockSim {
 }
 
 /// The branch ending a block whose executions are counted: executed as
-/// often as the block ran (each execution ends in it), mispredicted as the
-/// predictor found from the branch words ([`SiteWords::cond_word`]);
-/// charged to the block's last instruction at the end.
+/// often as the block ran (each execution ends in it; its mispredictions,
+/// found from the branch words ([`SiteWords::cond_word`]), are in
+/// `BlockSim::branch_misses`); charged to the block's last instruction at
+/// the end.
 #[derive(Debug, Clone, Copy, Default)]
 struct BranchTally {
-    /// Executions (Bc or Bi) and mispredictions (Bcm or Bim) not yet
-    /// charged.
+    /// Executions (Bc or Bi) not yet charged.
     executed: u64,
-    mispredicted: u64,
     /// What kind of branch it is.
     kind: BranchKind,
 }
@@ -257,7 +256,6 @@ impl BlockSim {
     pub fn charge_branch_tallies(&mut self, out: &mut impl Charge) {
         let tallies = self.branch_tallies.iter_mut().zip(&mut self.branch_misses);
         for (plan, (t, misses)) in self.blocks.iter().zip(tallies) {
-            t.mispredicted += std::mem::take(misses);
             let first = match t.kind {
                 BranchKind::Cond => self.cols.cond,
                 BranchKind::Indirect => self.cols.indirect,
@@ -265,7 +263,7 @@ impl BlockSim {
             };
             if let (Some((slot, _)), true) = (plan.last(), t.executed > 0) {
                 out.add(slot, first, std::mem::take(&mut t.executed));
-                out.add(slot, first + 1, std::mem::take(&mut t.mispredicted));
+                out.add(slot, first + 1, std::mem::take(misses));
             }
         }
     }

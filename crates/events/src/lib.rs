@@ -518,6 +518,12 @@ impl SiteWords {
     /// The field's top value is no site's: with it the word is a branch
     /// word (see [`SiteWords::is_branch`]).
     pub fn sites(self) -> u32 {
+        self.site_field_mask()
+    }
+
+    /// The site field's bits, in place at bit 0 (its top value names no
+    /// site).
+    fn site_field_mask(self) -> u32 {
         (1 << (62 - self.line_field)) - 1
     }
 
@@ -550,7 +556,7 @@ impl SiteWords {
     /// The site of `word`.
     #[inline(always)]
     pub fn site(self, word: u64) -> u32 {
-        (word >> self.line_field) as u32 & self.sites()
+        (word >> self.line_field) as u32 & self.site_field_mask()
     }
 
     /// Whether `word` is an instruction fetch (else a data reference).
