@@ -19,9 +19,11 @@
 //! (bytes by address and a settable memory map), so that the code cache,
 //! its links and the indirect-branch table are testable without a process.
 
+use crate::sys::SharedMap;
 use crate::EngineError;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 /// One mapping of the client's memory map (a line of `/proc/PID/maps`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +121,17 @@ pub trait ClientMemory {
         let _ = (addr, len, client_fd);
         false
     }
+
+    /// Maps the client's memory file `client_fd`, which backs the client's
+    /// *shared* mapping of `[addr, addr + len)` (a thread's trace buffers,
+    /// which the client writes), into the tool as well: reads and writes of
+    /// the range go straight to it, and the returned map lets another
+    /// thread of the tool read it in place. `None` when that cannot be
+    /// done; the caller closes the client's descriptor either way.
+    fn share_buffers(&mut self, addr: u64, len: u64, client_fd: i32) -> Option<Arc<SharedMap>> {
+        let _ = (addr, len, client_fd);
+        None
+    }
 }
 
 /// The writes of one stop, waiting to be made (see the module doc).
@@ -177,7 +190,7 @@ pub struct ProcMemory {
     queue: WriteQueue,
     /// Client ranges also mapped into the tool ([`ClientMemory::share`]),
     /// by client address.
-    windows: Vec<(u64, crate::sys::SharedMap)>,
+    windows: Vec<(u64, Arc<SharedMap>)>,
     /// Sharing failed once (an old kernel, a sandbox): not tried again.
     share_failed: bool,
     /// An error of a flush that a live write had to make first, reported
@@ -208,11 +221,11 @@ impl ProcMemory {
     }
 
     /// The window holding `addr`, and `addr`'s offset in it.
-    fn window(&self, addr: u64) -> Option<(&crate::sys::SharedMap, usize)> {
+    fn window(&self, addr: u64) -> Option<(&SharedMap, usize)> {
         self.windows
             .iter()
             .find(|(base, m)| addr >= *base && addr - base < m.size() as u64)
-            .map(|(base, m)| (m, (addr - base) as usize))
+            .map(|(base, m)| (&**m, (addr - base) as usize))
     }
 
     /// Makes the queued writes to memory outside the windows.
@@ -288,14 +301,19 @@ impl ClientMemory for ProcMemory {
     }
 
     fn share(&mut self, addr: u64, len: u64, client_fd: i32) -> bool {
-        match crate::sys::SharedMap::from_client_fd(self.pid, client_fd, len as usize) {
+        self.share_buffers(addr, len, client_fd).is_some()
+    }
+
+    fn share_buffers(&mut self, addr: u64, len: u64, client_fd: i32) -> Option<Arc<SharedMap>> {
+        match SharedMap::from_client_fd(self.pid, client_fd, len as usize) {
             Ok(map) => {
-                self.windows.push((addr, map));
-                true
+                let map = Arc::new(map);
+                self.windows.push((addr, map.clone()));
+                Some(map)
             }
             Err(_) => {
                 self.share_failed = true;
-                false
+                None
             }
         }
     }

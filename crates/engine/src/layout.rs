@@ -154,10 +154,14 @@ pub const S_TRACE_LIMIT: u32 = 0x120;
 /// Thread-area offset of 64 bytes where trace mode stores a gather's or
 /// scatter's index register to read one lane.
 pub const S_VECTOR_SCRATCH: u32 = 0x140;
-/// Offset in a thread area of its first trace buffer; the second follows
+/// Offset in a thread area of its first trace buffer; the others follow
 /// it ([`TRACE_BUFFER`] bytes apart): the thread writes one while the
-/// tracer reads the other.
+/// consumer reads the others (in place where the buffers are a memory file
+/// shared with the tool, see `handoff`).
 pub const AREA_TRACE: u64 = 16 << 20;
+/// Trace buffers per thread: the consumer may fall this many less one
+/// buffers behind a thread before the thread waits for it.
+pub const TRACE_BUFFERS: usize = 4;
 /// Bytes from one trace buffer's start to the next's.
 pub const TRACE_BUFFER: u64 = TRACE_BYTES + TRACE_SLACK;
 /// Offset in a thread area of the filtered trace mode's table of the line
@@ -171,13 +175,16 @@ pub const MRU_MAX_SETS: u64 = 1 << 17;
 /// Offset in a thread area of the table of the line each I1 set fetched
 /// last (filtered trace mode with fetches filtered), below D1's.
 pub const AREA_I1_MRU: u64 = AREA_MRU - (MRU_MAX_SETS << 3);
-/// Bytes of trace buffer before its limit.
-pub const TRACE_BYTES: u64 = 2 << 20;
+/// Bytes of trace buffer before its limit. (Shared buffers count in the
+/// client's and the tool's memory both: four of 1 MiB cost as much as the
+/// two of 2 MiB and the tool's copies they replaced, at a flush stop per
+/// MiB.)
+pub const TRACE_BYTES: u64 = 1 << 20;
 /// Room after the limit: a record starting just before the limit fits,
 /// and so do the records of a signal handler's blocks up to its own check
 /// (each block checks).
 pub const TRACE_SLACK: u64 = 1 << 20;
-const _: () = assert!(AREA_TRACE + 2 * TRACE_BUFFER <= AREA_SIZE);
+const _: () = assert!(AREA_TRACE + TRACE_BUFFERS as u64 * TRACE_BUFFER <= AREA_SIZE);
 
 /// Exit: an unlinked direct branch (the stub is identified by its address).
 pub const MAGIC_LINK: u32 = MAGIC_LO;

@@ -39,6 +39,7 @@ mod client_mem;
 mod clientreq;
 mod cpu;
 mod emit;
+mod handoff;
 mod ibtable;
 mod layout;
 mod memrefs;

@@ -23,6 +23,7 @@
 //! `rt_sigreturn` into [`events::Tool::signal`].
 
 use crate::emit::{is_counted_pair, COUNTED_PAIR};
+use crate::handoff::BufferView;
 use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
 use crate::translate::{BlockMeta, REP_WORDS};
 use events::{
@@ -81,11 +82,7 @@ pub(crate) enum Msg {
     /// Blocks were translated.
     Blocks { key: u64, metas: Vec<BlockMeta> },
     /// Complete records of one thread (little-endian words).
-    Records {
-        key: u64,
-        thread: u64,
-        words: Vec<u64>,
-    },
+    Records { key: u64, thread: u64, words: Words },
     /// A client request for the tool, after the records of thread `thread`
     /// sent before it.
     Request {
@@ -109,6 +106,24 @@ pub(crate) enum Msg {
     },
     /// A process image went away without a profile (exec).
     Discard { key: u64 },
+}
+
+/// A thread's complete records as the consumer gets them.
+pub(crate) enum Words {
+    /// Copied out of the client into one of the circulating buffers.
+    Copied(Vec<u64>),
+    /// In place, in a trace buffer shared with the client.
+    Shared(BufferView),
+}
+
+impl Words {
+    /// The words.
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            Words::Copied(words) => words,
+            Words::Shared(view) => view.words(),
+        }
+    }
 }
 
 /// Record buffers circulating between the tracer and the consumer: the
@@ -263,7 +278,19 @@ impl StreamLink {
             self.send(Msg::Records {
                 key: self.key,
                 thread,
-                words,
+                words: Words::Copied(words),
+            });
+        }
+    }
+
+    /// Complete records of thread `thread`, read in place (the view is
+    /// dropped, and the buffer free again, once they are decoded).
+    pub fn shared_records(&self, thread: u64, view: BufferView) {
+        if !view.words().is_empty() {
+            self.send(Msg::Records {
+                key: self.key,
+                thread,
+                words: Words::Shared(view),
             });
         }
     }
@@ -497,10 +524,12 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
             Msg::Records { key, thread, words } => {
                 if let Some(p) = procs.get_mut(&key) {
                     let started = Instant::now();
-                    p.tool.decode(&mut p.decoder, thread, &words);
+                    p.tool.decode(&mut p.decoder, thread, words.as_slice());
                     p.busy += started.elapsed();
                 }
-                pool.give(words);
+                if let Words::Copied(words) = words {
+                    pool.give(words);
+                }
             }
             Msg::Request {
                 key,

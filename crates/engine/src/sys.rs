@@ -642,6 +642,16 @@ pub struct SharedMap {
     fd: libc::c_int,
 }
 
+// SAFETY: a `SharedMap` is a mapping of a memory file that the client
+// process writes too, so the compiler can assume nothing about its bytes
+// whichever thread of the tool touches them; every access goes through the
+// methods below, which check their ranges. The tool's threads never write
+// and read the same range at once: the tracer writes a trace buffer's words
+// only while the consumer holds no view of them (`space::trace`).
+unsafe impl Send for SharedMap {}
+// SAFETY: as for `Send` above.
+unsafe impl Sync for SharedMap {}
+
 impl SharedMap {
     /// Duplicates file descriptor `client_fd` of process `pid` (a tracee:
     /// `pidfd_getfd` needs the tracer's access) into the tool, sizes the
@@ -751,6 +761,31 @@ impl SharedMap {
                 _ => panic!("store of {size} bytes"),
             }
         }
+    }
+
+    /// The `n` little-endian 64-bit words from offset `off` (a multiple
+    /// of 8), without a copy: a trace buffer that the consumer decodes in
+    /// place.
+    ///
+    /// # Panics
+    /// If the range is outside the mapping or `off` is not 8-aligned.
+    pub fn words(&self, off: usize, n: usize) -> &[u64] {
+        assert!(off.is_multiple_of(8), "words at the unaligned offset {off}");
+        assert!(n
+            .checked_mul(8)
+            .and_then(|b| b.checked_add(off))
+            .is_some_and(|e| e <= self.len));
+        // SAFETY: the range is inside the live mapping (checked above),
+        // which lives as long as `self`; the mapping is page-aligned and
+        // `off` a multiple of 8, so the words are aligned. Nothing writes
+        // them while the slice lives: the client writes a trace buffer only
+        // after the tracer hands it back, which waits until the consumer
+        // has dropped its view (`space::trace::Gate`), and the tracer's own
+        // writes (markers, a moved open record) go past the viewed words.
+        // (Client code never addresses its thread area, the engine's
+        // GS-relative memory; a wild store into it would wreck the spill
+        // slots as well, and is outside what the engine runs.)
+        unsafe { std::slice::from_raw_parts(self.ptr.add(off) as *const u64, n) }
     }
 
     /// Copies `buf.len()` bytes from offset `off`.

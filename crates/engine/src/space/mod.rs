@@ -149,10 +149,7 @@ impl Space {
 
     /// The copy a forked child gets: its memory, `mem`, is a copy of ours.
     pub fn fork_copy(&mut self, mem: Box<dyn ClientMemory>) -> Result<Space, EngineError> {
-        let tracing = self.tracing.as_ref().map(|t| Tracing {
-            link: t.link.fork(),
-            ..t.clone()
-        });
+        let tracing = self.tracing.as_ref().map(|t| t.fork(t.link.fork()));
         let mut child = Space {
             mem,
             core: self.core,
@@ -201,8 +198,16 @@ impl Space {
     /// A thread area for a new thread (its GS base).
     pub fn alloc_area(&mut self, inj: &mut Injector) -> Result<u64, EngineError> {
         let area = self.areas.alloc(&mut *self.mem, inj)?;
+        self.share_trace_buffers(area, inj)?;
         self.reset_trace(area);
         Ok(area)
+    }
+
+    /// A forked child, stopped before it runs, whose one thread has the
+    /// area `area`: its trace buffers (the parent's were not copied) are
+    /// mapped anew.
+    pub fn child_buffers(&mut self, area: u64, inj: &mut Injector) -> Result<(), EngineError> {
+        self.share_trace_buffers(area, inj)
     }
 
     /// A thread exited: its counters join the totals and its area is

@@ -2,14 +2,17 @@
 //! at translation, thread areas' buffer pointers, and the hand-over of
 //! complete records to the consumer when a buffer fills or a thread ends.
 
-use super::Space;
+use super::{Injector, Space};
+use crate::handoff::{Gate, SharedBuffers};
 use crate::layout::{
-    AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BYTES, TRACE_SLACK,
+    AREA_MRU, AREA_TRACE, SYSTAB, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BUFFERS,
+    TRACE_BYTES,
 };
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
 use crate::{EngineError, ModuleRecord, TraceStats};
 use events::CodeOrigin;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,8 +42,25 @@ pub(crate) struct Tracing {
     /// their counters (filtered trace mode with fetches checked).
     pub counted: Vec<(u32, u32)>,
     /// Complete records a flush left for the consumer, read once the
-    /// thread runs on in its other buffer: (thread area, start, words).
+    /// thread runs on in its next buffer: (thread area, start, words).
+    /// (Copied buffers only: shared ones go at once.)
     pub pending: Option<(u64, u64, usize)>,
+    /// Per thread area, which buffer its thread writes and what of it the
+    /// consumer has.
+    pub areas: FxHashMap<u64, TraceArea>,
+}
+
+/// What the tracer knows of one thread area's trace buffers.
+#[derive(Clone, Debug)]
+pub(crate) struct TraceArea {
+    /// The buffer the thread writes (0 to `TRACE_BUFFERS - 1`).
+    buffer: usize,
+    /// Where the records not yet handed over start, in that buffer.
+    from: u64,
+    /// The buffers as a memory file the tool maps too (their records go
+    /// to the consumer in place); `None`: the area's private memory,
+    /// copied out.
+    shared: Option<SharedBuffers>,
 }
 
 impl Tracing {
@@ -57,6 +77,19 @@ impl Tracing {
             stats: TraceStats::default(),
             counted: Vec::new(),
             pending: None,
+            areas: FxHashMap::default(),
+        }
+    }
+
+    /// What a forked child's address space starts with: the same blocks
+    /// and ids, linked to `link`, and no buffers shared yet (the child has
+    /// no mapping of its parent's: `MADV_DONTFORK`).
+    pub fn fork(&self, link: StreamLink) -> Tracing {
+        Tracing {
+            link,
+            pending: None,
+            areas: FxHashMap::default(),
+            ..self.clone()
         }
     }
 
@@ -98,20 +131,113 @@ impl Space {
         }
     }
 
+    /// Maps the trace buffers of the thread area `area` as a memory file
+    /// that the tool maps too, if the client's memory can be shared and
+    /// they are not yet (a new area, or a forked child's, which has no
+    /// mapping there: `MADV_DONTFORK` keeps a child from writing its
+    /// parent's buffers). Otherwise they stay the area's private memory,
+    /// copied out at each hand-over.
+    pub(super) fn share_trace_buffers(
+        &mut self,
+        area: u64,
+        inj: &mut Injector,
+    ) -> Result<(), EngineError> {
+        let Some(t) = &self.tracing else {
+            return Ok(());
+        };
+        if t.areas.get(&area).is_some_and(|a| a.shared.is_some()) {
+            return Ok(());
+        }
+        const LEN: u64 = TRACE_BUFFERS as u64 * TRACE_BUFFER;
+        const RW: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let start = area + AREA_TRACE;
+        // The injections run client code: queued writes go first.
+        self.mem.flush()?;
+        let mut map = None;
+        if self.mem.can_share() {
+            // memfd_create(name, MFD_CLOEXEC): the name is an empty string,
+            // the interest byte of syscall 65535 (always 0).
+            let name = self.core + SYSTAB + 0xffff;
+            let fd = inj(
+                libc::SYS_memfd_create as u64,
+                [name, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0],
+            )?;
+            if fd >= 0 {
+                let fd = fd as u64;
+                let shared = (libc::MAP_SHARED | libc::MAP_FIXED) as u64;
+                let dontfork = libc::MADV_DONTFORK as u64;
+                if inj(libc::SYS_ftruncate as u64, [fd, LEN, 0, 0, 0, 0])? == 0
+                    && inj(libc::SYS_mmap as u64, [start, LEN, RW, shared, fd, 0])? as u64 == start
+                    && inj(libc::SYS_madvise as u64, [start, LEN, dontfork, 0, 0, 0])? == 0
+                {
+                    map = self.mem.share_buffers(start, LEN, fd as i32);
+                }
+                inj(libc::SYS_close as u64, [fd, 0, 0, 0, 0, 0])?;
+            }
+        }
+        match map {
+            Some(map) => {
+                let t = self.tracing.as_mut().expect("checked above");
+                let a = t.areas.entry(area).or_insert_with(|| TraceArea {
+                    buffer: 0,
+                    from: start,
+                    shared: None,
+                });
+                a.shared = Some(SharedBuffers {
+                    map,
+                    gate: Gate::new(),
+                });
+            }
+            None => {
+                // Private memory: where a shared mapping was made that the
+                // tool does not read (a forked child would write it too),
+                // and in a forked child, whose parent's shared buffers left
+                // a hole.
+                let private = (libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED) as u64;
+                let r = inj(
+                    libc::SYS_mmap as u64,
+                    [start, LEN, RW, private, u64::MAX, 0],
+                )?;
+                if r as u64 != start {
+                    return Err(EngineError(format!(
+                        "cannot map the trace buffers of thread area {area:#x}: {}",
+                        std::io::Error::from_raw_os_error(-r as i32)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Points the trace buffer of the thread area `area` at the start of
-    /// its first buffer.
+    /// its first buffer (once the consumer has no view of it left).
     pub(super) fn reset_trace(&mut self, area: u64) {
         if self.tracing.is_some() {
-            let start = area + AREA_TRACE;
-            self.write_from(area, start, start);
+            self.write_from(area, 0, 0);
             self.forget_lines(area);
         }
     }
 
-    /// Makes the thread of `area` write from `ptr` on, in the buffer
-    /// starting at `start`.
-    fn write_from(&mut self, area: u64, start: u64, ptr: u64) {
-        let mut b = ptr.to_le_bytes().to_vec();
+    /// Makes the thread of `area` write buffer `buffer` from `skip` bytes
+    /// past its start on, the records before that not its to hand over;
+    /// waits first until the consumer has no view of the buffer.
+    fn write_from(&mut self, area: u64, buffer: usize, skip: u64) {
+        let Some(t) = &mut self.tracing else { return };
+        let start = area + AREA_TRACE + buffer as u64 * TRACE_BUFFER;
+        let a = t.areas.entry(area).or_insert_with(|| TraceArea {
+            buffer,
+            from: start,
+            shared: None,
+        });
+        if let Some(shared) = &a.shared {
+            t.stats.wait_time += shared.gate.wait_free(buffer);
+        }
+        a.buffer = buffer;
+        a.from = start;
+        let mut b = (start + skip).to_le_bytes().to_vec();
         b.extend_from_slice(&(start + TRACE_BYTES).to_le_bytes());
         const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
         self.mem.write(area + u64::from(S_TRACE_PTR), &b);
@@ -135,22 +261,22 @@ impl Space {
         self.tracing.as_ref()?.sites.get(site as usize).copied()
     }
 
-    /// The buffer the thread of `area` writes (its start) and its write
-    /// pointer.
-    fn trace_extent(&mut self, area: u64) -> Result<(u64, u64), EngineError> {
+    /// The buffer the thread of `area` writes (its number), where its
+    /// records not yet handed over start, and its write pointer.
+    fn trace_extent(&mut self, area: u64) -> Result<(usize, u64, u64), EngineError> {
         let ptr = self.mem.read_u64(area + u64::from(S_TRACE_PTR))?;
         let first = area + AREA_TRACE;
-        let start = if ptr >= first + TRACE_BUFFER {
-            first + TRACE_BUFFER
-        } else {
-            first
+        let (buffer, from) = match self.tracing.as_ref().and_then(|t| t.areas.get(&area)) {
+            Some(a) => (a.buffer, a.from),
+            None => (0, first),
         };
-        if !(start..=start + TRACE_BYTES + TRACE_SLACK).contains(&ptr) {
+        let start = first + buffer as u64 * TRACE_BUFFER;
+        if !(from..=start + TRACE_BUFFER).contains(&ptr) || (ptr - from) % 8 != 0 {
             return Err(EngineError(format!(
                 "trace buffer of thread area {area:#x} is corrupt (write pointer {ptr:#x})"
             )));
         }
-        Ok((start, ptr))
+        Ok((buffer, from, ptr))
     }
 
     /// `n` words of client memory from `start`, read in one go into a
@@ -176,19 +302,33 @@ impl Space {
         Ok(words)
     }
 
-    /// Everything in the buffer the thread of `area` writes, read in one
-    /// go into a recycled buffer (after the records a flush left).
-    fn buffered(&mut self, area: u64) -> Result<Vec<u64>, EngineError> {
-        self.hand_over_pending();
-        if self.tracing.is_none() {
-            return Ok(Vec::new());
+    /// The complete records of the thread of `area` from `from` to `to` go
+    /// to the consumer: in place if its buffers are shared, else copied out
+    /// (at once, or with `later` once the thread runs on:
+    /// [`Space::hand_over_pending`]).
+    fn hand_over(&mut self, area: u64, from: u64, to: u64, later: bool) {
+        let Some(t) = &mut self.tracing else { return };
+        let n = ((to - from) / 8) as usize;
+        if let Some(shared) = t.areas.get(&area).and_then(|a| a.shared.clone()) {
+            // (Views are opened before the area moves on to another buffer:
+            // the buffer number is the one `from` lies in.)
+            let buffer = ((from - area - AREA_TRACE) / TRACE_BUFFER) as usize;
+            let view = shared.view(buffer, (from - area - AREA_TRACE) as usize, n);
+            t.stats.bytes += to - from;
+            t.link.shared_records(area, view);
+        } else if later {
+            t.pending = Some((area, from, n));
+        } else {
+            // (Memory already gone: nothing more to hand over.)
+            let words = self.read_words(from, n).unwrap_or_default();
+            if let Some(t) = &self.tracing {
+                t.link.records(area, words);
+            }
         }
-        let (start, ptr) = self.trace_extent(area)?;
-        self.read_words(start, ((ptr - start) / 8) as usize)
     }
 
     /// The records a flush left go to the consumer: read once the thread
-    /// runs on in its other buffer (the tracer's copy overlaps its work),
+    /// runs on in its next buffer (the tracer's copy overlaps its work),
     /// and before anything else of the process is read.
     pub fn hand_over_pending(&mut self) {
         let Some((area, start, n)) = self.tracing.as_mut().and_then(|t| t.pending.take()) else {
@@ -221,40 +361,39 @@ impl Space {
     }
 
     /// A flush stop of the thread whose area is `area`, in a block whose
-    /// record is at `record`: the thread goes on in its other buffer, where
+    /// record is at `record`: the thread goes on in its next buffer, where
     /// its open (partly written) record is moved, and the records before
-    /// that are handed to the consumer once it runs
-    /// ([`Space::hand_over_pending`]). Returns the record's new address.
+    /// that go to the consumer (copied ones once the thread runs:
+    /// [`Space::hand_over_pending`]). Returns the record's new address.
     /// Filtered records (`record` `None`) have no fixed length: see
     /// `open_filtered_record`.
     pub fn flush_trace(&mut self, area: u64, record: Option<u64>) -> Result<u64, EngineError> {
         self.hand_over_pending();
-        let (start, ptr) = self.trace_extent(area)?;
+        let (buffer, from, ptr) = self.trace_extent(area)?;
         let record = match record {
             Some(r) => r,
-            None => self.open_filtered_record(start, ptr)?,
+            None => self.open_filtered_record(from, ptr)?,
         };
-        if !(start..=ptr).contains(&record) || (record - start) % 8 != 0 {
+        if !(from..=ptr).contains(&record) || (record - from) % 8 != 0 {
             return Err(EngineError(format!(
                 "trace buffer of thread area {area:#x} is corrupt (record {record:#x})"
             )));
         }
-        let next = if start == area + AREA_TRACE {
-            start + TRACE_BUFFER
-        } else {
-            area + AREA_TRACE
-        };
+        self.hand_over(area, from, record, true);
+        let next_buffer = (buffer + 1) % TRACE_BUFFERS;
+        let next = area + AREA_TRACE + next_buffer as u64 * TRACE_BUFFER;
         // (Counted executions have none: their check is on entry.)
-        if record < ptr {
-            let open = self.mem.read(record, (ptr - record) as usize)?;
+        let open = if record < ptr {
+            self.mem.read(record, (ptr - record) as usize)?
+        } else {
+            Vec::new()
+        };
+        self.write_from(area, next_buffer, ptr - record);
+        if !open.is_empty() {
             self.mem.write(next, &open);
         }
-        self.write_from(area, next, next + (ptr - record));
         // Its records go on their own: the thread starts its tables afresh.
         self.forget_lines(area);
-        if let Some(t) = &mut self.tracing {
-            t.pending = Some((area, start, ((record - start) / 8) as usize));
-        }
         Ok(next)
     }
 
@@ -315,15 +454,24 @@ impl Space {
     }
 
     /// The records in the buffer of `area`, whose thread is stopped
-    /// between two blocks (its last record complete), go to the consumer
-    /// and its buffer starts over. Before a fork, so that the child's tool,
-    /// a copy of the parent's, has seen everything the forking thread did.
+    /// between two blocks (its last record complete), go to the consumer;
+    /// the thread goes on after them. Before a fork, so that the child's
+    /// tool, a copy of the parent's, has seen everything the forking thread
+    /// did.
     pub fn hand_over_trace(&mut self, area: u64) {
+        self.hand_over_pending();
+        if self.tracing.is_none() {
+            return;
+        }
         // (Memory already gone: nothing more to hand over.)
-        let words = self.buffered(area).unwrap_or_default();
-        let Some(t) = &self.tracing else { return };
-        t.link.records(area, words);
-        self.reset_trace(area);
+        let Ok((_, from, ptr)) = self.trace_extent(area) else {
+            return;
+        };
+        self.hand_over(area, from, ptr, false);
+        if let Some(a) = self.tracing.as_mut().and_then(|t| t.areas.get_mut(&area)) {
+            a.from = ptr;
+        }
+        self.forget_lines(area);
     }
 
     /// A thread ends (or the process does): its complete records go to the

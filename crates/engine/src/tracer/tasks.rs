@@ -191,9 +191,21 @@ impl Tracer<'_> {
                 // hands over its records first: the child's tool is a copy
                 // of the parent's with all of them.
                 pspace.borrow_mut().hand_over_trace(parea);
-                let space = pspace
+                let mut space = pspace
                     .borrow_mut()
                     .fork_copy(Box::new(ProcMemory::open(tid)?))?;
+                if space.is_tracing() {
+                    // Its trace buffers, before it writes any.
+                    let base = get_regs(tid)?;
+                    let mut inj = Injection::new(tid, space.core + layout::GADGET, base);
+                    space.child_buffers(parea, &mut inj.injector())?;
+                    self.requeue_signals(tid, inj);
+                    // (As for a new thread: resumed from this stop, the
+                    // child must not run its fork again as a restart.)
+                    let mut fin = base;
+                    fin.orig_rax = u64::MAX;
+                    set_regs(tid, &fin)?;
+                }
                 let handlers = self.procs[&ptgid].handlers.clone();
                 self.add_process(tid, Rc::new(RefCell::new(space)), handlers, parea);
                 if let Some(args) = self.vfork_args.remove(&tid) {
