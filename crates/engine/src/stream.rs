@@ -368,7 +368,8 @@ pub struct Decoder {
     /// cache where a whole entry per block (56 bytes: 5 MB for a python
     /// run's 91,000 blocks) made its load the consumer's costliest stall.
     shapes: Vec<u32>,
-    /// Per block id, its metadata (for tools and rep string blocks).
+    /// Per block id, its metadata (for tools and rep string blocks), if
+    /// the block writes records.
     metas: Vec<Option<Arc<BlockMeta>>>,
     /// Per block id, where it starts and the branch its successor resolves:
     /// read only when branches are simulated.
@@ -468,7 +469,13 @@ impl Decoder {
         }
         self.shapes[id] = Shape::of(&meta);
         self.flows[id] = Flow::of(&meta);
-        self.metas[id] = Some(Arc::new(meta));
+        // A block whose executions are counted writes no record of its own
+        // (its kept references are site words or pairs, which need no
+        // metadata here; a rep string block still has one): the tool has
+        // planned it, so its metadata goes. It had been a python run's
+        // biggest table in the consumer (24 MB).
+        let records = meta.counter.is_none() || meta.rep.is_some();
+        self.metas[id] = records.then(|| Arc::new(meta));
     }
 
     /// A forked child's decoder: the same blocks, no thread's last one.
