@@ -135,9 +135,6 @@ pub struct BlockSim {
     /// Per block id: the mispredictions of the branch ending it found
     /// from branch words, not yet charged.
     branch_misses: Vec<u64>,
-    /// Branch words of the site words at hand, each with the word after
-    /// it, waiting for [`BlockSim::run_branch_words`] (reused).
-    branch_words: Vec<(u64, u64)>,
 }
 
 /// The branch ending a block whose executions are counted: executed as
@@ -192,7 +189,6 @@ impl BlockSim {
             branch_tallies: Vec::new(),
             branch_pcs: Vec::new(),
             branch_misses: Vec::new(),
-            branch_words: Vec::new(),
         }
     }
 
@@ -446,13 +442,6 @@ impl BlockSim {
                 break;
             }
             i += 1;
-            if SiteWords::is_branch(w) {
-                // With the word after it: an indirect branch's target.
-                let next = words.get(i).copied().unwrap_or(0);
-                self.branch_words.push((w, next));
-                i += usize::from(SiteWords::is_indirect(w));
-                continue;
-            }
             let line = self.site_words.line(w) << line_bits;
             let (addr, size) = match SiteWords::straddles(w) {
                 // The last byte of the first line and the first of the next.
@@ -463,24 +452,25 @@ impl BlockSim {
                 self.site_miss_to_ll(w, addr, size, out);
             }
         }
-        self.run_branch_words();
-        // An indirect word at the very end has no target word: i is past.
-        i.min(words.len())
+        i
     }
 
-    /// The branch words set aside by [`site_accesses`](Self::site_accesses)
-    /// (each with the word after it), through the predictor in their order,
+    /// Branch words ([`Tool::branch_words`](events::Tool::branch_words),
+    /// last first) through the predictor in execution order,
     /// mispredictions tallied per block (executions come with its runs).
-    /// The predictor and the caches share nothing, so each goes through
-    /// its own references in a loop of its own: this one has no branch
-    /// the host cannot guess, and its counters' loads overlap.
-    #[inline(never)]
-    fn run_branch_words(&mut self) {
+    /// They come in a stream of their own, apart from the kept references
+    /// (the predictor and the caches share nothing), so that this loop has
+    /// no branch the host cannot guess, its counters' loads overlap, and
+    /// the caches' loop never meets a branch word (interleaved, a python
+    /// run's 1.5 G branch words cost the consumer 7 ns each).
+    pub fn branch_words(&mut self, words: &[u64]) {
         let Some(bp) = &mut self.branches else {
-            self.branch_words.clear();
             return;
         };
-        for &(w, next) in &self.branch_words {
+        let mut i = words.len();
+        while i > 0 {
+            i -= 1;
+            let w = words[i];
             let block = SiteWords::branch_block(w) as usize;
             let (Some(&pc), Some(misses)) = (
                 self.branch_pcs.get(block),
@@ -490,14 +480,18 @@ impl BlockSim {
             };
             let pc = u64::from(pc);
             let mispredicted = match SiteWords::is_indirect(w) {
-                true => bp.indirect(pc, SiteWords::target(next)),
+                true => {
+                    // Its target word is the one before it.
+                    i = i.saturating_sub(1);
+                    let target = words.get(i).map_or(0, |&t| SiteWords::target(t));
+                    bp.indirect(pc, target)
+                }
                 false => bp.cond(pc, SiteWords::taken(w)),
             };
             // Without a branch: the host would mispredict as often as the
             // model.
             *misses += u64::from(mispredicted);
         }
-        self.branch_words.clear();
     }
 
     /// Whether a kept reference (a fetch, else a data reference) misses
@@ -1142,6 +1136,10 @@ impl Tool for CachegrindTool {
         self.sim.site_accesses(words, &mut self.table)
     }
 
+    fn branch_words(&mut self, words: &[u64]) {
+        self.sim.branch_words(words);
+    }
+
     #[inline(always)]
     fn record(&mut self, record: Record) {
         let cols = self.cols;
@@ -1564,7 +1562,7 @@ mod tests {
         // data references an MRU filter keeps, executions reported one by
         // one; and the fetches and data references kept with executions
         // counted, each with its block's id or as a site word (branch
-        // outcomes then in branch words among them).
+        // outcomes then in a stream of branch words beside them).
         let mut full = CachegrindTool::new(Some(small()), true);
         let mut filtered = CachegrindTool::new(Some(small()), true);
         let mut counted = CachegrindTool::new(Some(small()), true);
@@ -1593,7 +1591,17 @@ mod tests {
         let mut last_fetched = vec![0u64; 2];
         let mut runs = vec![0u64; blocks.len()];
         let (mut refs, mut delivered) = (0, 0);
-        for _ in 0..20_000 {
+        // The branch stream since the last hand-over, in execution order
+        // (handed over last first, as a buffer fills with it from its end).
+        let mut stream: Vec<u64> = Vec::new();
+        let hand_over = |stream: &mut Vec<u64>, tools: [&mut CachegrindTool; 2]| {
+            stream.reverse();
+            for t in tools {
+                t.branch_words(stream);
+            }
+            stream.clear();
+        };
+        for run in 0..20_000 {
             let n = rand(blocks.len() as u64) as usize;
             let b = &blocks[n];
             // Mostly four lines, one per set, so that many references find
@@ -1635,7 +1643,7 @@ mod tests {
             for &w in &words {
                 counted.counted_access(BlockId(n as u32), KeptAccess(w));
             }
-            counted.site_accesses(&branch_words);
+            stream.extend(&branch_words);
             let site_words: Vec<u64> = words
                 .iter()
                 .map(|&w| {
@@ -1644,11 +1652,14 @@ mod tests {
                     let site = first_sites[n] + at as u32;
                     layout.word(site, k.is_fetch(), k.straddles(), k.addr() >> 6)
                 })
-                .chain(branch_words)
                 .collect();
             sited.site_accesses(&site_words);
+            if run % 97 == 0 {
+                hand_over(&mut stream, [&mut counted, &mut sited]);
+            }
             runs[n] += 1;
         }
+        hand_over(&mut stream, [&mut counted, &mut sited]);
         for (n, &r) in runs.iter().enumerate() {
             counted.block_runs(BlockId(n as u32), r);
             sited.block_runs(BlockId(n as u32), r);

@@ -67,39 +67,60 @@ pub(crate) struct SharedBuffers {
     pub map: Arc<SharedMap>,
     /// Which buffers the consumer still reads.
     pub gate: Arc<Gate>,
+    /// The client address of the first buffer.
+    pub base: u64,
 }
 
+/// Words of a trace buffer: their byte offset in the buffers and how many.
+pub(crate) type Span = (usize, usize);
+
 impl SharedBuffers {
-    /// A view of `n` words at byte offset `off` of the buffers, in buffer
-    /// `buffer` (open until dropped).
-    pub fn view(&self, buffer: usize, off: usize, n: usize) -> BufferView {
+    /// A view of buffer `buffer`'s records at `records` and branch words
+    /// at `branches` (open until dropped).
+    pub fn view(&self, buffer: usize, records: Span, branches: Span) -> BufferView {
         // (Checked now, not when the consumer reads: a bad range is the
         // tracer's error.)
-        let _ = self.map.words(off, n);
+        let _ = (self.words(records), self.words(branches));
         self.gate.open(buffer);
         BufferView {
             buffers: self.clone(),
             buffer,
-            off,
-            n,
+            records,
+            branches,
         }
+    }
+
+    fn words(&self, (off, n): Span) -> &[u64] {
+        self.map.words(off, n)
     }
 }
 
-/// Complete records in a shared trace buffer, which the thread does not
-/// write again before the view is dropped.
+/// Complete records and branch words in a shared trace buffer, which the
+/// thread does not write again before the view is dropped (it may write
+/// the rest of the buffer meanwhile, between the two: no slice covers
+/// that).
 #[derive(Debug)]
 pub(crate) struct BufferView {
     buffers: SharedBuffers,
     buffer: usize,
-    off: usize,
-    n: usize,
+    records: Span,
+    branches: Span,
 }
 
 impl BufferView {
     /// The records' words.
-    pub fn words(&self) -> &[u64] {
-        self.buffers.map.words(self.off, self.n)
+    pub fn records(&self) -> &[u64] {
+        self.buffers.words(self.records)
+    }
+
+    /// The branch words, last first.
+    pub fn branch_words(&self) -> &[u64] {
+        self.buffers.words(self.branches)
+    }
+
+    /// The client address of the first branch word.
+    pub fn branch_base(&self) -> u64 {
+        self.buffers.base + self.branches.0 as u64
     }
 }
 

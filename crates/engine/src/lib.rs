@@ -51,7 +51,7 @@ mod translate;
 mod vprintf;
 
 pub use clientreq::{RequestConfig, RequestTool};
-pub use stream::{Decoder, FinishedTool, StreamTool, ToolFactory};
+pub use stream::{BranchStream, Decoder, FinishedTool, StreamTool, ToolFactory};
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -46,13 +46,39 @@ pub trait StreamTool: events::Tool + Send {
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 
     /// Feeds the complete records `words` of thread `thread` to this tool,
-    /// with the block metadata and branch state of `decoder`. Not to be
-    /// overridden: the default is the engine's decoder, compiled for each
-    /// tool type, so that the calls it makes per block (`block_run`, the
-    /// branch records) are direct and inline; through `dyn` they cost the
-    /// consumer a tenth of its time.
-    fn decode(&mut self, decoder: &mut Decoder, thread: u64, words: &[u64]) {
-        decode(self, decoder, thread, words);
+    /// with the block metadata and branch state of `decoder`, and its
+    /// branch words `branches`. Not to be overridden: the default is the
+    /// engine's decoder, compiled for each tool type, so that the calls it
+    /// makes per block (`block_run`, the branch records) are direct and
+    /// inline; through `dyn` they cost the consumer a tenth of its time.
+    fn decode(
+        &mut self,
+        decoder: &mut Decoder,
+        thread: u64,
+        words: &[u64],
+        branches: BranchStream,
+    ) {
+        decode(self, decoder, thread, words, branches);
+    }
+}
+
+/// A thread's branch words handed over with its records, last first
+/// (`events::Tool::branch_words`), and the client address of the first:
+/// a rep string block's record says where among them its own branches go.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct BranchStream<'a> {
+    words: &'a [u64],
+    base: u64,
+}
+
+impl BranchStream<'_> {
+    /// How many of the words were written before the branch stream's
+    /// limit was `limit` (those from that index on; the stream grows down
+    /// from `layout::TRACE_SLACK` above its limit).
+    fn written_before(&self, limit: u64) -> usize {
+        let at = limit.wrapping_add(crate::layout::TRACE_SLACK);
+        let index = at.saturating_sub(self.base) / 8;
+        (index as usize).min(self.words.len())
     }
 }
 
@@ -81,7 +107,8 @@ pub(crate) enum Msg {
     Start { key: u64, tool: Box<dyn StreamTool> },
     /// Blocks were translated.
     Blocks { key: u64, metas: Vec<BlockMeta> },
-    /// Complete records of one thread (little-endian words).
+    /// Complete records of one thread (little-endian words), and its
+    /// branch words.
     Records { key: u64, thread: u64, words: Words },
     /// A client request for the tool, after the records of thread `thread`
     /// sent before it.
@@ -108,20 +135,47 @@ pub(crate) enum Msg {
     Discard { key: u64 },
 }
 
-/// A thread's complete records as the consumer gets them.
+/// A thread's complete records and branch words as the consumer gets
+/// them.
 pub(crate) enum Words {
-    /// Copied out of the client into one of the circulating buffers.
-    Copied(Vec<u64>),
+    /// Copied out of the client into one of the circulating buffers: the
+    /// records, then from `branches_at` on the branch words, the first of
+    /// which was at `branches_base` in the client.
+    Copied {
+        words: Vec<u64>,
+        branches_at: usize,
+        branches_base: u64,
+    },
     /// In place, in a trace buffer shared with the client.
     Shared(BufferView),
 }
 
 impl Words {
-    /// The words.
-    fn as_slice(&self) -> &[u64] {
+    /// The records' words.
+    fn records(&self) -> &[u64] {
         match self {
-            Words::Copied(words) => words,
-            Words::Shared(view) => view.words(),
+            Words::Copied {
+                words, branches_at, ..
+            } => &words[..*branches_at],
+            Words::Shared(view) => view.records(),
+        }
+    }
+
+    /// The branch words, last first (see `events::Tool::branch_words`).
+    fn branches(&self) -> BranchStream<'_> {
+        match self {
+            Words::Copied {
+                words,
+                branches_at,
+                branches_base,
+            } => BranchStream {
+                words: &words[*branches_at..],
+                base: *branches_base,
+            },
+            Words::Shared(view) => BranchStream {
+                words: view.branch_words(),
+                base: view.branch_base(),
+            },
         }
     }
 }
@@ -269,30 +323,34 @@ impl StreamLink {
         b
     }
 
-    /// Complete records of thread `thread` (the buffer goes on to the
-    /// consumer, or straight back when empty).
-    pub fn records(&self, thread: u64, words: Vec<u64>) {
+    /// Complete records of thread `thread`, then from `branches_at` on its
+    /// branch words, the first of which was at `branches_base` (the buffer
+    /// goes on to the consumer, or straight back when empty).
+    pub fn records(&self, thread: u64, words: Vec<u64>, branches_at: usize, branches_base: u64) {
         if words.is_empty() {
             self.recycle(words);
         } else {
             self.send(Msg::Records {
                 key: self.key,
                 thread,
-                words: Words::Copied(words),
+                words: Words::Copied {
+                    words,
+                    branches_at,
+                    branches_base,
+                },
             });
         }
     }
 
-    /// Complete records of thread `thread`, read in place (the view is
-    /// dropped, and the buffer free again, once they are decoded).
+    /// Complete records and branch words of thread `thread`, read in place
+    /// (the view is dropped, and the buffer free again, once they are
+    /// decoded).
     pub fn shared_records(&self, thread: u64, view: BufferView) {
-        if !view.words().is_empty() {
-            self.send(Msg::Records {
-                key: self.key,
-                thread,
-                words: Words::Shared(view),
-            });
-        }
+        self.send(Msg::Records {
+            key: self.key,
+            thread,
+            words: Words::Shared(view),
+        });
     }
 
     /// A buffer from [`StreamLink::buffer`] that was not filled after all.
@@ -531,10 +589,11 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
             Msg::Records { key, thread, words } => {
                 if let Some(p) = procs.get_mut(&key) {
                     let started = Instant::now();
-                    p.tool.decode(&mut p.decoder, thread, words.as_slice());
+                    p.tool
+                        .decode(&mut p.decoder, thread, words.records(), words.branches());
                     p.busy += started.elapsed();
                 }
-                if let Words::Copied(words) = words {
+                if let Words::Copied { words, .. } = words {
                     pool.give(words);
                 }
             }
@@ -591,7 +650,13 @@ fn consume(rx: Receiver<Msg>, pool: Pool) {
 
 /// Feeds the records in `words` of thread `thread` to `tool`, a process's
 /// tool whose blocks and threads `decoder` knows.
-fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u64, words: &[u64]) {
+fn decode<T: StreamTool + ?Sized>(
+    tool: &mut T,
+    decoder: &mut Decoder,
+    thread: u64,
+    words: &[u64],
+    branches: BranchStream,
+) {
     let Decoder {
         needs,
         shapes,
@@ -608,7 +673,10 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
     // Otherwise the next block tells a branch's outcome (a rep string
     // block's own are in its record).
     let rep_branches = needs.cond_branches || needs.indirect_targets;
-    let branches = rep_branches && !sited;
+    let branches_resolved = rep_branches && !sited;
+    // The branch words not yet simulated: those below `unsimulated` (the
+    // earlier ones are at the top).
+    let mut unsimulated = branches.words.len();
     if calls {
         tool.thread(thread);
     }
@@ -674,7 +742,7 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
         let Some(addrs) = words.get(i + 1..i + n) else {
             break;
         };
-        if branches {
+        if branches_resolved {
             if let Some(prev) = last.and_then(|l| flows.get(l as usize)) {
                 resolve(tool, prev.branch, flows[id as usize].start);
             }
@@ -684,6 +752,15 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
             tool.block_run_kept(BlockId(id), &meta.info, kept);
             i += kept.len();
         } else if shape & Shape::REP != 0 {
+            if rep_branches && sited {
+                // First the branch words of the blocks that ran before it.
+                let limit = addrs.last().copied().unwrap_or_default();
+                let before = branches.written_before(limit).min(unsimulated);
+                if before < unsimulated {
+                    tool.branch_words(&branches.words[before..unsimulated]);
+                    unsimulated = before;
+                }
+            }
             rep_run(tool, meta, addrs, rep_branches);
         } else if shape & Shape::SP != 0 {
             let (sp, addrs) = addrs.split_last().expect("a stack pointer word");
@@ -695,6 +772,9 @@ fn decode<T: StreamTool + ?Sized>(tool: &mut T, decoder: &mut Decoder, thread: u
         last = Some(id);
         running = last;
         i += n;
+    }
+    if unsimulated > 0 {
+        tool.branch_words(&branches.words[..unsimulated]);
     }
     match last {
         Some(l) => lasts.insert(thread, l),
@@ -743,7 +823,7 @@ fn resolve<T: StreamTool + ?Sized>(tool: &mut T, branch: Branch, next: u64) {
 fn rep_run<T: StreamTool + ?Sized>(tool: &mut T, meta: &BlockMeta, words: &[u64], branches: bool) {
     let rep = meta.rep.as_ref().expect("a rep block");
     debug_assert_eq!(words.len(), REP_WORDS as usize - 1);
-    let [rcx0, rsi0, rdi0, rcx1, rsi1, rdi1, zf] = words[..7] else {
+    let [rcx0, rsi0, rdi0, rcx1, rsi1, rdi1, zf, _] = words[..8] else {
         return;
     };
     let iterations = rcx0.saturating_sub(rcx1);
@@ -877,6 +957,8 @@ mod tests {
             0x5000 + n,
             0x9000,
             u64::from(zf),
+            // The branch stream's position (read by the decoder only).
+            0,
         ];
         let mut seen = Seen::default();
         rep_run(&mut seen, &meta, &words, true);
@@ -923,7 +1005,7 @@ mod tests {
             0,
         ];
         let mut seen = Seen::default();
-        decode(&mut seen, &mut decoder, 9, &words);
+        decode(&mut seen, &mut decoder, 9, &words, BranchStream::default());
         assert_eq!(seen.fetches, 5, "five block runs");
         assert_eq!(seen.data, [0x40, 0x80, 0xc0]);
         assert!(decoder.interrupted[&9].is_empty());
@@ -935,7 +1017,13 @@ mod tests {
         sites: Vec<Vec<u64>>,
         pairs: Vec<(u32, u64)>,
         signals: usize,
+        /// Branches in the order the predictor would see them: branch
+        /// words, and `REP_TAKEN`/`REP_NOT_TAKEN` for a rep block's.
+        branches: Vec<u64>,
     }
+
+    const REP_TAKEN: u64 = 1;
+    const REP_NOT_TAKEN: u64 = 0;
 
     impl events::Tool for Counted {
         fn needs(&self) -> Needs {
@@ -945,10 +1033,19 @@ mod tests {
                     set_bits: 6,
                     fetch_set_bits: Some(6),
                 }),
+                cond_branches: true,
                 ..Needs::COUNTING
             }
         }
-        fn record(&mut self, _: Record) {}
+        fn record(&mut self, record: Record) {
+            if let Record::CondBranch(b) = record {
+                self.branches
+                    .push(if b.taken { REP_TAKEN } else { REP_NOT_TAKEN });
+            }
+        }
+        fn branch_words(&mut self, words: &[u64]) {
+            self.branches.extend(words.iter().rev());
+        }
         fn site_accesses(&mut self, words: &[u64]) -> usize {
             let n = events::site_run(words);
             self.sites.push(words[..n].to_vec());
@@ -990,7 +1087,7 @@ mod tests {
             site(4, 10),
             u64::from(MARK_SIGRETURN),
         ];
-        decode(&mut tool, &mut decoder, 1, &words);
+        decode(&mut tool, &mut decoder, 1, &words, BranchStream::default());
         assert_eq!(
             tool.sites,
             [
@@ -1001,6 +1098,32 @@ mod tests {
         );
         assert_eq!(tool.pairs, [(5, pair)]);
         assert_eq!(tool.signals, 2);
+    }
+
+    /// A rep string block's branches (from its record) go to the predictor
+    /// between the branch words written before it and those after: its
+    /// record holds the branch stream's position.
+    #[test]
+    fn a_rep_blocks_branches_go_in_their_place_among_the_branch_words() {
+        let mut tool = Counted::default();
+        let mut decoder = Decoder::new(events::Tool::needs(&tool));
+        decoder.add(rep_block(None));
+        let c = |n: u32| SiteWords::cond_word(n + 1, n.is_multiple_of(2));
+        // Written c0, c1, c2 from the top of the buffer down (at `base`
+        // the last), the rep block after c1.
+        let base = 0x10_0000;
+        let stream = [c(2), c(1), c(0)];
+        let limit_after_c1 = (base + 8) - crate::layout::TRACE_SLACK;
+        let words = [0, 2, 0x5000, 0x9000, 0, 0x5002, 0x9000, 0, limit_after_c1];
+        let branches = BranchStream {
+            words: &stream,
+            base,
+        };
+        decode(&mut tool, &mut decoder, 1, &words, branches);
+        assert_eq!(
+            tool.branches,
+            [c(0), c(1), REP_TAKEN, REP_TAKEN, REP_NOT_TAKEN, c(2)]
+        );
     }
 
     /// Cachegrind's branch records (spec §3): `rep movsb` with n = 3 makes

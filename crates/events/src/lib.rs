@@ -345,8 +345,9 @@ pub struct MruFilter {
     /// the end through
     /// [`Tool::block_runs`]. With [`Needs::cond_branches`] or
     /// [`Needs::indirect_targets`], the outcome of the branch ending each
-    /// execution comes among the site words as a *branch word* (see
-    /// [`SiteWords::cond_word`]). The fetches checked are those
+    /// execution comes as a *branch word* (see [`SiteWords::cond_word`]),
+    /// in a stream of its own ([`Tool::branch_words`]). The fetches
+    /// checked are those
     /// [`fetch_starts`] lists; a kept one names its place in that list.
     pub fetch_set_bits: Option<u8>,
 }
@@ -490,11 +491,12 @@ pub fn site_run(words: &[u64]) -> usize {
 /// which names no reference) is a *branch word* instead: the outcome of
 /// the conditional or indirect branch that ends an execution of a counted
 /// block, written where the branch ran (the predictor is simulated in
-/// execution order, like the caches). It holds the block's id in bits 8
+/// execution order, like the caches), in a stream apart from the site
+/// words ([`Tool::branch_words`]). It holds the block's id in bits 8
 /// to 38 (see [`SiteWords::branch_tag`]), in bit 0 whether a conditional
 /// branch was taken and in bit 1 whether the branch is an indirect one,
-/// whose target follows in the next word (with bit 63 set, so that it too
-/// lies above 2^32).
+/// whose target goes with it in the next word of its stream (with bit 63
+/// set, so that it too lies above 2^32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SiteWords {
     /// Bits of the line number: the site's field starts there.
@@ -808,15 +810,25 @@ pub trait Tool {
 
     /// Kept references of blocks whose executions are counted, as
     /// [`SiteWords`] for the filter's line size, in execution order (each
-    /// instruction's fetch before its data references), with the branch
-    /// words of the branches these blocks end in when the tool simulates
-    /// branches (an indirect one's target word right after it): the site
-    /// words at the start of `words`, up to the first that is none
+    /// instruction's fetch before its data references): the site words at
+    /// the start of `words`, up to the first that is none
     /// ([`SiteWords::is_site_word`]). Returns how many there were (one
     /// pass over a buffer: it is read once). The default ignores them:
     /// only a tool that asks for that filter receives these.
     fn site_accesses(&mut self, words: &[u64]) -> usize {
         site_run(words)
+    }
+
+    /// The branch words ([`SiteWords::cond_word`],
+    /// [`SiteWords::indirect_word`]) of the branches that blocks whose
+    /// executions are counted end in, when the tool simulates branches:
+    /// one thread's since its last, a stream of their own beside the
+    /// kept references (the two models share nothing), *last first*: the
+    /// producer's buffer fills with them from its end down. An indirect
+    /// branch's target word comes right before its word in the slice. The
+    /// default ignores them.
+    fn branch_words(&mut self, words: &[u64]) {
+        let _ = words;
     }
 
     /// Block `id` ran `runs` more times than its reported executions say:

@@ -58,6 +58,9 @@ impl<T: Tool> Tool for LiveTool<T> {
     fn site_accesses(&mut self, words: &[u64]) -> usize {
         self.0.site_accesses(words)
     }
+    fn branch_words(&mut self, words: &[u64]) {
+        self.0.branch_words(words);
+    }
 }
 
 impl<T: Tool + Clone + Send + 'static> StreamTool for LiveTool<T> {

@@ -18,6 +18,10 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 /// Condition code of `jne`.
 const JNE: u8 = 5;
 
+/// Where the branch stream's next word goes, from the buffer's limit (see
+/// `Emitter::append_branch`): the word below the limit plus the slack.
+const TOP_BRANCH: i64 = layout::TRACE_SLACK as i64 - 8;
+
 /// The bit that marks the id word of a (block id, kept access) pair in
 /// the buffer (counted executions), so that the consumer knows a pair
 /// without looking the block up: an id word is `id | COUNTED_PAIR`, below
@@ -592,6 +596,22 @@ impl Emitter {
         self.counter_updates.push((load, self.here()));
     }
 
+    /// Appends to the branch stream, which fills the buffer from its end
+    /// down (its lowest word's address less `TRACE_SLACK` is the limit the
+    /// buffer checks compare the write pointer with, so the two streams
+    /// meet only at a flush), what `write` stores below `ptr + TOP_BRANCH
+    /// + 8` (`ptr` the limit, loaded into it; clobbered): the first word
+    /// at `ptr + TOP_BRANCH`, the next below it. `write` returns how many
+    /// bytes that is. Runs again when interrupted, as [`Emitter::append`].
+    fn append_branch(&mut self, ptr: Register, write: impl FnOnce(&mut Emitter) -> i32) {
+        let load = self.here();
+        self.load_gs(ptr, layout::S_TRACE_LIMIT);
+        let size = write(self);
+        self.lea(ptr, based(ptr, -size));
+        self.store_gs(ptr, layout::S_TRACE_LIMIT);
+        self.counter_updates.push((load, self.here()));
+    }
+
     /// `mov [ptr + disp], src`.
     fn store_at(&mut self, ptr: Register, disp: i64, src: Register) {
         self.insn(Instruction::with2(
@@ -610,16 +630,16 @@ impl Emitter {
     }
 
     /// Appends the branch word of the conditional branch ending block `id`
-    /// (`events::SiteWords::cond_word`), just before that branch runs:
-    /// `word` and `ptr` (borrowed) are clobbered, the flags and the
-    /// client's registers are left as they are.
+    /// (`events::SiteWords::cond_word`) to the branch stream, just before
+    /// that branch runs: `word` and `ptr` (borrowed) are clobbered, the
+    /// flags and the client's registers are left as they are.
     pub fn cond_branch_word(&mut self, word: Register, ptr: Register, id: u32, taken: Taken) {
         let tag = SiteWords::branch_tag(id);
         match (taken, SiteWords::short_branch_tag(id)) {
             // The usual case: one store of the tag, `setcc` on its low byte.
             (Taken::Flags(_) | Taken::Always, Some(short)) => {
-                self.append(ptr, |e| {
-                    let at = MemoryOperand::with_base(ptr);
+                self.append_branch(ptr, |e| {
+                    let at = MemoryOperand::with_base_displ(ptr, TOP_BRANCH);
                     match taken {
                         Taken::Flags(cc) => {
                             e.insn(Instruction::with2(Code::Mov_rm64_imm32, at, short as i32));
@@ -658,30 +678,35 @@ impl Emitter {
                 self.load_gs(Register::RCX, layout::S_RCX0);
             }
         }
-        self.append_word(ptr, word);
+        self.append_branch(ptr, |e| {
+            e.store_at(ptr, TOP_BRANCH, word);
+            8
+        });
     }
 
     /// Appends the branch word of the indirect jump or call ending block
-    /// `id` and its target, in RCX (`events::SiteWords::indirect_word`),
-    /// with the client's RAX and RCX in their spill slots: RAX is used and
+    /// `id` and, below it, its target, in RCX
+    /// (`events::SiteWords::indirect_word`) to the branch stream, with the
+    /// client's RAX and RCX in their spill slots: RAX is used and
     /// reloaded; the flags are left as they are.
     pub fn indirect_branch_word(&mut self, id: u32) {
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let word = SiteWords::indirect_word(id);
-        self.append(rax, |e| {
+        self.append_branch(rax, |e| {
             for (at, half) in [(0, word as u32), (4, (word >> 32) as u32)] {
                 e.insn(Instruction::with2(
                     Code::Mov_rm32_imm32,
-                    MemoryOperand::with_base_displ(rax, at),
+                    MemoryOperand::with_base_displ(rax, TOP_BRANCH + at),
                     half,
                 ));
             }
-            e.store_at(rax, 8, rcx);
+            let target = TOP_BRANCH - 8;
+            e.store_at(rax, target, rcx);
             // The target word's top byte (a user address's is 0) gets bit 63.
             debug_assert_eq!(SiteWords::target_word(0), 0x80 << 56);
             e.insn(Instruction::with2(
                 Code::Mov_rm8_imm8,
-                MemoryOperand::with_base_displ(rax, 15),
+                MemoryOperand::with_base_displ(rax, target + 7),
                 0x80u32,
             ));
             16
@@ -836,6 +861,18 @@ impl Emitter {
     /// `mov [r + 8 * word], src`.
     pub fn trace_store(&mut self, r: Register, word: u32, src: Register) {
         self.store_at(r, i64::from(word * 8), src);
+    }
+
+    /// Stores the branch stream's position (the buffer's limit, see
+    /// [`Emitter::append_branch`]) at `[r + 8 * word]`, through RCX, which
+    /// a spill slot keeps meanwhile (flag-free): a rep string block's
+    /// branches, which its record tells, go in their place among the
+    /// branch words.
+    pub fn trace_store_branch_position(&mut self, r: Register, word: u32) {
+        self.store_gs(Register::RCX, layout::S_RCX0);
+        self.load_gs(Register::RCX, layout::S_TRACE_LIMIT);
+        self.store_at(r, i64::from(word * 8), Register::RCX);
+        self.load_gs(Register::RCX, layout::S_RCX0);
     }
 
     /// `setz byte [r + 8 * word]`.

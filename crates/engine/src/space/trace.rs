@@ -6,7 +6,7 @@ use super::{Injector, Space};
 use crate::handoff::{Gate, SharedBuffers};
 use crate::layout::{
     AREA_MRU, AREA_TRACE, SYSTAB, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BUFFERS,
-    TRACE_BYTES,
+    TRACE_BYTES, TRACE_SLACK,
 };
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
@@ -42,12 +42,30 @@ pub(crate) struct Tracing {
     /// their counters (filtered trace mode with fetches checked).
     pub counted: Vec<(u32, u32)>,
     /// Complete records a flush left for the consumer, read once the
-    /// thread runs on in its next buffer: (thread area, start, words).
-    /// (Copied buffers only: shared ones go at once.)
-    pub pending: Option<(u64, u64, usize)>,
+    /// thread runs on in its next buffer (copied buffers only: shared ones
+    /// go at once).
+    pub pending: Option<Handed>,
     /// Per thread area, which buffer its thread writes and what of it the
     /// consumer has.
     pub areas: FxHashMap<u64, TraceArea>,
+}
+
+/// What a thread hands over: its records from `from` to `to` and its
+/// branch words from `down` up to `down_to` (the branch stream fills the
+/// buffer from its end down).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handed {
+    area: u64,
+    from: u64,
+    to: u64,
+    down: u64,
+    down_to: u64,
+}
+
+impl Handed {
+    fn is_empty(&self) -> bool {
+        self.from == self.to && self.down == self.down_to
+    }
 }
 
 /// What the tracer knows of one thread area's trace buffers.
@@ -57,6 +75,9 @@ pub(crate) struct TraceArea {
     buffer: usize,
     /// Where the records not yet handed over start, in that buffer.
     from: u64,
+    /// Where the branch words not yet handed over end (they run down from
+    /// there).
+    down_to: u64,
     /// The buffers as a memory file the tool maps too (their records go
     /// to the consumer in place); `None`: the area's private memory,
     /// copied out.
@@ -181,11 +202,13 @@ impl Space {
                 let a = t.areas.entry(area).or_insert_with(|| TraceArea {
                     buffer: 0,
                     from: start,
+                    down_to: start + TRACE_BUFFER,
                     shared: None,
                 });
                 a.shared = Some(SharedBuffers {
                     map,
                     gate: Gate::new(),
+                    base: start,
                 });
             }
             None => {
@@ -230,6 +253,7 @@ impl Space {
         let a = t.areas.entry(area).or_insert_with(|| TraceArea {
             buffer,
             from: start,
+            down_to: start + TRACE_BUFFER,
             shared: None,
         });
         if let Some(shared) = &a.shared {
@@ -237,6 +261,7 @@ impl Space {
         }
         a.buffer = buffer;
         a.from = start;
+        a.down_to = start + TRACE_BUFFER;
         let mut b = (start + skip).to_le_bytes().to_vec();
         b.extend_from_slice(&(start + TRACE_BYTES).to_le_bytes());
         const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
@@ -261,37 +286,58 @@ impl Space {
         self.tracing.as_ref()?.sites.get(site as usize).copied()
     }
 
-    /// The buffer the thread of `area` writes (its number), where its
-    /// records not yet handed over start, and its write pointer.
-    fn trace_extent(&mut self, area: u64) -> Result<(usize, u64, u64), EngineError> {
-        let ptr = self.mem.read_u64(area + u64::from(S_TRACE_PTR))?;
+    /// The buffer the thread of `area` writes (its number) and what it
+    /// would hand over now: its records not yet handed over, up to its
+    /// write pointer, and its branch words, down to its limit's.
+    fn trace_extent(&mut self, area: u64) -> Result<(usize, Handed), EngineError> {
+        const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
+        let slots = self.mem.read(area + u64::from(S_TRACE_PTR), 16)?;
+        let word = |i: usize| u64::from_le_bytes(slots[i..i + 8].try_into().expect("8 bytes"));
+        let (ptr, down) = (word(0), word(8).wrapping_add(TRACE_SLACK));
         let first = area + AREA_TRACE;
-        let (buffer, from) = match self.tracing.as_ref().and_then(|t| t.areas.get(&area)) {
-            Some(a) => (a.buffer, a.from),
-            None => (0, first),
+        let (buffer, from, down_to) = match self.tracing.as_ref().and_then(|t| t.areas.get(&area)) {
+            Some(a) => (a.buffer, a.from, a.down_to),
+            None => (0, first, first + TRACE_BUFFER),
         };
-        let start = first + buffer as u64 * TRACE_BUFFER;
-        if !(from..=start + TRACE_BUFFER).contains(&ptr) || (ptr - from) % 8 != 0 {
+        let ordered = from <= ptr && ptr <= down && down <= down_to;
+        if !ordered || !(ptr - from).is_multiple_of(8) || !(down_to - down).is_multiple_of(8) {
             return Err(EngineError(format!(
-                "trace buffer of thread area {area:#x} is corrupt (write pointer {ptr:#x})"
+                "trace buffer of thread area {area:#x} is corrupt (write pointer {ptr:#x}, branch words from {down:#x})"
             )));
         }
-        Ok((buffer, from, ptr))
+        let handed = Handed {
+            area,
+            from,
+            to: ptr,
+            down,
+            down_to,
+        };
+        Ok((buffer, handed))
     }
 
-    /// `n` words of client memory from `start`, read in one go into a
-    /// recycled buffer.
-    fn read_words(&mut self, start: u64, n: usize) -> Result<Vec<u64>, EngineError> {
+    /// The words of `h` (records, then branch words), read in one go each
+    /// into a recycled buffer; returns it and where its branch words start.
+    fn read_handed(&mut self, h: Handed) -> Result<(Vec<u64>, usize), EngineError> {
         let Some(t) = &mut self.tracing else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         };
+        let up = ((h.to - h.from) / 8) as usize;
+        let down = ((h.down_to - h.down) / 8) as usize;
         let asked = Instant::now();
-        let mut words = t.link.buffer(n);
+        let mut words = t.link.buffer(up + down);
         let got = Instant::now();
-        if let Err(e) = self
+        let (records, branches) = words.split_at_mut(up);
+        let read = self
             .mem
-            .read_into(start, bytemuck::cast_slice_mut(&mut words))
-        {
+            .read_into(h.from, bytemuck::cast_slice_mut(records))
+            .and_then(|()| {
+                self.mem
+                    .read_into(h.down, bytemuck::cast_slice_mut(branches))
+            });
+        let Some(t) = &mut self.tracing else {
+            return Ok((Vec::new(), 0));
+        };
+        if let Err(e) = read {
             // Back into circulation: the tracer waits for free buffers.
             t.link.recycle(words);
             return Err(e);
@@ -299,31 +345,38 @@ impl Space {
         t.stats.wait_time += got - asked;
         t.stats.read_time += got.elapsed();
         t.stats.bytes += 8 * words.len() as u64;
-        Ok(words)
+        Ok((words, up))
     }
 
-    /// The complete records of the thread of `area` from `from` to `to` go
-    /// to the consumer: in place if its buffers are shared, else copied out
-    /// (at once, or with `later` once the thread runs on:
-    /// [`Space::hand_over_pending`]).
-    fn hand_over(&mut self, area: u64, from: u64, to: u64, later: bool) {
+    /// What `h` holds goes to the consumer: in place if its thread's
+    /// buffers are shared, else copied out (at once, or with `later` once
+    /// the thread runs on: [`Space::hand_over_pending`]).
+    fn hand_over(&mut self, h: Handed, later: bool) {
         let Some(t) = &mut self.tracing else { return };
-        let n = ((to - from) / 8) as usize;
-        if let Some(shared) = t.areas.get(&area).and_then(|a| a.shared.clone()) {
-            // (Views are opened before the area moves on to another buffer:
-            // the buffer number is the one `from` lies in.)
-            let buffer = ((from - area - AREA_TRACE) / TRACE_BUFFER) as usize;
-            let view = shared.view(buffer, (from - area - AREA_TRACE) as usize, n);
-            t.stats.bytes += to - from;
-            t.link.shared_records(area, view);
+        if h.is_empty() {
+            return;
+        }
+        if let Some(shared) = t.areas.get(&h.area).and_then(|a| a.shared.clone()) {
+            let first = h.area + AREA_TRACE;
+            // (The buffer `from` lies in: the area may have moved on.)
+            let buffer = ((h.from - first) / TRACE_BUFFER) as usize;
+            let range = |at: u64, to: u64| ((at - first) as usize, ((to - at) / 8) as usize);
+            let view = shared.view(buffer, range(h.from, h.to), range(h.down, h.down_to));
+            t.stats.bytes += (h.to - h.from) + (h.down_to - h.down);
+            t.link.shared_records(h.area, view);
         } else if later {
-            t.pending = Some((area, from, n));
+            t.pending = Some(h);
         } else {
-            // (Memory already gone: nothing more to hand over.)
-            let words = self.read_words(from, n).unwrap_or_default();
-            if let Some(t) = &self.tracing {
-                t.link.records(area, words);
-            }
+            self.hand_over_copy(h);
+        }
+    }
+
+    /// `h`'s words, copied out, go to the consumer.
+    fn hand_over_copy(&mut self, h: Handed) {
+        // (Memory already gone: nothing more to hand over.)
+        let (words, branches_at) = self.read_handed(h).unwrap_or_default();
+        if let Some(t) = &self.tracing {
+            t.link.records(h.area, words, branches_at, h.down);
         }
     }
 
@@ -331,13 +384,8 @@ impl Space {
     /// runs on in its next buffer (the tracer's copy overlaps its work),
     /// and before anything else of the process is read.
     pub fn hand_over_pending(&mut self) {
-        let Some((area, start, n)) = self.tracing.as_mut().and_then(|t| t.pending.take()) else {
-            return;
-        };
-        // (Memory already gone: nothing more to hand over.)
-        let words = self.read_words(start, n).unwrap_or_default();
-        if let Some(t) = &self.tracing {
-            t.link.records(area, words);
+        if let Some(h) = self.tracing.as_mut().and_then(|t| t.pending.take()) {
+            self.hand_over_copy(h);
         }
     }
 
@@ -369,7 +417,8 @@ impl Space {
     /// `open_filtered_record`.
     pub fn flush_trace(&mut self, area: u64, record: Option<u64>) -> Result<u64, EngineError> {
         self.hand_over_pending();
-        let (buffer, from, ptr) = self.trace_extent(area)?;
+        let (buffer, extent) = self.trace_extent(area)?;
+        let (from, ptr) = (extent.from, extent.to);
         let record = match record {
             Some(r) => r,
             None => self.open_filtered_record(from, ptr)?,
@@ -379,7 +428,15 @@ impl Space {
                 "trace buffer of thread area {area:#x} is corrupt (record {record:#x})"
             )));
         }
-        self.hand_over(area, from, record, true);
+        // (Branch words have no open part: a block writes its own after
+        // its check.)
+        self.hand_over(
+            Handed {
+                to: record,
+                ..extent
+            },
+            true,
+        );
         let next_buffer = (buffer + 1) % TRACE_BUFFERS;
         let next = area + AREA_TRACE + next_buffer as u64 * TRACE_BUFFER;
         // (Counted executions have none: their check is on entry.)
@@ -464,12 +521,13 @@ impl Space {
             return;
         }
         // (Memory already gone: nothing more to hand over.)
-        let Ok((_, from, ptr)) = self.trace_extent(area) else {
+        let Ok((_, extent)) = self.trace_extent(area) else {
             return;
         };
-        self.hand_over(area, from, ptr, false);
+        self.hand_over(extent, false);
         if let Some(a) = self.tracing.as_mut().and_then(|t| t.areas.get_mut(&area)) {
-            a.from = ptr;
+            a.from = extent.to;
+            a.down_to = extent.down;
         }
         self.forget_lines(area);
     }

@@ -101,8 +101,8 @@ pub struct RepString {
 }
 
 /// Record words of a rep string block: id, RCX/RSI/RDI before, RCX/RSI/RDI
-/// after, ZF after.
-pub const REP_WORDS: u32 = 8;
+/// after, ZF after, the branch stream's position (its limit word).
+pub const REP_WORDS: u32 = 9;
 
 /// Where a flush resumes: the site's number is what the check passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -644,6 +644,7 @@ pub(super) fn translate_traced(
                     if is_cond_rep(i) {
                         b.e.trace_setz(r, 7);
                     }
+                    b.e.trace_store_branch_position(r, 8);
                     if let Some(d1) = filter {
                         // The tool simulates its iterations; the table
                         // must not remember lines from before them.
@@ -933,11 +934,14 @@ mod tests {
             let imm = format!("{half:X}h");
             assert!(d.iter().any(|l| l.ends_with(&imm)), "{imm} {d:#?}");
         }
-        assert!(d.iter().any(|l| l == "mov [rax+8],rcx"), "{d:#?}");
+        // In the branch stream, below the limit plus the slack: the word
+        // on top, its target under it.
+        assert!(d.iter().any(|l| l == "mov [rax+0FFFF0h],rcx"), "{d:#?}");
         assert!(
-            d.iter().any(|l| l == "mov byte ptr [rax+0Fh],80h"),
+            d.iter().any(|l| l == "mov byte ptr [rax+0FFFF7h],80h"),
             "{d:#?}"
         );
+        assert!(d.iter().any(|l| l == "lea rax,[rax-10h]"), "{d:#?}");
     }
 
     fn filtered(code: &[u8]) -> Translation {
