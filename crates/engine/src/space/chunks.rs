@@ -189,31 +189,19 @@ impl CodeCache {
             Ok(false)
         };
         if mem.can_share() {
-            // memfd_create(name, MFD_CLOEXEC): the name is an empty string,
-            // the interest byte of syscall 65535 (always 0).
-            let name = self.core + layout::SYSTAB + 0xffff;
-            let fd = inj(
-                libc::SYS_memfd_create as u64,
-                [name, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0],
-            )?;
-            if fd >= 0 {
-                let fd = fd as u64;
-                let sized = inj(libc::SYS_ftruncate as u64, [fd, CHUNK_SIZE, 0, 0, 0, 0])? == 0;
+            if let Some(fd) = super::client_memory_file(self.core, CHUNK_SIZE, inj)? {
                 let flags = libc::MAP_PRIVATE as u64 | FIXED;
-                let placed =
-                    sized && mapped_at(inj(mmap, [cand, CHUNK_SIZE, PROT, flags, fd, 0])?, inj)?;
+                let placed = mapped_at(inj(mmap, [cand, CHUNK_SIZE, PROT, flags, fd, 0])?, inj)?;
                 let shared = placed && mem.share(cand, CHUNK_SIZE, fd as i32);
                 inj(libc::SYS_close as u64, [fd, 0, 0, 0, 0, 0])?;
                 if shared {
                     return Ok(true);
                 }
-                if placed {
-                    inj(libc::SYS_munmap as u64, [cand, CHUNK_SIZE, 0, 0, 0, 0])?;
-                }
-                if sized && !placed {
+                if !placed {
                     // The place is taken; the next one is tried.
                     return Ok(false);
                 }
+                inj(libc::SYS_munmap as u64, [cand, CHUNK_SIZE, 0, 0, 0, 0])?;
             }
         }
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | FIXED;

@@ -56,6 +56,29 @@ use std::collections::VecDeque;
 /// result (negative errno on failure).
 pub type Injector<'a> = dyn FnMut(u64, [u64; 6]) -> Result<i64, EngineError> + 'a;
 
+/// Makes the client create a memory file of `len` bytes (`memfd_create`,
+/// close-on-exec, then `ftruncate`) through `inj`, in the address space
+/// whose core region is at `core`: its descriptor in the client, or `None`
+/// if either call failed (the descriptor closed again).
+fn client_memory_file(core: u64, len: u64, inj: &mut Injector) -> Result<Option<u64>, EngineError> {
+    // The name is an empty string: the interest byte of syscall 65535
+    // (always 0).
+    let name = core + layout::SYSTAB + 0xffff;
+    let fd = inj(
+        libc::SYS_memfd_create as u64,
+        [name, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0],
+    )?;
+    if fd < 0 {
+        return Ok(None);
+    }
+    let fd = fd as u64;
+    if inj(libc::SYS_ftruncate as u64, [fd, len, 0, 0, 0, 0])? != 0 {
+        inj(libc::SYS_close as u64, [fd, 0, 0, 0, 0, 0])?;
+        return Ok(None);
+    }
+    Ok(Some(fd))
+}
+
 /// Most blocks placed in a row right after the block that falls into them.
 const MAX_CHAIN: u32 = 8;
 

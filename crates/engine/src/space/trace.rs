@@ -5,8 +5,8 @@
 use super::{Injector, Space};
 use crate::handoff::{Gate, SharedBuffers};
 use crate::layout::{
-    AREA_MRU, AREA_TRACE, SYSTAB, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BUFFERS,
-    TRACE_BYTES, TRACE_SLACK,
+    AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BUFFERS, TRACE_BYTES,
+    TRACE_SLACK,
 };
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
@@ -176,19 +176,10 @@ impl Space {
         self.mem.flush()?;
         let mut map = None;
         if self.mem.can_share() {
-            // memfd_create(name, MFD_CLOEXEC): the name is an empty string,
-            // the interest byte of syscall 65535 (always 0).
-            let name = self.core + SYSTAB + 0xffff;
-            let fd = inj(
-                libc::SYS_memfd_create as u64,
-                [name, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0],
-            )?;
-            if fd >= 0 {
-                let fd = fd as u64;
+            if let Some(fd) = super::client_memory_file(self.core, LEN, inj)? {
                 let shared = (libc::MAP_SHARED | libc::MAP_FIXED) as u64;
                 let dontfork = libc::MADV_DONTFORK as u64;
-                if inj(libc::SYS_ftruncate as u64, [fd, LEN, 0, 0, 0, 0])? == 0
-                    && inj(libc::SYS_mmap as u64, [start, LEN, RW, shared, fd, 0])? as u64 == start
+                if inj(libc::SYS_mmap as u64, [start, LEN, RW, shared, fd, 0])? as u64 == start
                     && inj(libc::SYS_madvise as u64, [start, LEN, dontfork, 0, 0, 0])? == 0
                 {
                     map = self.mem.share_buffers(start, LEN, fd as i32);
