@@ -635,6 +635,13 @@ impl Space {
         self.stats.blocks_translated += 1;
         self.stats.blocks_checked += u64::from(smc_stub.is_some());
         self.stats.guest_instructions_translated += t.counted.len() as u64 + t.reps.len() as u64;
+        // The engine's own counts (and their corrections after faults)
+        // make the profile in counting mode only: in trace mode the tool
+        // counts, and the instruction list would be 5 MB of a python run.
+        let counted = match self.tracing {
+            Some(_) => Vec::new(),
+            None => t.counted,
+        };
         self.blocks.insert(
             guest,
             Block {
@@ -642,7 +649,7 @@ impl Space {
                 guest_end: t.guest_end,
                 module,
                 counter: t.counter,
-                counted: t.counted,
+                counted,
                 counter_end: t.counter_end.unwrap_or(0),
                 deltas: Vec::new(),
                 reps: t.reps,
