@@ -11,10 +11,22 @@ use crate::set::{Event, EventSet};
 /// slot up once per instruction (or once per block, keeping the slots of
 /// its instructions) and then adds to the row, so one instruction's events
 /// share a cache line and nothing is hashed per data access.
+///
+/// A table may start *narrow* ([`CostTable::storing`]): its rows hold only
+/// some columns, and the few instructions charged in others (through
+/// [`row_mut`](CostTable::row_mut), or [`add`](CostTable::add) to another
+/// column) get a full row on the side, until [`widen`](CostTable::widen)
+/// makes every row full. A live run charges nothing but misses per block
+/// execution (the rest follows from the blocks' run counts at the end),
+/// so its rows need only those columns while the caches' state is held
+/// too.
 #[derive(Debug, Clone)]
 pub struct CostTable {
     events: EventSet,
+    /// Columns of a full row.
     width: usize,
+    /// While narrow: the columns stored.
+    narrow: Option<Narrow>,
     slots: FxHashMap<u64, u32>,
     /// Recently looked-up addresses and their slots, direct-mapped: a
     /// replayed trace looks up every instruction it fetches, and a hash
@@ -24,6 +36,27 @@ pub struct CostTable {
     addrs: Vec<u64>,
     costs: Vec<u64>,
 }
+
+/// The columns a narrow table stores, and its full rows on the side.
+#[derive(Debug, Clone)]
+struct Narrow {
+    /// Columns per stored row.
+    width: usize,
+    /// Per column of a full row: its place in a stored row, or
+    /// [`NOT_STORED`].
+    place: [u8; 13],
+    /// The slots with a full row on the side, and where it starts in
+    /// `side_costs`.
+    side: FxHashMap<u32, usize>,
+    /// Full rows, added to the stored ones when the table widens.
+    side_costs: Vec<u64>,
+    /// The slot whose side row was used last, and that row: a record's
+    /// fetch and data references go to one instruction.
+    last_side: (usize, usize),
+}
+
+/// [`Narrow::place`] of a column not stored.
+const NOT_STORED: u8 = u8::MAX;
 
 /// Entries of [`CostTable::recent`]: 16 KiB, well within the L1 cache.
 const RECENT: usize = 1024;
@@ -41,6 +74,7 @@ impl CostTable {
         CostTable {
             events,
             width: events.len(),
+            narrow: None,
             slots: FxHashMap::default(),
             // An empty entry holds an address that never maps to it (`i ^ 1`
             // maps to entry `i ^ 1`), so a lookup needs one comparison.
@@ -48,6 +82,84 @@ impl CostTable {
             addrs: Vec::new(),
             costs: Vec::new(),
         }
+    }
+
+    /// An empty narrow table for `events`, storing only the columns
+    /// `stored` (in the set's column order) until another is written.
+    pub fn storing(events: EventSet, stored: &[usize]) -> CostTable {
+        let mut place = [NOT_STORED; 13];
+        for (n, &col) in stored.iter().enumerate() {
+            assert!(col < events.len(), "column {col} of {events:?}");
+            place[col] = n as u8;
+        }
+        CostTable {
+            narrow: Some(Narrow {
+                width: stored.len(),
+                place,
+                side: FxHashMap::default(),
+                side_costs: Vec::new(),
+                last_side: (usize::MAX, 0),
+            }),
+            ..CostTable::new(events)
+        }
+    }
+
+    /// Whether rows hold every column (not narrow).
+    pub fn is_wide(&self) -> bool {
+        self.narrow.is_none()
+    }
+
+    /// Makes the rows full rows, the columns not stored zero, and adds the
+    /// rows on the side to them. The costs grow in place (from the last
+    /// row back, each row moves only forward), so only the added columns
+    /// take new memory.
+    pub fn widen(&mut self) {
+        let Some(narrow) = self.narrow.take() else {
+            return;
+        };
+        let rows = self.addrs.len();
+        self.costs.resize(rows * self.width, 0);
+        let mut row = [0u64; 13];
+        for slot in (0..rows).rev() {
+            row[..narrow.width].copy_from_slice(&self.costs[slot * narrow.width..][..narrow.width]);
+            let wide = &mut self.costs[slot * self.width..][..self.width];
+            for (c, &place) in wide.iter_mut().zip(&narrow.place) {
+                *c = match place {
+                    NOT_STORED => 0,
+                    p => row[p as usize],
+                };
+            }
+        }
+        for (&slot, &at) in &narrow.side {
+            let side = &narrow.side_costs[at..][..self.width];
+            let wide = &mut self.costs[slot as usize * self.width..][..self.width];
+            for (c, v) in wide.iter_mut().zip(side) {
+                *c += v;
+            }
+        }
+    }
+
+    /// The full row on the side of `slot` in a narrow table, made if new.
+    #[cold]
+    #[inline(never)]
+    fn side_row(&mut self, slot: usize) -> &mut [u64] {
+        let width = self.width;
+        let narrow = self.narrow.as_mut().expect("narrow");
+        if narrow.last_side.0 != slot {
+            let next = narrow.side_costs.len();
+            let at = *narrow.side.entry(slot as u32).or_insert(next);
+            if at == next {
+                narrow.side_costs.resize(next + width, 0);
+            }
+            narrow.last_side = (slot, at);
+        }
+        &mut narrow.side_costs[narrow.last_side.1..][..width]
+    }
+
+    /// Columns per stored row.
+    #[inline(always)]
+    fn stored_width(&self) -> usize {
+        self.narrow.as_ref().map_or(self.width, |n| n.width)
     }
 
     /// The events of every row.
@@ -81,7 +193,7 @@ impl CostTable {
         let slot = slot as usize;
         if slot == next {
             self.addrs.push(addr);
-            self.costs.resize(self.costs.len() + self.width, 0);
+            self.costs.resize(self.costs.len() + self.stored_width(), 0);
         }
         slot
     }
@@ -93,21 +205,41 @@ impl CostTable {
     }
 
     /// The costs of `slot`, in the set's column order.
+    ///
+    /// # Panics
+    ///
+    /// If the table is narrow (see [`widen`](Self::widen)).
     #[inline]
     pub fn row(&self, slot: usize) -> &[u64] {
+        assert!(self.is_wide(), "a narrow table's rows are partial");
         &self.costs[slot * self.width..][..self.width]
     }
 
-    /// Adds `n` to column `col` of `slot`.
+    /// Adds `n` to column `col` of `slot` (in a narrow table, a column
+    /// not stored goes to the slot's row on the side).
     #[inline]
     pub fn add(&mut self, slot: usize, col: usize, n: u64) {
         debug_assert!(col < self.width);
-        self.costs[slot * self.width + col] += n;
+        let (width, at) = match &self.narrow {
+            None => (self.width, col),
+            Some(narrow) => match narrow.place[col] {
+                NOT_STORED => {
+                    self.side_row(slot)[col] += n;
+                    return;
+                }
+                at => (narrow.width, at as usize),
+            },
+        };
+        self.costs[slot * width + at] += n;
     }
 
-    /// The costs of `slot`, to add to.
+    /// The costs of `slot`, to add to (in a narrow table, its row on the
+    /// side).
     #[inline]
     pub fn row_mut(&mut self, slot: usize) -> &mut [u64] {
+        if self.narrow.is_some() {
+            return self.side_row(slot);
+        }
         &mut self.costs[slot * self.width..][..self.width]
     }
 
@@ -146,8 +278,22 @@ impl CostTable {
 
     /// Column sums over every row.
     pub fn totals(&self) -> Vec<u64> {
-        let mut sum = vec![0; self.width];
-        for row in self.costs.chunks_exact(self.width) {
+        let mut stored = vec![0; self.stored_width()];
+        if !stored.is_empty() {
+            for row in self.costs.chunks_exact(stored.len()) {
+                for (s, v) in stored.iter_mut().zip(row) {
+                    *s += v;
+                }
+            }
+        }
+        let Some(narrow) = &self.narrow else {
+            return stored;
+        };
+        let mut sum: Vec<u64> = narrow.place[..self.width]
+            .iter()
+            .map(|&p| stored.get(usize::from(p)).copied().unwrap_or(0))
+            .collect();
+        for row in narrow.side_costs.chunks_exact(self.width) {
             for (s, v) in sum.iter_mut().zip(row) {
                 *s += v;
             }
@@ -203,5 +349,46 @@ mod tests {
     #[should_panic(expected = "Dr is not collected")]
     fn uncollected_event() {
         CostTable::new(EventSet::new(false, false)).add_counts(Event::Dr, [(1, 1)]);
+    }
+
+    /// A narrow table keeps its columns' counts through widening, in
+    /// place, and the rows on the side are added then.
+    #[test]
+    fn narrow_rows_widen() {
+        let set = EventSet::new(true, false);
+        let mut t = CostTable::storing(set, &[1, 2, 5]);
+        let (a, b) = (t.slot(0x10), t.slot(0x20));
+        t.add(b, 5, 4);
+        t.add(a, 1, 1);
+        t.add(a, 2, 2);
+        t.add(b, 1, 3);
+        assert!(!t.is_wide());
+        assert_eq!(t.totals(), [0, 4, 2, 0, 0, 4, 0, 0, 0]);
+        let c = t.slot(0x30);
+        t.add(c, 2, 7);
+        let mut wide = t.clone();
+        wide.widen();
+        assert_eq!(wide.row(a), [0, 1, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(wide.row(b), [0, 3, 0, 0, 0, 4, 0, 0, 0]);
+        assert_eq!(wide.row(c), [0, 0, 7, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(wide.totals(), t.totals());
+        // Other columns, and whole rows: on the side until widened.
+        t.add(b, 0, 9);
+        t.row_mut(c)[1] += 1;
+        t.row_mut(b)[2] += 1;
+        t.add(b, 1, 1);
+        assert!(!t.is_wide());
+        assert_eq!(t.totals(), [9, 6, 10, 0, 0, 4, 0, 0, 0]);
+        t.widen();
+        assert_eq!(t.row(a), [0, 1, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(t.row(b), [9, 4, 1, 0, 0, 4, 0, 0, 0]);
+        assert_eq!(t.row(c), [0, 1, 7, 0, 0, 0, 0, 0, 0]);
+        let mut none = CostTable::storing(EventSet::new(false, true), &[]);
+        let s = none.slot(1);
+        assert_eq!(none.totals(), [0; 5]);
+        none.row_mut(s)[3] += 1;
+        assert_eq!(none.totals(), [0, 0, 0, 1, 0]);
+        none.widen();
+        assert_eq!(none.row(s), [0, 0, 0, 1, 0]);
     }
 }
