@@ -219,6 +219,24 @@ impl CompactTags {
     }
 }
 
+impl LlTags {
+    /// [`Tags::reorder_is_miss`] for a block whose key does not fit: the
+    /// store becomes whole block numbers first. Out of line: it never
+    /// happens in a real process, and kept apart it leaves the paths that
+    /// inline the model small.
+    #[cold]
+    #[inline(never)]
+    fn widened_reorder_is_miss(&mut self, base: usize, assoc: usize, block: u64) -> bool {
+        if let LlTags::Compact(c) = self {
+            *self = LlTags::Wide(c.widen(assoc));
+        }
+        match self {
+            LlTags::Wide(w) => w.reorder_is_miss(base, assoc, block),
+            LlTags::Compact(_) => unreachable!("widened above"),
+        }
+    }
+}
+
 impl Tags for LlTags {
     fn cold(config: &CacheConfig) -> LlTags {
         match CompactTags::for_config(config) {
@@ -238,15 +256,12 @@ impl Tags for LlTags {
 
     #[inline(always)]
     fn reorder_is_miss(&mut self, base: usize, assoc: usize, block: u64) -> bool {
-        if let LlTags::Compact(c) = self {
-            match u32::try_from(c.key(block)) {
-                Ok(key) => return shift_in(&mut c.tags[base..base + assoc], key),
-                Err(_) => *self = LlTags::Wide(c.widen(assoc)),
-            }
-        }
         match self {
+            LlTags::Compact(c) => match u32::try_from(c.key(block)) {
+                Ok(key) => shift_in(&mut c.tags[base..base + assoc], key),
+                Err(_) => self.widened_reorder_is_miss(base, assoc, block),
+            },
             LlTags::Wide(w) => w.reorder_is_miss(base, assoc, block),
-            LlTags::Compact(_) => unreachable!("widened above"),
         }
     }
 
