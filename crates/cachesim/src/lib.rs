@@ -19,7 +19,6 @@ pub mod cpuid;
 mod sim;
 
 pub use branch::BranchPredictor;
-pub use cache::Cache;
 pub use config::{CacheConfig, CheckError, OptError};
 pub use configure::{configure, CacheOptions, CacheSetup, Fatal, Message};
 pub use sim::{AccessCounts, CacheSim, Outcome};

@@ -1,7 +1,7 @@
 //! The I1/D1/LL hierarchy (spec §1.4): LL is consulted only on an L1 miss,
 //! with the same address and size, and is shared by both L1 caches.
 
-use crate::cache::Cache;
+use crate::cache::{Cache, LlTags, WideTags};
 use crate::config::CacheConfig;
 
 /// What one instruction fetch or data access did in the hierarchy.
@@ -55,9 +55,10 @@ impl AccessCounts {
 /// The three caches of Cachegrind's model.
 #[derive(Debug, Clone)]
 pub struct CacheSim {
-    i1: Cache,
-    d1: Cache,
-    ll: Cache,
+    i1: Cache<WideTags>,
+    d1: Cache<WideTags>,
+    /// Compact tags where exact: LL's tag array is the big one.
+    ll: Cache<LlTags>,
     max_access: u32,
 }
 
@@ -88,8 +89,9 @@ impl CacheSim {
         self.ll.config()
     }
 
-    /// I1's [`Cache::changes`]: while it stands still, every I1 set has the
-    /// same most recently used line.
+    /// How many I1 references so far changed its tag store (all but hits
+    /// on a set's most recently used line): while the count stands still,
+    /// every I1 set has the same most recently used line.
     #[inline]
     pub fn i1_changes(&self) -> u64 {
         self.i1.changes()

@@ -104,14 +104,8 @@ pub struct BlockSim {
     modify_as_write: bool,
     /// Per block id: what a run needs of its plan, one cache line each.
     blocks: Vec<BlockPlan>,
-    /// Per block id: the rest of its plan.
-    cold: Vec<PlanCold>,
-    /// The plans' fetches, each plan's together in execution order (an
-    /// arena: consecutive blocks' steps are near each other, not in an
-    /// allocation each).
-    fetch_ops: Vec<FetchOp>,
-    /// The plans' data accesses, likewise.
-    data_ops: Vec<DataOp>,
+    /// The plans' steps and instructions.
+    arenas: Arenas,
     /// The block whose run made the latest instruction fetches (see
     /// `BlockPlan::repeats_free`).
     last_run: Option<u32>,
@@ -178,9 +172,7 @@ impl BlockSim {
             branches: branch_sim.then(BranchPredictor::new),
             modify_as_write,
             blocks: Vec::new(),
-            cold: Vec::new(),
-            fetch_ops: Vec::new(),
-            data_ops: Vec::new(),
+            arenas: Arenas::default(),
             last_run: None,
             kept_line_bits,
             site_words: SiteWords::new(kept_line_bits),
@@ -214,21 +206,19 @@ impl BlockSim {
                 max_access: c.max_access(),
             }
         });
-        let (plan, cold) = BlockPlan::new(
+        let plan = BlockPlan::new(
             info,
-            slots,
+            &slots,
             self.cols,
             i1,
             self.modify_as_write,
-            (&mut self.fetch_ops, &mut self.data_ops),
+            &mut self.arenas,
         );
         let i = id.0 as usize;
         if self.blocks.len() <= i {
             self.blocks.resize_with(i + 1, Default::default);
-            self.cold.resize_with(i + 1, Default::default);
         }
         self.blocks[i] = plan;
-        self.cold[i] = cold;
         if self.branches.is_some() {
             if self.branch_tallies.len() <= i {
                 self.branch_tallies.resize_with(i + 1, Default::default);
@@ -266,15 +256,17 @@ impl BlockSim {
 
     /// Whether block `id` was described.
     pub fn described(&self, id: BlockId) -> bool {
-        self.cold
+        self.blocks
             .get(id.0 as usize)
-            .is_some_and(|p| !p.slots.is_empty())
+            .is_some_and(|p| p.instrs.len > 0)
     }
 
     /// Per instruction of block `id`: the reads (with modifies, unless they
     /// count as writes) and writes one execution makes.
     pub fn accesses(&self, id: BlockId) -> &[(u16, u16)] {
-        self.cold.get(id.0 as usize).map_or(&[], |p| &p.accesses)
+        self.blocks
+            .get(id.0 as usize)
+            .map_or(&[], |p| p.instrs.of(&self.arenas.accesses))
     }
 
     /// Simulates one execution of block `id` with its data addresses
@@ -347,8 +339,8 @@ impl BlockSim {
             || (plan.distinct_sets && plan.i1_changes == sim.i1_changes());
         self.last_run = Some(id.0);
         let cols = self.cols;
-        let fetches = plan.fetches.of(&self.fetch_ops);
-        let data = plan.data.of(&self.data_ops);
+        let fetches = plan.fetches.of(&self.arenas.fetch_ops);
+        let data = plan.data.of(&self.arenas.data_ops);
         // I1 and D1 meet only in LL, so the fetches go through I1 first, on
         // their own, and only an I1 miss (rare) needs its LL access put
         // back in order among the data accesses': exact, and the loops
@@ -547,12 +539,12 @@ impl BlockSim {
             return;
         };
         let (slot, first, ll_miss) = if fetch {
-            let Some(f) = plan.fetches.of(&self.fetch_ops).get(index) else {
+            let Some(f) = plan.fetches.of(&self.arenas.fetch_ops).get(index) else {
                 return;
             };
             (f.slot, self.cols.instr, sim.instr_ll_is_miss(addr, size))
         } else {
-            let Some(d) = plan.data.of(&self.data_ops).get(index) else {
+            let Some(d) = plan.data.of(&self.arenas.data_ops).get(index) else {
                 return;
             };
             (
@@ -701,21 +693,41 @@ impl CachegrindTool {
         }
     }
 
+    /// [`new`](Self::new) for a producer that reports block runs (the
+    /// engine): block runs charge misses alone (see [`BlockSim`]), so the
+    /// table's rows store just those until [`finish`](Self::finish) (the
+    /// few records of other kinds, a rep instruction's last check, go to
+    /// rows on the side). Not for record streams: each record would go to
+    /// a row on the side.
+    pub fn for_block_runs(caches: Option<CacheSim>, branch_sim: bool) -> CachegrindTool {
+        let mut tool = CachegrindTool::new(caches, branch_sim);
+        let set = tool.events();
+        let misses = [Event::I1mr, Event::ILmr, Event::D1mr, Event::DLmr]
+            .into_iter()
+            .chain([Event::D1mw, Event::DLmw]);
+        let misses: Vec<usize> = misses.filter_map(|e| set.index(e)).collect();
+        tool.table = CostTable::storing(set, &misses);
+        tool
+    }
+
     /// Adds the events of the block executions reported through
     /// [`Tool::block_run`] so far to the table: their Ir, Dr and Dw are
     /// counted per block, not per execution. Call it before reading
     /// [`table`](Self::table) or [`totals`](Self::totals) after block runs.
     pub fn finish(&mut self) {
+        self.table.widen();
         self.sim.charge_branch_tallies(&mut self.table);
         let cols = self.cols;
-        let cache = self.sim.caches.is_some();
-        for (plan, cold) in self.sim.blocks.iter_mut().zip(&self.sim.cold) {
+        let cache = self.events().cache_sim();
+        let arenas = &self.sim.arenas;
+        for plan in &mut self.sim.blocks {
             let runs = std::mem::take(&mut plan.runs);
             if runs == 0 {
                 continue;
             }
-            for (&slot, &(reads, writes)) in cold.slots.iter().zip(cold.accesses.iter()) {
-                let row = self.table.row_mut(slot);
+            let slots = plan.instrs.of(&arenas.slots);
+            for (&slot, &(reads, writes)) in slots.iter().zip(plan.instrs.of(&arenas.accesses)) {
+                let row = self.table.row_mut(slot as usize);
                 row[cols.ir] += runs;
                 if cache {
                     row[cols.read] += runs * u64::from(reads);
@@ -730,8 +742,10 @@ impl CachegrindTool {
     /// the costs and the geometry the profile names. The attribution that
     /// follows allocates about as much again, and with the model still
     /// held the two made the run's peak memory (a 256 MB LL alone has
-    /// 32 MiB of tags). Block runs after it are not simulated.
+    /// 16 MiB of tags). The caches go first, before the table widens to
+    /// full rows in their place. Block runs after it are not simulated.
     pub fn end(&mut self) {
+        self.sim.caches = None;
         self.finish();
         self.sim = BlockSim::new(None, false, self.sim.modify_as_write);
     }
@@ -780,10 +794,11 @@ impl CachegrindTool {
     #[inline(always)]
     fn fetch_slot(&mut self, addr: u64) -> usize {
         if let Some((block, pos)) = &mut self.in_block {
-            match self.sim.cold[*block].slots.get(*pos) {
-                Some(&slot) if self.table.addr(slot) == addr => {
+            let plan = &self.sim.blocks[*block];
+            match plan.instrs.of(&self.sim.arenas.slots).get(*pos) {
+                Some(&slot) if self.table.addr(slot as usize) == addr => {
                     *pos += 1;
-                    return slot;
+                    return slot as usize;
                 }
                 // Left the block early (or a producer bug): look up.
                 _ => self.in_block = None,
@@ -916,6 +931,9 @@ struct BlockPlan {
     fetches: Span,
     /// Data accesses in execution order, in the data arena.
     data: Span,
+    /// Its instructions' slots and accesses per execution, in those
+    /// arenas: for the end of the run and the general path.
+    instrs: Span,
     /// No I1 set receives more of its lines than it has ways. Then after
     /// one execution all its lines are cached, on top of their sets in the
     /// order the block last touched them; an execution that directly
@@ -931,14 +949,23 @@ struct BlockPlan {
     distinct_sets: bool,
 }
 
-/// What a block's plan keeps for the end of the run and for the general
-/// path, away from the per-run data.
+// A plan stays one cache line.
+const _: () = assert!(std::mem::size_of::<BlockPlan>() == 64);
+
+/// The plans' steps and instructions, each plan's together: arenas, where
+/// consecutive blocks' steps are near each other and a block costs no
+/// allocation of its own (two per block, for its instructions' slots and
+/// accesses, were 5 MB of a python run's).
 #[derive(Debug, Clone, Default)]
-struct PlanCold {
-    /// The slots of its instructions.
-    slots: Box<[usize]>,
+struct Arenas {
+    /// Fetches, each plan's in execution order.
+    fetch_ops: Vec<FetchOp>,
+    /// Data accesses, likewise.
+    data_ops: Vec<DataOp>,
+    /// Per instruction: its slot.
+    slots: Vec<u32>,
     /// Per instruction: reads (and modifies) and writes per execution.
-    accesses: Box<[(u16, u16)]>,
+    accesses: Vec<(u16, u16)>,
 }
 
 /// A plan's steps in an arena.
@@ -985,12 +1012,12 @@ impl BlockPlan {
     /// of fetches and data accesses.
     fn new(
         info: &BlockInfo,
-        slots: Box<[usize]>,
+        slots: &[usize],
         cols: Columns,
         i1: Option<I1Shape>,
         modify_as_write: bool,
-        arenas: (&mut Vec<FetchOp>, &mut Vec<DataOp>),
-    ) -> (BlockPlan, PlanCold) {
+        arenas: &mut Arenas,
+    ) -> BlockPlan {
         let i1_line = i1.map(|i1| i1.line);
         let max_access = i1.map_or(u32::MAX, |i1| i1.max_access);
         let line = i1_line.unwrap_or(64);
@@ -1048,16 +1075,17 @@ impl BlockPlan {
             i1_changes: u64::MAX,
             last_slot,
             last_addr,
-            fetches: Span::push(arenas.0, fetches),
-            data: Span::push(arenas.1, data),
+            fetches: Span::push(&mut arenas.fetch_ops, fetches),
+            data: Span::push(&mut arenas.data_ops, data),
+            instrs: Span::push(&mut arenas.accesses, accesses),
             repeats_free,
             distinct_sets,
         };
-        let cold = PlanCold {
-            slots,
-            accesses: accesses.into(),
-        };
-        (plan, cold)
+        // One slot per access entry: the two arenas share the span.
+        let slots = slots.iter().take(plan.instrs.len as usize);
+        let slots = slots.map(|&s| u32::try_from(s).expect("slots fit u32"));
+        arenas.slots.extend(slots);
+        plan
     }
 
     /// The slot and address of the block's last instruction, if it has
@@ -1441,7 +1469,8 @@ mod tests {
         // A few blocks long enough to make more than 64 fetches (the plan's
         // I1 pass keeps a bit per fetch).
         let blocks = random_blocks(&mut rand, 40, 3, 200);
-        let mut fast = CachegrindTool::new(Some(small()), true);
+        // Narrow rows: the branch records go to rows on the side.
+        let mut fast = CachegrindTool::for_block_runs(Some(small()), true);
         let mut slow = CachegrindTool::new(Some(small()), true);
         for (n, b) in blocks.iter().enumerate() {
             fast.block(BlockId(n as u32), b);
@@ -1566,7 +1595,7 @@ mod tests {
         let mut full = CachegrindTool::new(Some(small()), true);
         let mut filtered = CachegrindTool::new(Some(small()), true);
         let mut counted = CachegrindTool::new(Some(small()), true);
-        let mut sited = CachegrindTool::new(Some(small()), true);
+        let mut sited = CachegrindTool::for_block_runs(Some(small()), true);
         let layout = SiteWords::new(6);
         // Sites from 1 on: each block's operands', then its fetches'.
         let mut first_sites = Vec::new();

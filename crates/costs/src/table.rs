@@ -11,11 +11,24 @@ use crate::set::{Event, EventSet};
 /// slot up once per instruction (or once per block, keeping the slots of
 /// its instructions) and then adds to the row, so one instruction's events
 /// share a cache line and nothing is hashed per data access.
+///
+/// A table may start *narrow* ([`CostTable::storing`]): its rows hold only
+/// some columns, and the few instructions charged in others (through
+/// [`row_mut`](CostTable::row_mut), or [`add`](CostTable::add) to another
+/// column) get a full row on the side, until [`widen`](CostTable::widen)
+/// makes every row full. A live run charges nothing but misses per block
+/// execution (the rest follows from the blocks' run counts at the end),
+/// so its rows need only those columns while the caches' state is held
+/// too.
 #[derive(Debug, Clone)]
 pub struct CostTable {
     events: EventSet,
+    /// Columns of a full row.
     width: usize,
-    slots: FxHashMap<u64, u32>,
+    /// While narrow: the columns stored.
+    narrow: Option<Narrow>,
+    /// The slot of each address.
+    slots: SlotIndex,
     /// Recently looked-up addresses and their slots, direct-mapped: a
     /// replayed trace looks up every instruction it fetches, and a hash
     /// map probe for each made replay 6% slower; this costs one load and
@@ -23,6 +36,100 @@ pub struct CostTable {
     recent: Box<[(u64, u32); RECENT]>,
     addrs: Vec<u64>,
     costs: Vec<u64>,
+}
+
+/// The columns a narrow table stores, and its full rows on the side.
+#[derive(Debug, Clone)]
+struct Narrow {
+    /// Columns per stored row.
+    width: usize,
+    /// Per column of a full row: its place in a stored row, or
+    /// [`NOT_STORED`].
+    place: [u8; 13],
+    /// The slots with a full row on the side, and where it starts in
+    /// `side_costs`.
+    side: FxHashMap<u32, usize>,
+    /// Full rows, added to the stored ones when the table widens.
+    side_costs: Vec<u64>,
+    /// The slot whose side row was used last, and that row: a record's
+    /// fetch and data references go to one instruction.
+    last_side: (usize, usize),
+}
+
+/// [`Narrow::place`] of a column not stored.
+const NOT_STORED: u8 = u8::MAX;
+
+/// The slot of each address of a table: open addressing over slot numbers,
+/// the addresses being the table's own (`addrs`). Four bytes a bucket,
+/// where a map of (address, slot) pairs took sixteen: 6 MB less on a
+/// python run's 233,000 instructions. Lookups are rare (the tools keep
+/// their blocks' slots, and the table a cache of recent addresses), so the
+/// extra load of the address costs nothing that shows.
+#[derive(Debug, Clone, Default)]
+struct SlotIndex {
+    /// A power of two of buckets, each a slot or [`NO_SLOT`], at most half
+    /// full.
+    buckets: Vec<u32>,
+    /// Slots held.
+    len: usize,
+}
+
+/// An empty bucket of a [`SlotIndex`].
+const NO_SLOT: u32 = u32::MAX;
+
+impl SlotIndex {
+    /// The slot of `addr` among `addrs` (the addresses of the slots so
+    /// far), or, if it has none, the next one (`addrs.len()`), which the
+    /// caller then gives `addr`.
+    ///
+    /// # Panics
+    ///
+    /// With 2^32 - 1 slots already.
+    fn slot(&mut self, addrs: &[u64], addr: u64) -> u32 {
+        if 2 * (self.len + 1) > self.buckets.len() {
+            self.reserve(addrs, 1);
+        }
+        let mask = self.buckets.len() - 1;
+        let mut i = Self::home(addr, mask);
+        loop {
+            match self.buckets[i] {
+                NO_SLOT => break,
+                s if addrs[s as usize] == addr => return s,
+                _ => i = (i + 1) & mask,
+            }
+        }
+        let next = u32::try_from(addrs.len())
+            .ok()
+            .filter(|&n| n != NO_SLOT)
+            .expect("fewer than 2^32 - 1 instruction addresses");
+        self.buckets[i] = next;
+        self.len += 1;
+        next
+    }
+
+    /// The first bucket to look in for `addr` (a Fibonacci hash: the
+    /// multiplication's high bits mix every bit of the address).
+    #[inline]
+    fn home(addr: u64, mask: usize) -> usize {
+        (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask
+    }
+
+    /// Room for `more` slots beyond those of `addrs` without growing.
+    fn reserve(&mut self, addrs: &[u64], more: usize) {
+        let want = (2 * (self.len + more)).next_power_of_two().max(64);
+        if want <= self.buckets.len() {
+            return;
+        }
+        self.buckets = vec![NO_SLOT; want];
+        let mask = want - 1;
+        for (slot, &addr) in addrs.iter().enumerate() {
+            let mut i = Self::home(addr, mask);
+            while self.buckets[i] != NO_SLOT {
+                i = (i + 1) & mask;
+            }
+            self.buckets[i] = slot as u32;
+        }
+    }
 }
 
 /// Entries of [`CostTable::recent`]: 16 KiB, well within the L1 cache.
@@ -41,13 +148,92 @@ impl CostTable {
         CostTable {
             events,
             width: events.len(),
-            slots: FxHashMap::default(),
+            narrow: None,
+            slots: SlotIndex::default(),
             // An empty entry holds an address that never maps to it (`i ^ 1`
             // maps to entry `i ^ 1`), so a lookup needs one comparison.
             recent: Box::new(std::array::from_fn(|i| ((i ^ 1) as u64, 0))),
             addrs: Vec::new(),
             costs: Vec::new(),
         }
+    }
+
+    /// An empty narrow table for `events`, storing only the columns
+    /// `stored` (in the set's column order) until another is written.
+    pub fn storing(events: EventSet, stored: &[usize]) -> CostTable {
+        let mut place = [NOT_STORED; 13];
+        for (n, &col) in stored.iter().enumerate() {
+            assert!(col < events.len(), "column {col} of {events:?}");
+            place[col] = n as u8;
+        }
+        CostTable {
+            narrow: Some(Narrow {
+                width: stored.len(),
+                place,
+                side: FxHashMap::default(),
+                side_costs: Vec::new(),
+                last_side: (usize::MAX, 0),
+            }),
+            ..CostTable::new(events)
+        }
+    }
+
+    /// Whether rows hold every column (not narrow).
+    pub fn is_wide(&self) -> bool {
+        self.narrow.is_none()
+    }
+
+    /// Makes the rows full rows, the columns not stored zero, and adds the
+    /// rows on the side to them. The costs grow in place (from the last
+    /// row back, each row moves only forward), so only the added columns
+    /// take new memory.
+    pub fn widen(&mut self) {
+        let Some(narrow) = self.narrow.take() else {
+            return;
+        };
+        let rows = self.addrs.len();
+        self.costs.resize(rows * self.width, 0);
+        let mut row = [0u64; 13];
+        for slot in (0..rows).rev() {
+            row[..narrow.width].copy_from_slice(&self.costs[slot * narrow.width..][..narrow.width]);
+            let wide = &mut self.costs[slot * self.width..][..self.width];
+            for (c, &place) in wide.iter_mut().zip(&narrow.place) {
+                *c = match place {
+                    NOT_STORED => 0,
+                    p => row[p as usize],
+                };
+            }
+        }
+        for (&slot, &at) in &narrow.side {
+            let side = &narrow.side_costs[at..][..self.width];
+            let wide = &mut self.costs[slot as usize * self.width..][..self.width];
+            for (c, v) in wide.iter_mut().zip(side) {
+                *c += v;
+            }
+        }
+    }
+
+    /// The full row on the side of `slot` in a narrow table, made if new.
+    #[cold]
+    #[inline(never)]
+    fn side_row(&mut self, slot: usize) -> &mut [u64] {
+        let width = self.width;
+        let narrow = self.narrow.as_mut().expect("narrow");
+        if narrow.last_side.0 != slot {
+            let next = narrow.side_costs.len();
+            let at = *narrow.side.entry(slot as u32).or_insert(next);
+            if at == next {
+                narrow.side_costs.resize(next + width, 0);
+            }
+            narrow.last_side = (slot, at);
+        }
+        &mut narrow.side_costs[narrow.last_side.1..][..width]
+    }
+
+    /// Columns per stored row.
+    #[inline(always)]
+    fn stored_width(&self) -> usize {
+        self.narrow.as_ref().map_or(self.width, |n| n.width)
     }
 
     /// The events of every row.
@@ -68,20 +254,16 @@ impl CostTable {
         slot
     }
 
-    /// The slot of `addr` from the hash map, created if new. Kept out of
+    /// The slot of `addr` from the index, created if new. Kept out of
     /// line: [`slot`](Self::slot) inlines into tools' per-record paths.
     #[cold]
     #[inline(never)]
     fn lookup(&mut self, addr: u64) -> usize {
         let next = self.addrs.len();
-        let slot = *self
-            .slots
-            .entry(addr)
-            .or_insert_with(|| u32::try_from(next).expect("more than 2^32 instruction addresses"));
-        let slot = slot as usize;
+        let slot = self.slots.slot(&self.addrs, addr) as usize;
         if slot == next {
             self.addrs.push(addr);
-            self.costs.resize(self.costs.len() + self.width, 0);
+            self.costs.resize(self.costs.len() + self.stored_width(), 0);
         }
         slot
     }
@@ -93,21 +275,41 @@ impl CostTable {
     }
 
     /// The costs of `slot`, in the set's column order.
+    ///
+    /// # Panics
+    ///
+    /// If the table is narrow (see [`widen`](Self::widen)).
     #[inline]
     pub fn row(&self, slot: usize) -> &[u64] {
+        assert!(self.is_wide(), "a narrow table's rows are partial");
         &self.costs[slot * self.width..][..self.width]
     }
 
-    /// Adds `n` to column `col` of `slot`.
+    /// Adds `n` to column `col` of `slot` (in a narrow table, a column
+    /// not stored goes to the slot's row on the side).
     #[inline]
     pub fn add(&mut self, slot: usize, col: usize, n: u64) {
         debug_assert!(col < self.width);
-        self.costs[slot * self.width + col] += n;
+        let (width, at) = match &self.narrow {
+            None => (self.width, col),
+            Some(narrow) => match narrow.place[col] {
+                NOT_STORED => {
+                    self.side_row(slot)[col] += n;
+                    return;
+                }
+                at => (narrow.width, at as usize),
+            },
+        };
+        self.costs[slot * width + at] += n;
     }
 
-    /// The costs of `slot`, to add to.
+    /// The costs of `slot`, to add to (in a narrow table, its row on the
+    /// side).
     #[inline]
     pub fn row_mut(&mut self, slot: usize) -> &mut [u64] {
+        if self.narrow.is_some() {
+            return self.side_row(slot);
+        }
         &mut self.costs[slot * self.width..][..self.width]
     }
 
@@ -125,7 +327,7 @@ impl CostTable {
             .unwrap_or_else(|| panic!("{} is not collected", event.name()));
         let counts = counts.into_iter();
         let more = counts.size_hint().0;
-        self.slots.reserve(more);
+        self.slots.reserve(&self.addrs, more);
         self.addrs.reserve(more);
         self.costs.reserve(more * self.width);
         for (addr, n) in counts {
@@ -146,8 +348,22 @@ impl CostTable {
 
     /// Column sums over every row.
     pub fn totals(&self) -> Vec<u64> {
-        let mut sum = vec![0; self.width];
-        for row in self.costs.chunks_exact(self.width) {
+        let mut stored = vec![0; self.stored_width()];
+        if !stored.is_empty() {
+            for row in self.costs.chunks_exact(stored.len()) {
+                for (s, v) in stored.iter_mut().zip(row) {
+                    *s += v;
+                }
+            }
+        }
+        let Some(narrow) = &self.narrow else {
+            return stored;
+        };
+        let mut sum: Vec<u64> = narrow.place[..self.width]
+            .iter()
+            .map(|&p| stored.get(usize::from(p)).copied().unwrap_or(0))
+            .collect();
+        for row in narrow.side_costs.chunks_exact(self.width) {
             for (s, v) in sum.iter_mut().zip(row) {
                 *s += v;
             }
@@ -203,5 +419,68 @@ mod tests {
     #[should_panic(expected = "Dr is not collected")]
     fn uncollected_event() {
         CostTable::new(EventSet::new(false, false)).add_counts(Event::Dr, [(1, 1)]);
+    }
+
+    /// A narrow table keeps its columns' counts through widening, in
+    /// place, and the rows on the side are added then.
+    #[test]
+    fn narrow_rows_widen() {
+        let set = EventSet::new(true, false);
+        let mut t = CostTable::storing(set, &[1, 2, 5]);
+        let (a, b) = (t.slot(0x10), t.slot(0x20));
+        t.add(b, 5, 4);
+        t.add(a, 1, 1);
+        t.add(a, 2, 2);
+        t.add(b, 1, 3);
+        assert!(!t.is_wide());
+        assert_eq!(t.totals(), [0, 4, 2, 0, 0, 4, 0, 0, 0]);
+        let c = t.slot(0x30);
+        t.add(c, 2, 7);
+        let mut wide = t.clone();
+        wide.widen();
+        assert_eq!(wide.row(a), [0, 1, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(wide.row(b), [0, 3, 0, 0, 0, 4, 0, 0, 0]);
+        assert_eq!(wide.row(c), [0, 0, 7, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(wide.totals(), t.totals());
+        // Other columns, and whole rows: on the side until widened.
+        t.add(b, 0, 9);
+        t.row_mut(c)[1] += 1;
+        t.row_mut(b)[2] += 1;
+        t.add(b, 1, 1);
+        assert!(!t.is_wide());
+        assert_eq!(t.totals(), [9, 6, 10, 0, 0, 4, 0, 0, 0]);
+        t.widen();
+        assert_eq!(t.row(a), [0, 1, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(t.row(b), [9, 4, 1, 0, 0, 4, 0, 0, 0]);
+        assert_eq!(t.row(c), [0, 1, 7, 0, 0, 0, 0, 0, 0]);
+        let mut none = CostTable::storing(EventSet::new(false, true), &[]);
+        let s = none.slot(1);
+        assert_eq!(none.totals(), [0; 5]);
+        none.row_mut(s)[3] += 1;
+        assert_eq!(none.totals(), [0, 0, 0, 1, 0]);
+        none.widen();
+        assert_eq!(none.row(s), [0, 0, 0, 1, 0]);
+    }
+
+    /// Many addresses, close together and strided as code and as
+    /// multiples of the index's size: each keeps its one slot through the
+    /// index's growth.
+    #[test]
+    fn slot_index_through_growth() {
+        let mut t = CostTable::new(EventSet::new(false, false));
+        let addrs: Vec<u64> = (0..5000u64)
+            .map(|i| 0x40_1000 + 3 * i)
+            .chain((0..5000).map(|i| 0x7f00_0000_0000 + (i << 16)))
+            .chain([0, u64::MAX, u64::from(u32::MAX)])
+            .collect();
+        for (n, &a) in addrs.iter().enumerate() {
+            assert_eq!(t.lookup(a), n);
+        }
+        for (n, &a) in addrs.iter().enumerate().rev() {
+            assert_eq!(t.lookup(a), n);
+            assert_eq!(t.addr(n), a);
+        }
+        assert_eq!(t.len(), addrs.len());
+        assert!(t.slots.buckets.len() <= 4 * addrs.len());
     }
 }

@@ -82,7 +82,7 @@ pub fn factory<T: Tool + Clone + Send + 'static>(
 /// The Cachegrind tool of each process image: cold `caches` (if
 /// simulated) and the branch predictor if `branch_sim`.
 pub fn cachegrind(caches: Option<CacheSim>, branch_sim: bool) -> ToolFactory {
-    factory(move || CachegrindTool::new(caches.clone(), branch_sim))
+    factory(move || CachegrindTool::for_block_runs(caches.clone(), branch_sim))
 }
 
 /// The finished tool of a process, if it is a `T`.
