@@ -84,6 +84,20 @@ pub(crate) struct TraceArea {
     shared: Option<SharedBuffers>,
 }
 
+impl TraceArea {
+    /// The thread of `area` about to write buffer `buffer` from its start,
+    /// which is all its own (nothing handed over yet).
+    fn at(area: u64, buffer: usize) -> TraceArea {
+        let start = area + AREA_TRACE + buffer as u64 * TRACE_BUFFER;
+        TraceArea {
+            buffer,
+            from: start,
+            down_to: start + TRACE_BUFFER,
+            shared: None,
+        }
+    }
+}
+
 impl Tracing {
     /// Trace mode for a new process image, linked to the consumer.
     pub fn new(mode: TraceMode, link: StreamLink) -> Tracing {
@@ -190,12 +204,10 @@ impl Space {
         match map {
             Some(map) => {
                 let t = self.tracing.as_mut().expect("checked above");
-                let a = t.areas.entry(area).or_insert_with(|| TraceArea {
-                    buffer: 0,
-                    from: start,
-                    down_to: start + TRACE_BUFFER,
-                    shared: None,
-                });
+                let a = t
+                    .areas
+                    .entry(area)
+                    .or_insert_with(|| TraceArea::at(area, 0));
                 a.shared = Some(SharedBuffers {
                     map,
                     gate: Gate::new(),
@@ -241,12 +253,10 @@ impl Space {
     fn write_from(&mut self, area: u64, buffer: usize, skip: u64) {
         let Some(t) = &mut self.tracing else { return };
         let start = area + AREA_TRACE + buffer as u64 * TRACE_BUFFER;
-        let a = t.areas.entry(area).or_insert_with(|| TraceArea {
-            buffer,
-            from: start,
-            down_to: start + TRACE_BUFFER,
-            shared: None,
-        });
+        let a = t
+            .areas
+            .entry(area)
+            .or_insert_with(|| TraceArea::at(area, buffer));
         if let Some(shared) = &a.shared {
             t.stats.wait_time += shared.gate.wait_free(buffer);
         }
@@ -285,11 +295,15 @@ impl Space {
         let slots = self.mem.read(area + u64::from(S_TRACE_PTR), 16)?;
         let word = |i: usize| u64::from_le_bytes(slots[i..i + 8].try_into().expect("8 bytes"));
         let (ptr, down) = (word(0), word(8).wrapping_add(TRACE_SLACK));
-        let first = area + AREA_TRACE;
-        let (buffer, from, down_to) = match self.tracing.as_ref().and_then(|t| t.areas.get(&area)) {
-            Some(a) => (a.buffer, a.from, a.down_to),
-            None => (0, first, first + TRACE_BUFFER),
+        let fresh;
+        let a = match self.tracing.as_ref().and_then(|t| t.areas.get(&area)) {
+            Some(a) => a,
+            None => {
+                fresh = TraceArea::at(area, 0);
+                &fresh
+            }
         };
+        let (buffer, from, down_to) = (a.buffer, a.from, a.down_to);
         let ordered = from <= ptr && ptr <= down && down <= down_to;
         if !ordered || !(ptr - from).is_multiple_of(8) || !(down_to - down).is_multiple_of(8) {
             return Err(EngineError(format!(
