@@ -588,11 +588,25 @@ impl Emitter {
     /// the write pointer (see `Emitter::counter_updates`), so `write` must
     /// store only what does not change when it runs again.
     fn append(&mut self, ptr: Register, write: impl FnOnce(&mut Emitter) -> i32) {
+        self.append_via(layout::S_TRACE_PTR, 1, ptr, write);
+    }
+
+    /// The append sequence of both streams: the pointer in slot `slot`
+    /// loaded into `ptr`, `write`, the pointer moved by `direction` times
+    /// the bytes written, stored back; the whole marked to run again when
+    /// interrupted.
+    fn append_via(
+        &mut self,
+        slot: u32,
+        direction: i32,
+        ptr: Register,
+        write: impl FnOnce(&mut Emitter) -> i32,
+    ) {
         let load = self.here();
-        self.load_gs(ptr, layout::S_TRACE_PTR);
+        self.load_gs(ptr, slot);
         let size = write(self);
-        self.lea(ptr, based(ptr, size));
-        self.store_gs(ptr, layout::S_TRACE_PTR);
+        self.lea(ptr, based(ptr, direction * size));
+        self.store_gs(ptr, slot);
         self.counter_updates.push((load, self.here()));
     }
 
@@ -604,12 +618,7 @@ impl Emitter {
     /// at `ptr + TOP_BRANCH`, the next below it. `write` returns how many
     /// bytes that is. Runs again when interrupted, as [`Emitter::append`].
     fn append_branch(&mut self, ptr: Register, write: impl FnOnce(&mut Emitter) -> i32) {
-        let load = self.here();
-        self.load_gs(ptr, layout::S_TRACE_LIMIT);
-        let size = write(self);
-        self.lea(ptr, based(ptr, -size));
-        self.store_gs(ptr, layout::S_TRACE_LIMIT);
-        self.counter_updates.push((load, self.here()));
+        self.append_via(layout::S_TRACE_LIMIT, -1, ptr, write);
     }
 
     /// `mov [ptr + disp], src`.
