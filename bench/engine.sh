@@ -21,14 +21,16 @@
 # workload's row says MISMATCH, the difference is printed at once and kept
 # on disk, and the script exits non-zero at the end after running the rest.
 #
-# Times and peak RSS come from bench/measure.py (as `/usr/bin/time -f
-# "%e %M"`: 10 ms resolution, the largest single process of the tree, not a
-# sum), which also reaps processes that leave the tree: cachescope's detached
-# tracer, whose peak RSS is added to the client's (one process under
-# Valgrind).
+# Times and peak memory come from bench/measure.py: the wall time as
+# `/usr/bin/time -f "%e"`, the peak as the highest sum of the proportional
+# set sizes of every process of the tree at one moment (sampled every
+# 100 ms, and at least the largest single process's peak RSS). The tree
+# includes cachescope's detached tracer (one process under Valgrind); Pss
+# counts the memory the client and the tracer share (trace buffers, code
+# chunks) once.
 # Runs are interleaved (native, valgrind, cachescope, then again) so that
 # load from other processes on the machine hits all three alike, and the
-# BEST (lowest) wall time of the N runs is kept, with that run's peak RSS:
+# BEST (lowest) wall time of the N runs is kept, with that run's peak memory:
 # on a shared machine the noise only ever adds time. Ir totals are the sum of
 # the `summary:` lines of all of a run's profiles (one per process with
 # --trace-children=yes), so that count differences between the tools show.
@@ -44,7 +46,7 @@
 #        BENCH_TOOL=callgrind  run --tool=callgrind under both instead of
 #                         cachegrind (bench/sim.sh's last pass).
 #        BENCH_RESULTS=path  also write the rows (tab-separated: workload,
-#                         wall native/valgrind/cachescope, peak RSS KB of
+#                         wall native/valgrind/cachescope, peak memory KB of
 #                         each, Ir and profiles of each tool, status) there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -422,7 +424,7 @@ ir_total() {
 failed_row() { printf '%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n' "$1" "$2" >>"$work/results"; }
 
 # run_workload NAME: one row of $work/results (tab-separated): name, best
-# wall time and its peak RSS per runner, Ir totals and profile counts, status.
+# wall time and its peak memory per runner, Ir totals and profile counts, status.
 run_workload() {
     local name=$1 dir=$work/$1
     mkdir -p "$dir/in"
@@ -507,7 +509,7 @@ function row(a, b, c, d, e, f, g, h, i, j, k,   s) {
     print s
 }
 BEGIN {
-    row("", "wall s", "", "", "cs/", "vg/", "peak RSS MB", "Ir", "Ir", "Ir", "")
+    row("", "wall s", "", "", "cs/", "vg/", "peak mem MB", "Ir", "Ir", "Ir", "")
     row("workload", "native", "valgrind", "cachesc.", "native", "cs", "nat/vg/cs", "valgrind", "cachescope",
         "cs-vg", "status")
 }

@@ -6,7 +6,7 @@
 # `--tool=callgrind --cache-sim=no` under both (issue 11: call stacks must
 # not make it slower than 2x the --cache-sim=no pass). Every run is
 # checked against the native one and timed in the same run as Valgrind's
-# (bench/engine.sh does the work: inputs, checks, ratios, peak RSS).
+# (bench/engine.sh does the work: inputs, checks, ratios, peak memory).
 # Last, the figures are set against the acceptance bars: with the cache
 # simulation (and with the branch simulation too) cachescope at least 3x
 # faster than Cachegrind on bzip2 and 2x on the python workload, with no
