@@ -6,30 +6,101 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeSet;
 
-/// What the tool keeps of one translated block.
+/// What the tool keeps of one translated block: 56 bytes, as a python run
+/// keeps 120,000 of them (the fields most blocks leave empty are in
+/// [`BlockExtras`], behind one pointer).
 #[derive(Debug, Clone)]
 pub(super) struct Block {
     /// Host address of the translation.
     pub body: u64,
     /// Guest address past the block's last instruction.
     pub guest_end: u64,
-    /// Index of the module the code came from (see `Modules::records`).
-    pub module: usize,
-    /// The block's execution counter (offset in the thread areas).
-    pub counter: u32,
-    /// Guest addresses counted once per execution of the block.
-    pub counted: Vec<u64>,
     /// The host address just past the counter's update (0: no counter).
     pub counter_end: u64,
+    /// The block's execution counter (offset in the thread areas).
+    pub counter: u32,
+    /// Index of the module the code came from (see `Modules::records`).
+    pub module: u32,
+    /// Guest addresses counted once per execution of the block (counting
+    /// mode only: in trace mode the tool counts).
+    pub counted: Box<[u64]>,
+    /// What only some blocks have.
+    extras: Option<Box<BlockExtras>>,
+}
+
+/// The parts of a [`Block`] that few blocks have.
+#[derive(Debug, Clone, Default)]
+struct BlockExtras {
     /// Corrections to the count of each of `counted` (empty until a
     /// fault leaves an execution of the block part-way: see
     /// `Space::fault_in_block`).
-    pub deltas: Vec<i64>,
+    deltas: Vec<i64>,
     /// Rep string instructions: (guest address, their own counter).
-    pub reps: Vec<(u64, u32)>,
+    reps: Vec<(u64, u32)>,
     /// For a block with a self-modifying-code check: the guest bytes it
     /// was translated from (what the check compares with).
-    pub checked: Option<Box<[u8]>>,
+    checked: Option<Box<[u8]>>,
+}
+
+impl Block {
+    /// A block with no count corrections yet.
+    pub fn new(
+        body: u64,
+        guest_end: u64,
+        module: usize,
+        (counter, counter_end): (u32, u64),
+        counted: Vec<u64>,
+        reps: Vec<(u64, u32)>,
+        checked: Option<Box<[u8]>>,
+    ) -> Block {
+        let extras = (!reps.is_empty() || checked.is_some()).then(|| {
+            Box::new(BlockExtras {
+                deltas: Vec::new(),
+                reps,
+                checked,
+            })
+        });
+        Block {
+            body,
+            guest_end,
+            counter_end,
+            counter,
+            module: u32::try_from(module).expect("fewer than 2^32 modules"),
+            counted: counted.into_boxed_slice(),
+            extras,
+        }
+    }
+
+    /// The module's index (see `Modules::records`).
+    pub fn module(&self) -> usize {
+        self.module as usize
+    }
+
+    /// Corrections to the count of each of `counted`, if any were made.
+    pub fn deltas(&self) -> &[i64] {
+        self.extras.as_ref().map_or(&[], |e| &e.deltas)
+    }
+
+    /// `counted`, with the corrections to each one's count to change (made
+    /// all zero at first use).
+    pub fn counted_and_deltas_mut(&mut self) -> (&[u64], &mut [i64]) {
+        let extras = self.extras.get_or_insert_with(Default::default);
+        if extras.deltas.is_empty() {
+            extras.deltas = vec![0; self.counted.len()];
+        }
+        (&self.counted, &mut extras.deltas)
+    }
+
+    /// Rep string instructions: (guest address, their own counter).
+    pub fn reps(&self) -> &[(u64, u32)] {
+        self.extras.as_ref().map_or(&[], |e| &e.reps)
+    }
+
+    /// For a block with a self-modifying-code check, the guest bytes it
+    /// was translated from.
+    pub fn checked(&self) -> Option<&[u8]> {
+        self.extras.as_ref().and_then(|e| e.checked.as_deref())
+    }
 }
 
 /// The block table (see the module doc).
@@ -151,17 +222,7 @@ mod tests {
     use super::*;
 
     fn block(body: u64) -> Block {
-        Block {
-            body,
-            guest_end: body + 1,
-            module: 0,
-            counter: 0,
-            counted: Vec::new(),
-            counter_end: 0,
-            deltas: Vec::new(),
-            reps: Vec::new(),
-            checked: None,
-        }
+        Block::new(body, body + 1, 0, (0, 0), Vec::new(), Vec::new(), None)
     }
 
     #[test]

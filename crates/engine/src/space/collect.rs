@@ -52,8 +52,8 @@ impl Space {
         });
         let add = |map: &mut InstrCounts, b: &Block| {
             let n = counts.get(b.counter);
-            if !b.deltas.is_empty() {
-                for (&a, &d) in b.counted.iter().zip(&b.deltas) {
+            if !b.deltas().is_empty() {
+                for (&a, &d) in b.counted.iter().zip(b.deltas()) {
                     *map.entry(a).or_default() += n.wrapping_add_signed(d);
                 }
             } else if n != 0 {
@@ -61,7 +61,7 @@ impl Space {
                     *map.entry(a).or_default() += n;
                 }
             }
-            for &(a, ctr) in &b.reps {
+            for &(a, ctr) in b.reps() {
                 let n = counts.get(ctr);
                 if n != 0 {
                     *map.entry(a).or_default() += n;
@@ -74,7 +74,7 @@ impl Space {
         }
         let mut unmapped: HashMap<usize, InstrCounts> = HashMap::default();
         for b in self.blocks.retired() {
-            add(unmapped.entry(b.module).or_default(), b);
+            add(unmapped.entry(b.module()).or_default(), b);
         }
         let modules = self.modules.records();
         let mut unmapped: Vec<UnmappedCode> = unmapped

@@ -42,8 +42,8 @@ impl Space {
             return;
         };
         let end = b.guest_end;
-        if let Some(bytes) = &b.checked {
-            if self.mem.read(guest, bytes.len()).ok().as_deref() == Some(&bytes[..]) {
+        if let Some(bytes) = b.checked() {
+            if self.mem.read(guest, bytes.len()).ok().as_deref() == Some(bytes) {
                 return;
             }
         }

@@ -292,7 +292,7 @@ impl Space {
         let Some(&(_, ctr)) = self
             .blocks
             .get(p.block)
-            .and_then(|b| b.reps.iter().find(|&&(at, _)| at == p.guest))
+            .and_then(|b| b.reps().iter().find(|&&(at, _)| at == p.guest))
         else {
             return Ok(());
         };
@@ -333,7 +333,7 @@ impl Space {
                 .blocks
                 .get(p.block)
                 .filter(|b| b.body == p.body)
-                .and_then(|b| b.reps.iter().find(|&&(at, _)| at == p.guest))
+                .and_then(|b| b.reps().iter().find(|&&(at, _)| at == p.guest))
             else {
                 return Ok(None);
             };
@@ -376,10 +376,8 @@ impl Space {
             return;
         }
         let counted_already = host >= b.counter_end;
-        if b.deltas.is_empty() {
-            b.deltas = vec![0; b.counted.len()];
-        }
-        for (&a, d) in b.counted.iter().zip(&mut b.deltas) {
+        let (counted, deltas) = b.counted_and_deltas_mut();
+        for (&a, d) in counted.iter().zip(deltas) {
             match (counted_already, a >= end) {
                 (true, true) => *d -= 1,
                 (false, false) => *d += 1,
@@ -644,17 +642,15 @@ impl Space {
         };
         self.blocks.insert(
             guest,
-            Block {
-                body: t.body,
-                guest_end: t.guest_end,
+            Block::new(
+                t.body,
+                t.guest_end,
                 module,
-                counter: t.counter,
+                (t.counter, t.counter_end.unwrap_or(0)),
                 counted,
-                counter_end: t.counter_end.unwrap_or(0),
-                deltas: Vec::new(),
-                reps: t.reps,
-                checked: smc_stub.map(|_| code[..(t.guest_end - guest) as usize].into()),
-            },
+                t.reps,
+                smc_stub.map(|_| code[..(t.guest_end - guest) as usize].into()),
+            ),
         );
         if let Some(next) = chain {
             let end = self.cache.chunk(ci).code_next;
@@ -850,7 +846,7 @@ pub(super) mod tests {
         assert_eq!(sp.stats.blocks_translated, 2);
         assert_eq!(sp.stats.guest_instructions_translated, 4);
         assert_eq!(
-            sp.blocks.get(CODE).unwrap().counted,
+            &*sp.blocks.get(CODE).unwrap().counted,
             [CODE, CODE + 4, CODE + 7]
         );
         // Translated once: the second time is a lookup.
