@@ -47,8 +47,17 @@ const GUEST: u8 = 0;
 const RCX_SPILLED: u8 = 1;
 const BORROWED: u8 = 2;
 
+/// A multi-instruction counter update of a translation (see
+/// [`HostSites::interrupted_counter_update`]): its load's offset from the
+/// translation's start, and the offset past its store.
+#[derive(Debug, Clone, Copy)]
+struct PackedUpdate {
+    load: u32,
+    end: u32,
+}
+
 /// The sites of one translation.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct BlockSites {
     /// Guest address of the first instruction.
     guest: u64,
@@ -65,6 +74,9 @@ struct BlockSites {
     /// Where its clean points are in [`HostSites::points`].
     first_point: u32,
     points: u32,
+    /// Where its counter updates are in [`HostSites::counter_updates`].
+    first_update: u32,
+    updates: u32,
 }
 
 /// A clean point (see `translate::CleanPoint`) of some translation.
@@ -103,9 +115,11 @@ pub(super) struct HostSites {
     sites: Vec<Packed>,
     /// The clean points of all translations, likewise.
     points: Vec<PackedPoint>,
-    /// Multi-instruction counter updates: the end of each (past its store)
-    /// by the host address of its load.
-    counter_updates: BTreeMap<u64, u64>,
+    /// The multi-instruction counter updates of all translations, each
+    /// one's in a row by their loads' offsets (8 bytes each: a python run
+    /// has several per block, and a map entry per update had been most of
+    /// this table).
+    counter_updates: Vec<PackedUpdate>,
 }
 
 const NO_REG: u8 = 0xff;
@@ -132,6 +146,9 @@ impl HostSites {
         sites: &[GuestSite],
         points: &[CleanPoint],
     ) {
+        // Whatever was translated here before is gone (the chunk's memory
+        // was reused), with its sites and counter updates.
+        self.by_host.remove(&host);
         let mut borrowed = [NO_REG; 2];
         let first = self.sites.len();
         for s in sites {
@@ -206,6 +223,7 @@ impl HostSites {
                 count: sites.len() as u32,
                 first_point,
                 points: npoints,
+                ..BlockSites::default()
             },
         );
     }
@@ -241,18 +259,45 @@ impl HostSites {
         })
     }
 
-    /// Records the multi-instruction counter updates of a translation
-    /// occupying `[host, host + host_len)` (any earlier ones there go).
+    /// Records the multi-instruction counter updates of the translation
+    /// at `host`, `host_len` bytes long, recorded by [`HostSites::insert`]
+    /// just before: `(load, end)` host addresses, each update's load and
+    /// the address past its store.
     pub fn insert_counter_updates(&mut self, host: u64, host_len: u64, updates: &[(u64, u64)]) {
-        let stale: Vec<u64> = self
-            .counter_updates
-            .range(host..host + host_len)
-            .map(|(&load, _)| load)
-            .collect();
-        for load in stale {
-            self.counter_updates.remove(&load);
+        let first = self.counter_updates.len();
+        let offset = |a: u64| {
+            a.checked_sub(host)
+                .filter(|&o| o <= host_len)
+                .and_then(|o| u32::try_from(o).ok())
+        };
+        self.counter_updates
+            .extend(updates.iter().filter_map(|&(load, end)| {
+                Some(PackedUpdate {
+                    load: offset(load)?,
+                    end: offset(end)?,
+                })
+            }));
+        self.counter_updates[first..].sort_unstable_by_key(|u| u.load);
+        let (Ok(first_update), Ok(updates), Ok(host_len)) = (
+            u32::try_from(first),
+            u32::try_from(self.counter_updates.len() - first),
+            u32::try_from(host_len),
+        ) else {
+            self.counter_updates.truncate(first);
+            return;
+        };
+        if updates == 0 {
+            return;
         }
-        self.counter_updates.extend(updates.iter().copied());
+        // A translation with no sites or clean points has an entry for
+        // its updates alone (no guest instruction maps there).
+        let b = self.by_host.entry(host).or_insert(BlockSites {
+            host_len,
+            borrowed: [NO_REG; 2],
+            ..BlockSites::default()
+        });
+        b.first_update = first_update;
+        b.updates = updates;
     }
 
     /// Where a thread interrupted at `host` should resume instead: the
@@ -261,8 +306,15 @@ impl HostSites {
     /// update run again, whole, after the handler (whose runs of the same
     /// block would otherwise be lost to the store of the stale value).
     pub fn interrupted_counter_update(&self, host: u64) -> Option<u64> {
-        let (&load, &end) = self.counter_updates.range(..host).next_back()?;
-        (host < end).then_some(load)
+        let (&start, b) = self.by_host.range(..=host).next_back()?;
+        let off = host - start;
+        if off >= u64::from(b.host_len) {
+            return None;
+        }
+        let updates = &self.counter_updates[b.first_update as usize..][..b.updates as usize];
+        let n = updates.partition_point(|u| u64::from(u.load) < off);
+        let u = updates[..n].last()?;
+        (off < u64::from(u.end)).then_some(start + u64::from(u.load))
     }
 
     /// The guest instruction whose host code contains `host`, if `host` is
@@ -425,5 +477,28 @@ mod tests {
         );
         assert_eq!(m.clean_point(0x6000).unwrap().guest, 0x2000);
         assert_eq!(m.lookup(0x6000), None);
+    }
+
+    #[test]
+    fn counter_updates_belong_to_the_translation_holding_them() {
+        let mut m = HostSites::default();
+        m.insert(0x5000, 0x40, 0x1000, 0x1009, &[], &[]);
+        m.insert_counter_updates(0x5000, 0x40, &[(0x5030, 0x5038), (0x5010, 0x5018)]);
+        m.insert_counter_updates(0x5040, 0x10, &[(0x5040, 0x5048)]);
+        for (host, resume) in [
+            (0x5010, None),
+            (0x5011, Some(0x5010)),
+            (0x5017, Some(0x5010)),
+            (0x5018, None),
+            (0x5031, Some(0x5030)),
+            (0x5041, Some(0x5040)),
+            (0x5048, None),
+            (0x4fff, None),
+        ] {
+            assert_eq!(m.interrupted_counter_update(host), resume, "{host:#x}");
+        }
+        // Translated again at the same place: the old updates are gone.
+        m.insert(0x5000, 0x40, 0x1000, 0x1009, &[], &[]);
+        assert_eq!(m.interrupted_counter_update(0x5011), None);
     }
 }
