@@ -78,8 +78,12 @@ pub struct FetchPath {
 pub struct KeptPath {
     /// Where an access that straddles two lines goes (none for one byte).
     straddle: Option<Label>,
-    /// Where an access to another line than its set's last goes.
+    /// Where an access to another line than its set's last goes. With
+    /// `straddle_via_other_line`, a straddling access comes there too.
     other_line: Label,
+    /// Whether the inline check tells no straddle apart (see
+    /// [`Emitter::mru_check`]).
+    straddle_via_other_line: bool,
     /// Where both come back to.
     back: Label,
     /// The access's operand among the block's.
@@ -383,14 +387,26 @@ impl Emitter {
             other_line: self.new_label(),
             back: self.new_label(),
             operand,
+            straddle_via_other_line: size > 1 && d1.set_mask != 0,
         };
         if flags_live {
             self.keep_flags();
         }
         let line_bits = u32::from(d1.line_bits);
-        // `a` becomes the first byte's line, `r` its set, both as the
-        // out-of-line paths expect them.
-        if let Some(straddle) = path.straddle {
+        // `a` becomes the first byte's line, `r` its set (or the last
+        // byte's), as the out-of-line paths expect them.
+        if path.straddle_via_other_line {
+            // The first byte's line against the table's entry for the
+            // last byte's set: a straddling access's two lines are in two
+            // sets, and an entry holds a line of its own set (or 0, a cold
+            // set's, which no mapped address is in), so it fails there
+            // too, and its out-of-line path tells the two apart. Two
+            // instructions fewer on the common path than checking for a
+            // straddle first.
+            self.lea(r, based(a, size as i32 - 1));
+            self.insn(Instruction::with2(Code::Shr_rm64_imm8, a, line_bits));
+            self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
+        } else if let Some(straddle) = path.straddle {
             // The last byte's line: another one?
             self.lea(r, based(a, size as i32 - 1));
             self.insn(Instruction::with2(Code::Shr_rm64_imm8, r, line_bits));
@@ -435,6 +451,14 @@ impl Emitter {
             _ => None,
         };
         self.bind(path.other_line);
+        if let (true, Some(straddle)) = (path.straddle_via_other_line, path.straddle) {
+            // `r` is the last byte's set: another set than the first
+            // line's is a straddle. (`xor` twice gives `r` back.)
+            self.insn(Instruction::with2(Code::Xor_r64_rm64, r, a));
+            self.insn(Instruction::with2(Code::Test_rm64_imm32, r, d1.set_mask));
+            self.jcc_label(JNE, straddle);
+            self.insn(Instruction::with2(Code::Xor_r64_rm64, r, a));
+        }
         self.insn(Instruction::with2(Code::Mov_rm64_r64, mru_slot(r), a));
         match site(false) {
             Some(word_tag) => {

@@ -1065,10 +1065,23 @@ mod tests {
                 "{d:#?}"
             );
         }
-        // Eight-byte accesses may straddle two lines: the last byte's line
-        // is compared with the first's.
+        // Eight-byte accesses may straddle two lines: both bytes' lines
+        // are worked out, the first compared with the table's entry for
+        // the last one's set, with no test of its own inline; out of line,
+        // a set other than the first line's is a straddle.
         let shifts = d.iter().filter(|l| l.starts_with("shr ")).count();
         assert_eq!(shifts, 6, "{d:#?}");
+        let inline_compares = d[..end].iter().filter(|l| l.starts_with("cmp ")).count();
+        assert_eq!(
+            inline_compares,
+            3 + 1,
+            "the table's, and the buffer's limit: {d:#?}"
+        );
+        let straddle_tests = d[end..]
+            .iter()
+            .filter(|l| l.starts_with("test r10,3Fh"))
+            .count();
+        assert_eq!(straddle_tests, 3, "{d:#?}");
     }
 
     #[test]
