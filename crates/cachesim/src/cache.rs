@@ -340,6 +340,14 @@ impl<T: Tags> Cache<T> {
         }
     }
 
+    /// A reference to the whole of line `block` (an address's line number):
+    /// what [`access_is_miss`](Self::access_is_miss) does for an access
+    /// within one line, without working the line out again.
+    #[inline(always)]
+    pub fn line_is_miss(&mut self, block: u64) -> bool {
+        self.set_ref_is_miss(block)
+    }
+
     /// The rare multi-line case, kept out of line so the common path stays
     /// small.
     #[inline(never)]

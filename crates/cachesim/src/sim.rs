@@ -128,6 +128,20 @@ impl CacheSim {
         self.i1.access_is_miss(addr, len.min(self.max_access))
     }
 
+    /// An instruction fetch within line number `block` (an address over
+    /// the line size) and I1 alone: whether it missed.
+    #[inline(always)]
+    pub fn i1_line_is_miss(&mut self, block: u64) -> bool {
+        self.i1.line_is_miss(block)
+    }
+
+    /// A data access within line number `block` and D1 alone: whether it
+    /// missed.
+    #[inline(always)]
+    pub fn d1_line_is_miss(&mut self, block: u64) -> bool {
+        self.d1.line_is_miss(block)
+    }
+
     /// The LL half of [`instr`](Self::instr), after an I1 miss: whether LL
     /// missed too.
     #[inline]
