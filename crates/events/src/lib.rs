@@ -720,6 +720,9 @@ pub enum ClientRequest {
 
 /// A consumer of the event stream (a simulator, a cost builder, a trace
 /// writer).
+///
+/// A method added here goes into [`forward_tool!`] too, which wrappers use
+/// to hand every method on.
 pub trait Tool {
     /// What the producer must deliver; asked before the stream starts.
     fn needs(&self) -> Needs;
@@ -866,6 +869,78 @@ pub trait Tool {
     fn signal(&mut self, event: SignalEvent) {
         let _ = event;
     }
+}
+
+/// The methods of a [`Tool`] implementation that hands each one, the
+/// defaulted ones included, to the tool in field `$field` of `self`:
+/// `impl<T: Tool> Tool for Wrapper<T> { events::forward_tool!(0); }`.
+/// Kept beside the trait so that a new method is forwarded where it is
+/// added: a wrapper forwarding by hand silently dropped any method it did
+/// not list, as a live run's wrapper once dropped the branch words (the
+/// profile then had no mispredictions). The per-block and per-record
+/// methods are inlined into the engine's decoding loop, which is compiled
+/// per tool type.
+#[macro_export]
+macro_rules! forward_tool {
+    ($field:tt) => {
+        fn needs(&self) -> $crate::Needs {
+            self.$field.needs()
+        }
+        fn block(&mut self, id: $crate::BlockId, info: &$crate::BlockInfo) {
+            self.$field.block(id, info)
+        }
+        #[inline(always)]
+        fn record(&mut self, record: $crate::Record) {
+            self.$field.record(record)
+        }
+        fn records(&mut self, records: &[$crate::Record]) {
+            self.$field.records(records)
+        }
+        fn client_request(&mut self, request: &$crate::ClientRequest) {
+            self.$field.client_request(request)
+        }
+        #[inline(always)]
+        fn block_run(&mut self, id: $crate::BlockId, info: &$crate::BlockInfo, addrs: &[u64]) {
+            self.$field.block_run(id, info, addrs)
+        }
+        #[inline(always)]
+        fn block_run_kept(&mut self, id: $crate::BlockId, info: &$crate::BlockInfo, kept: &[u64]) {
+            self.$field.block_run_kept(id, info, kept)
+        }
+        #[inline(always)]
+        fn kept_accesses(&mut self, id: $crate::BlockId, info: &$crate::BlockInfo, kept: &[u64]) {
+            self.$field.kept_accesses(id, info, kept)
+        }
+        #[inline(always)]
+        fn counted_access(&mut self, id: $crate::BlockId, kept: $crate::KeptAccess) {
+            self.$field.counted_access(id, kept)
+        }
+        fn block_sites(&mut self, id: $crate::BlockId, first: u32) {
+            self.$field.block_sites(id, first)
+        }
+        #[inline(always)]
+        fn site_accesses(&mut self, words: &[u64]) -> usize {
+            self.$field.site_accesses(words)
+        }
+        fn branch_words(&mut self, words: &[u64]) {
+            self.$field.branch_words(words)
+        }
+        fn block_runs(&mut self, id: $crate::BlockId, runs: u64) {
+            self.$field.block_runs(id, runs)
+        }
+        fn thread(&mut self, thread: u64) {
+            self.$field.thread(thread)
+        }
+        fn thread_end(&mut self, thread: u64) {
+            self.$field.thread_end(thread)
+        }
+        fn stack_pointer(&mut self, sp: u64) {
+            self.$field.stack_pointer(sp)
+        }
+        fn signal(&mut self, event: $crate::SignalEvent) {
+            self.$field.signal(event)
+        }
+    };
 }
 
 /// Where a signal handler's execution starts or ends, for [`Tool::signal`].
@@ -1231,5 +1306,100 @@ mod tests {
         ]);
         assert_eq!(t.blocks, [(BlockId(0), 0x1000)]);
         assert_eq!(t.seen.len(), 3);
+    }
+
+    /// A tool that notes which of its methods were called.
+    #[derive(Default)]
+    struct Calls(Vec<&'static str>);
+
+    impl Tool for Calls {
+        fn needs(&self) -> Needs {
+            Needs::COUNTING
+        }
+        fn block(&mut self, _: BlockId, _: &BlockInfo) {
+            self.0.push("block");
+        }
+        fn record(&mut self, _: Record) {
+            self.0.push("record");
+        }
+        fn records(&mut self, _: &[Record]) {
+            self.0.push("records");
+        }
+        fn client_request(&mut self, _: &ClientRequest) {
+            self.0.push("client_request");
+        }
+        fn block_run(&mut self, _: BlockId, _: &BlockInfo, _: &[u64]) {
+            self.0.push("block_run");
+        }
+        fn block_run_kept(&mut self, _: BlockId, _: &BlockInfo, _: &[u64]) {
+            self.0.push("block_run_kept");
+        }
+        fn kept_accesses(&mut self, _: BlockId, _: &BlockInfo, _: &[u64]) {
+            self.0.push("kept_accesses");
+        }
+        fn counted_access(&mut self, _: BlockId, _: KeptAccess) {
+            self.0.push("counted_access");
+        }
+        fn block_sites(&mut self, _: BlockId, _: u32) {
+            self.0.push("block_sites");
+        }
+        fn site_accesses(&mut self, _: &[u64]) -> usize {
+            self.0.push("site_accesses");
+            7
+        }
+        fn branch_words(&mut self, _: &[u64]) {
+            self.0.push("branch_words");
+        }
+        fn block_runs(&mut self, _: BlockId, _: u64) {
+            self.0.push("block_runs");
+        }
+        fn thread(&mut self, _: u64) {
+            self.0.push("thread");
+        }
+        fn thread_end(&mut self, _: u64) {
+            self.0.push("thread_end");
+        }
+        fn stack_pointer(&mut self, _: u64) {
+            self.0.push("stack_pointer");
+        }
+        fn signal(&mut self, _: SignalEvent) {
+            self.0.push("signal");
+        }
+    }
+
+    /// A wrapper as the engine's live runs use one.
+    struct Wrapped(Calls);
+
+    impl Tool for Wrapped {
+        forward_tool!(0);
+    }
+
+    #[test]
+    fn forward_tool_hands_every_method_on() {
+        let mut w = Wrapped(Calls::default());
+        let (id, info) = (BlockId(1), sample_block());
+        assert_eq!(w.needs(), Needs::COUNTING);
+        w.block(id, &info);
+        w.record(Record::Block(id));
+        w.records(&[]);
+        w.client_request(&ClientRequest::ZeroStats);
+        w.block_run(id, &info, &[]);
+        w.block_run_kept(id, &info, &[]);
+        w.kept_accesses(id, &info, &[]);
+        w.counted_access(id, KeptAccess::new(1, 0x1000));
+        w.block_sites(id, 0);
+        assert_eq!(w.site_accesses(&[]), 7);
+        w.branch_words(&[]);
+        w.block_runs(id, 1);
+        w.thread(1);
+        w.thread_end(1);
+        w.stack_pointer(0);
+        w.signal(SignalEvent::Delivered);
+        let calls = w.0 .0;
+        assert_eq!(calls.len(), 16, "{calls:?}");
+        let mut distinct = calls.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), calls.len(), "{calls:?}");
     }
 }

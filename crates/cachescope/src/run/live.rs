@@ -6,7 +6,7 @@
 use cachesim::CacheSim;
 use costs::CachegrindTool;
 use engine::{StreamTool, ToolFactory};
-use events::{BlockId, BlockInfo, Needs, Record, Tool};
+use events::Tool;
 use std::any::Any;
 use std::sync::Arc;
 
@@ -15,52 +15,7 @@ use std::sync::Arc;
 pub struct LiveTool<T>(pub T);
 
 impl<T: Tool> Tool for LiveTool<T> {
-    fn needs(&self) -> Needs {
-        self.0.needs()
-    }
-    fn block(&mut self, id: BlockId, info: &BlockInfo) {
-        self.0.block(id, info);
-    }
-    // Always: the engine's decoder makes branch records of a known kind
-    // per block, and inlined, the match on the kind folds away.
-    #[inline(always)]
-    fn record(&mut self, record: Record) {
-        self.0.record(record);
-    }
-    fn records(&mut self, records: &[Record]) {
-        self.0.records(records);
-    }
-    // Always: the engine's decoding loop is compiled per tool type so that
-    // the per-block path inlines into it (5 % of the consumer on bzip2).
-    #[inline(always)]
-    fn block_run(&mut self, id: BlockId, info: &BlockInfo, addrs: &[u64]) {
-        self.0.block_run(id, info, addrs);
-    }
-    #[inline(always)]
-    fn block_run_kept(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
-        self.0.block_run_kept(id, info, kept);
-    }
-    #[inline(always)]
-    fn kept_accesses(&mut self, id: BlockId, info: &BlockInfo, kept: &[u64]) {
-        self.0.kept_accesses(id, info, kept);
-    }
-    #[inline(always)]
-    fn counted_access(&mut self, id: BlockId, kept: events::KeptAccess) {
-        self.0.counted_access(id, kept);
-    }
-    fn block_runs(&mut self, id: BlockId, runs: u64) {
-        self.0.block_runs(id, runs);
-    }
-    fn block_sites(&mut self, id: BlockId, first: u32) {
-        self.0.block_sites(id, first);
-    }
-    #[inline(always)]
-    fn site_accesses(&mut self, words: &[u64]) -> usize {
-        self.0.site_accesses(words)
-    }
-    fn branch_words(&mut self, words: &[u64]) {
-        self.0.branch_words(words);
-    }
+    events::forward_tool!(0);
 }
 
 impl<T: Tool + Clone + Send + 'static> StreamTool for LiveTool<T> {
