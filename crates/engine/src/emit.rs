@@ -98,14 +98,18 @@ pub fn rel32(field: u64, dest: u64) -> Option<i32> {
     i32::try_from(dest.wrapping_sub(field + 4) as i64).ok()
 }
 
-/// `gs:[disp]`: a slot of the current thread's area.
+/// `gs:[disp]`: a slot of the current thread's area. The displacement is
+/// given as 64-bit addressing's (sign-extended 32 bits, every slot lying
+/// below 2 GiB): given as 32-bit, iced encodes the operand with an
+/// address-size prefix (`gs:[eiz*1+disp]`), a byte more on each of the
+/// several thread-area accesses of every block.
 fn gs(disp: u32) -> MemoryOperand {
     MemoryOperand::new(
         Register::None,
         Register::None,
         1,
         disp as i64,
-        4,
+        8,
         false,
         Register::GS,
     )
