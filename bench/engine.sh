@@ -30,8 +30,12 @@
 # chunks) once.
 # Runs are interleaved (native, valgrind, cachescope, then again) so that
 # load from other processes on the machine hits all three alike, and the
-# BEST (lowest) wall time of the N runs is kept, with that run's peak memory:
-# on a shared machine the noise only ever adds time. Ir totals are the sum of
+# BEST (lowest) wall time of the N runs is kept: on a shared machine the
+# noise only ever adds time. Peak memory comes from the first run of each
+# runner alone; the later ones are not sampled (MEASURE_PEAK=no), because
+# the sampler's page-table walks take CPU that a tool keeping both cores
+# busy loses in wall time and a single-threaded one does not (see
+# measure.py). With -n 1 that one run is both timed and sampled. Ir totals are the sum of
 # the `summary:` lines of all of a run's profiles (one per process with
 # --trace-children=yes), so that count differences between the tools show.
 #
@@ -374,8 +378,8 @@ run_once() {
         cachescope) tool=("$cachescope" "--tool=$name" "${tool_opts[@]}") ;;
     esac
     rc=0
-    (cd "$dir" && exec "$python" "$measure" "$dir.time" "${tool[@]}" "${cmd[@]}" \
-        >"$dir.stdout" 2>"$dir.stderr") || rc=$?
+    (cd "$dir" && MEASURE_PEAK=$sample_peak exec "$python" "$measure" "$dir.time" \
+        "${tool[@]}" "${cmd[@]}" >"$dir.stdout" 2>"$dir.stderr") || rc=$?
     read -r t m < <(tail -n 1 "$dir.time")
 }
 
@@ -424,7 +428,7 @@ ir_total() {
 failed_row() { printf '%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n' "$1" "$2" >>"$work/results"; }
 
 # run_workload NAME: one row of $work/results (tab-separated): name, best
-# wall time and its peak memory per runner, Ir totals and profile counts, status.
+# wall time and first-run peak memory per runner, Ir totals and profile counts, status.
 run_workload() {
     local name=$1 dir=$work/$1
     mkdir -p "$dir/in"
@@ -434,6 +438,8 @@ run_workload() {
     local -A best_t=() best_m=() bad=()
     local runner i
     for ((i = 1; i <= runs; i++)); do
+        # Memory from the first run, times from all (see the top).
+        sample_peak=$([[ $i == 1 ]] && echo yes || echo no)
         for runner in native valgrind cachescope; do
             run_once "$runner" "$dir"
             if [[ $runner == native ]]; then
@@ -448,8 +454,9 @@ run_workload() {
                 bad[$runner]=1
             fi
             if [[ -z ${best_t[$runner]:-} ]] || awk "BEGIN { exit !($t < ${best_t[$runner]}) }"; then
-                best_t[$runner]=$t best_m[$runner]=$m
+                best_t[$runner]=$t
             fi
+            [[ $sample_peak == no ]] || best_m[$runner]=$m
         done
         echo "  $name run $i: native ${best_t[native]} s, valgrind ${best_t[valgrind]} s," \
             "cachescope ${best_t[cachescope]} s (best so far)"
