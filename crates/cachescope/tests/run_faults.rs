@@ -3,7 +3,8 @@
 //! RIP and `si_addr` are the guest instruction's, registers the
 //! translation borrowed hold their guest values, a handler may fix a
 //! register and return (the instruction runs again), set RIP past it, or
-//! jump out, `backtrace()` walks the client's frames, and without a handler
+//! jump out, `backtrace()` walks the client's frames (and a fault among
+//! checks that keep the flags in RAX shows the guest's RAX and flags), and without a handler
 //! the process dies of the signal. Output and exit as natively, in counting
 //! and in trace mode. And the engine's own code raises none: with EFLAGS.AC
 //! set, checked generated code at an odd address runs (no misaligned read).
@@ -24,6 +25,7 @@ fn synchronous_signals_see_the_native_context() {
     for mode in [
         "fix",
         "skip",
+        "flags",
         "icall",
         "fpe",
         "trap",

@@ -120,6 +120,11 @@ pub enum SiteRegs {
     /// and the one for data addresses) hold the tool's values; the guest's
     /// are in `layout::S_BORROW_R` and `layout::S_BORROW_A`.
     Borrowed(Register, Option<Register>),
+    /// As `Borrowed`, inside a run of checks that keeps the guest's status
+    /// flags in AH (`lahf`) and AL (OF, `seto`) and its RAX in
+    /// `layout::S_KEEP_RAX` across guest instructions that touch neither
+    /// (`emit::Emitter::keep_flags`).
+    BorrowedFlagsKept(Register, Option<Register>),
 }
 
 /// The start of the host code that stands for one guest instruction: the

@@ -46,6 +46,7 @@ const RAX_SPILLED: u8 = 4;
 const GUEST: u8 = 0;
 const RCX_SPILLED: u8 = 1;
 const BORROWED: u8 = 2;
+const BORROWED_FLAGS_KEPT: u8 = 3;
 
 /// A multi-instruction counter update of a translation (see
 /// [`HostSites::interrupted_counter_update`]): its load's offset from the
@@ -158,6 +159,10 @@ impl HostSites {
                 SiteRegs::Borrowed(r, a) => {
                     borrowed = [reg_number(r), a.map_or(NO_REG, reg_number)];
                     BORROWED
+                }
+                SiteRegs::BorrowedFlagsKept(r, a) => {
+                    borrowed = [reg_number(r), a.map_or(NO_REG, reg_number)];
+                    BORROWED_FLAGS_KEPT
                 }
             };
             let offsets = s
@@ -337,6 +342,9 @@ impl HostSites {
         let regs = match s.regs {
             GUEST => SiteRegs::Guest,
             RCX_SPILLED => SiteRegs::RcxSpilled,
+            BORROWED_FLAGS_KEPT => {
+                SiteRegs::BorrowedFlagsKept(reg_of(b.borrowed[0])?, reg_of(b.borrowed[1]))
+            }
             _ => SiteRegs::Borrowed(reg_of(b.borrowed[0])?, reg_of(b.borrowed[1])),
         };
         Some(GuestPoint {
@@ -414,6 +422,23 @@ mod tests {
         m.insert_counter_updates(0x5000, 0x40, &[(0x5010, 0x5014)]);
         assert_eq!(m.interrupted_counter_update(0x5025), None);
         assert_eq!(m.interrupted_counter_update(0x5012), Some(0x5010));
+    }
+
+    #[test]
+    fn a_site_inside_kept_flags_says_so() {
+        let mut m = HostSites::default();
+        let kept = SiteRegs::BorrowedFlagsKept(Register::R8, Some(Register::R10));
+        let plain = SiteRegs::Borrowed(Register::R8, Some(Register::R10));
+        m.insert(
+            0x5000,
+            0x40,
+            0x1000,
+            0x1006,
+            &[site(0x5008, 0x1000, kept), site(0x5020, 0x1003, plain)],
+            &[],
+        );
+        assert_eq!(m.lookup(0x500a).unwrap().regs, kept);
+        assert_eq!(m.lookup(0x5021).unwrap().regs, plain);
     }
 
     #[test]

@@ -316,6 +316,14 @@ impl Tracer<'_> {
                     *gpr(&mut regs, a) = slot(&space, layout::S_BORROW_A)?;
                 }
             }
+            SiteRegs::BorrowedFlagsKept(r, a) => {
+                *gpr(&mut regs, r) = slot(&space, layout::S_BORROW_R)?;
+                if let Some(a) = a {
+                    *gpr(&mut regs, a) = slot(&space, layout::S_BORROW_A)?;
+                }
+                regs.eflags = kept_flags(regs.eflags, regs.rax);
+                regs.rax = slot(&space, layout::S_KEEP_RAX)?;
+            }
         }
         space.borrow_mut().rep_faulted(probe, regs.rcx, area)?;
         if info.addr() == host {
@@ -669,6 +677,17 @@ pub(super) fn release_signals(tid: i32, own: Option<u64>) {
 }
 
 /// Signals the processor raises for the instruction that is running.
+/// The status flags a run of checks keeps in RAX (`lahf` into AH: SF,
+/// ZF, AF, PF and CF where the flags register has them; `seto` into AL:
+/// OF) put back into `eflags`, whose other bits stay.
+fn kept_flags(eflags: u64, rax: u64) -> u64 {
+    const LAHF_BITS: u64 = 0xd5; // SF ZF AF PF CF
+    const OF: u64 = 0x800;
+    let ah = (rax >> 8) & LAHF_BITS;
+    let of = if rax & 0xff != 0 { OF } else { 0 };
+    (eflags & !(LAHF_BITS | OF)) | ah | of
+}
+
 fn is_synchronous(sig: i32) -> bool {
     matches!(
         sig,
@@ -692,4 +711,19 @@ fn status_mask(status: &str, key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept_flags;
+
+    #[test]
+    fn kept_flags_come_back_from_ah_and_al() {
+        // AH as `lahf` leaves it with ZF and CF set (bit 1 always reads 1),
+        // AL 1 from `seto`; the guest's IF (0x200) and TF stay as they are.
+        let rax = 0x1234_0000_0000_4301;
+        assert_eq!(kept_flags(0x202 | 0x8d5, rax), 0x202 | 0x41 | 0x800);
+        assert_eq!(kept_flags(0x202, 0x0000), 0x202);
+        assert_eq!(kept_flags(0x202, 0xd500), 0x202 | 0xd5);
+    }
 }

@@ -291,6 +291,40 @@ fn flags_dead_before(items: &[Item]) -> u64 {
     dead
 }
 
+/// Per item, as a bit mask like [`flags_dead_before`]'s: whether the
+/// item is a guest instruction that may run while a run of checks keeps
+/// the status flags in RAX (`Emitter::keep_flags`): one that goes on to
+/// the next, neither reads nor writes a status flag, and leaves RAX (all
+/// of it, implicit uses included) alone. Counted blocks keep the flags
+/// once across such instructions rather than around every check: a
+/// function's epilogue pops with live flags (conservatively live at its
+/// `ret`) and checked three pops in three keeps.
+fn runs_with_flags_kept(items: &[Item], info: &mut InstructionInfoFactory) -> u64 {
+    let mut keepable = 0u64;
+    for (n, it) in items.iter().enumerate().take(64) {
+        if let Item::Insn(i) = it {
+            let ok = i.flow_control() == FlowControl::Next
+                && !is_rep(i)
+                && i.rflags_read() & STATUS == 0
+                && i.rflags_modified() & STATUS == 0
+                && touched(i, info) & bit(Register::RAX) == 0;
+            if ok {
+                keepable |= 1 << n;
+            }
+        }
+    }
+    keepable
+}
+
+/// Whether computing the address `addr` reads RAX (or a part of it).
+fn reads_rax(addr: &AddrExpr) -> bool {
+    let rax = |r: Register| r != Register::None && r.full_register() == Register::RAX;
+    match *addr {
+        AddrExpr::Mem { base, index, .. } => rax(base) || rax(index),
+        AddrExpr::VsibLane { base, .. } => rax(base),
+    }
+}
+
 fn terminator_of(items: &[Item], stop: &Stop) -> Terminator {
     let last = match (stop, items.last()) {
         (Stop::Terminator, Some(Item::Insn(i))) => i,
@@ -536,6 +570,14 @@ pub(super) fn translate_traced(
     b.regs = SiteRegs::Borrowed(r, a);
     let flags_dead = kept.map_or(0, |_| flags_dead_before(&items));
     let dead_before = |n: usize| n < 64 && flags_dead >> n & 1 != 0;
+    // Counted blocks keep live flags across runs of checks (see
+    // `runs_with_flags_kept`): `keeping` says whether RAX holds them now.
+    let keepable = match counted {
+        Some(_) => runs_with_flags_kept(&items, &mut info),
+        None => 0,
+    };
+    let may_run_kept = |n: usize| n < 64 && keepable >> n & 1 != 0;
+    let mut keeping = false;
     let check_at = match counter_position(&items) {
         // Counted executions are counted on entry.
         _ if counted.is_some() => dead_before(0).then_some(0),
@@ -581,9 +623,17 @@ pub(super) fn translate_traced(
         entry_path
     };
     if check_at.is_none() {
-        // Flags may be live everywhere: keep them around the check.
-        let stash = (a != Some(Register::RAX)).then_some(layout::S_RCX0);
-        fetch_paths.extend(check(&mut b, FlagsAt::Live(stash)));
+        if counted.is_some() {
+            // Kept from here on, for as long as the guest lets them.
+            b.e.keep_flags();
+            keeping = true;
+            b.regs = SiteRegs::BorrowedFlagsKept(r, a);
+            fetch_paths.extend(check(&mut b, FlagsAt::Dead));
+        } else {
+            // Flags may be live everywhere: keep them around the check.
+            let stash = (a != Some(Register::RAX)).then_some(layout::S_RCX0);
+            fetch_paths.extend(check(&mut b, FlagsAt::Live(stash)));
+        }
     }
     let mut paths: Vec<KeptPath> = Vec::new();
     let mut word = 1u32;
@@ -602,18 +652,24 @@ pub(super) fn translate_traced(
         // A fetch's check goes before its instruction (and its data
         // references'), so that what is kept is in execution order.
         if let (Some(g), Some(&(_, fetch))) = (counted, next_fetch.next_if(|&&(at, _)| at == n)) {
-            let live = !dead_before(n);
-            if live {
+            if !dead_before(n) && !keeping {
                 b.e.keep_flags();
+                keeping = true;
+                b.regs = SiteRegs::BorrowedFlagsKept(r, a);
             }
             let mask = g.i1_set_mask.expect("counted executions check fetches");
             fetch_paths.push(b.e.fetch_check(r, fetch, mask));
-            if live {
-                b.e.give_back_flags();
-            }
         }
+        // (An instruction's own checks come first, below.)
+        let give_back = |b: &mut Builder, keeping: &mut bool| {
+            if std::mem::take(keeping) {
+                b.e.give_back_flags();
+                b.regs = SiteRegs::Borrowed(r, a);
+            }
+        };
         match item {
             Item::ClientRequest(ip) => {
+                give_back(&mut b, &mut keeping);
                 // The last item of its block: its record is complete here.
                 b.t.counted.push(*ip);
                 end = ip + 19;
@@ -623,6 +679,7 @@ pub(super) fn translate_traced(
                 b.client_request(end);
             }
             Item::Illegal(ip, len) => {
+                give_back(&mut b, &mut keeping);
                 // Alone in its block; the signal sees the client's registers.
                 b.t.counted.push(*ip);
                 end = ip + u64::from(*len);
@@ -634,6 +691,7 @@ pub(super) fn translate_traced(
                 end = i.next_ip();
                 b.t.counted.push(i.ip());
                 if rep.is_some() {
+                    give_back(&mut b, &mut keeping);
                     for (w, reg) in [(1, Register::RCX), (2, Register::RSI), (3, Register::RDI)] {
                         b.e.trace_store(r, w, reg);
                     }
@@ -654,6 +712,10 @@ pub(super) fn translate_traced(
                 }
                 if let Some(a) = a {
                     for acc in accesses.at(n) {
+                        if reads_rax(&acc.addr) {
+                            // The guest's RAX, not the kept flags.
+                            give_back(&mut b, &mut keeping);
+                        }
                         b.access_addr(a, &acc.addr, i)?;
                         match kept {
                             Some(d1) => {
@@ -662,12 +724,21 @@ pub(super) fn translate_traced(
                                 let size = acc.size.clamp(1, line);
                                 let operand = (word - 1) as u16;
                                 let live = !dead_before(n);
-                                paths.push(b.e.mru_check(a, r, size, operand, d1, live));
+                                if live && counted.is_some() && !keeping {
+                                    b.e.keep_flags();
+                                    keeping = true;
+                                    b.regs = SiteRegs::BorrowedFlagsKept(r, Some(a));
+                                }
+                                let own_keep = live && !keeping;
+                                paths.push(b.e.mru_check(a, r, size, operand, d1, own_keep));
                             }
                             None => b.e.trace_store(r, word, a),
                         }
                         word += 1;
                     }
+                }
+                if !may_run_kept(n) {
+                    give_back(&mut b, &mut keeping);
                 }
                 if i.flow_control() == FlowControl::Next {
                     b.copy(i, code, guest)?;
@@ -686,6 +757,9 @@ pub(super) fn translate_traced(
         }
     }
     if let Stop::Continue(next) = stop {
+        if keeping {
+            b.e.give_back_flags();
+        }
         if !left {
             b.e.trace_leave(r, a);
         }
