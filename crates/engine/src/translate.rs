@@ -94,6 +94,15 @@ pub trait TransCtx {
     fn smc_stub(&self) -> Option<u64> {
         None
     }
+
+    /// The guest code at `guest`, if it is there to read and cannot change
+    /// in place (a read-only file mapping): a translation may look at a
+    /// successor's first instructions, and rely on them, without
+    /// translating it.
+    fn stable_code(&mut self, guest: u64) -> Option<Vec<u8>> {
+        let _ = guest;
+        None
+    }
 }
 
 /// A syscall the translated code may hand to the tool (an intercepted
@@ -1009,6 +1018,9 @@ mod tests {
         pub sites: u32,
         /// The next site for kept references (`None`: none to give).
         pub ref_sites: Option<u32>,
+        /// Stable guest code elsewhere (a successor's): its address and
+        /// bytes.
+        pub stable: Option<(u64, Vec<u8>)>,
     }
     impl TransCtx for Ctx {
         fn alloc_counter(&mut self) -> u32 {
@@ -1048,6 +1060,10 @@ mod tests {
         }
         fn flush_stub(&self) -> u64 {
             0x51_0000
+        }
+        fn stable_code(&mut self, guest: u64) -> Option<Vec<u8>> {
+            let (at, code) = self.stable.as_ref()?;
+            (*at == guest).then(|| code.clone())
         }
     }
 

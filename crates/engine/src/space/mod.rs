@@ -554,6 +554,8 @@ impl Space {
             tracing: self.tracing.as_mut(),
             instrumented: self.instrumented,
             smc_stub,
+            modules: &mut self.modules,
+            mem: &mut *self.mem,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
@@ -691,6 +693,9 @@ struct Ctx<'a> {
     instrumented: bool,
     /// The chunk's SMC stub, when the block gets a check.
     smc_stub: Option<u64>,
+    /// What `stable_code` reads through.
+    modules: &'a mut Modules,
+    mem: &'a mut dyn ClientMemory,
 }
 
 impl TransCtx for Ctx<'_> {
@@ -742,6 +747,10 @@ impl TransCtx for Ctx<'_> {
 
     fn smc_stub(&self) -> Option<u64> {
         self.smc_stub
+    }
+
+    fn stable_code(&mut self, guest: u64) -> Option<Vec<u8>> {
+        self.modules.stable_code(guest, &mut *self.mem)
     }
 }
 

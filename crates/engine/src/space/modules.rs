@@ -59,6 +59,15 @@ impl Modules {
         self.maps.get(i).filter(|m| m.start <= addr)
     }
 
+    /// The guest code from `addr` on (as much as a block may span), when it
+    /// is in an executable mapping known already whose code cannot change
+    /// in place (see `stable`): what a translation may read of code it
+    /// does not translate (its successors') and rely on.
+    pub fn stable_code(&mut self, addr: u64, mem: &mut dyn ClientMemory) -> Option<Vec<u8>> {
+        let m = self.find(addr).filter(|m| m.exec && stable(m))?.clone();
+        self.read_code(addr, &m, mem).ok()
+    }
+
     /// The mapping that holds `addr`, which the client is about to run (an
     /// executable one), or why it cannot be run.
     pub fn code_mapping(

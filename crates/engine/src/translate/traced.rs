@@ -265,12 +265,12 @@ impl BlockAccesses {
 /// Per item, as a bit mask (bit n for item n; blocks have at most
 /// `layout::MAX_BLOCK_INSNS` items): whether the status flags are dead
 /// just before it (the next instruction to touch them writes them all
-/// without reading any, within the block). Where they are live, an access
-/// check keeps them.
-fn flags_dead_before(items: &[Item]) -> u64 {
+/// without reading any, within the block, or past its end when
+/// `dead_at_end`). Where they are live, an access check keeps them.
+fn flags_dead_before(items: &[Item], dead_at_end: bool) -> u64 {
     let mut dead = 0u64;
     // Backwards: what the code from here on does to the flags first.
-    let mut next_dead = false;
+    let mut next_dead = dead_at_end;
     for (n, it) in items.iter().enumerate().rev() {
         if let Item::Insn(i) = it {
             if i.rflags_read() & STATUS != 0 {
@@ -314,6 +314,70 @@ fn runs_with_flags_kept(items: &[Item], info: &mut InstructionInfoFactory) -> u6
         }
     }
     keepable
+}
+
+/// Most instructions of a successor looked at by [`writes_flags_first`].
+const SUCCESSOR_LOOKAHEAD: usize = 16;
+
+/// Whether the guest code at the start of `code` (at `guest`), run from
+/// there, writes every status flag before it reads any: straight-line,
+/// within [`SUCCESSOR_LOOKAHEAD`] instructions; anything that may leave a
+/// flag as it was (a shift or rotate, whose count may be 0; a rep string
+/// instruction, which may not run at all) writes none, and leaving the
+/// straight line first counts as a read. Then the flags are dead where
+/// control enters that code: a block ending in a jump or call there (or
+/// cut before it) need not keep them around its last checks.
+fn writes_flags_first(code: &[u8], guest: u64) -> bool {
+    let mut decoder = Decoder::with_ip(64, code, guest, DecoderOptions::NONE);
+    let mut pending = STATUS;
+    for _ in 0..SUCCESSOR_LOOKAHEAD {
+        if !decoder.can_decode() {
+            return false;
+        }
+        let i = decoder.decode();
+        if i.is_invalid() || i.rflags_read() & pending != 0 {
+            return false;
+        }
+        let maybe_unchanged = is_rep(&i)
+            || matches!(
+                i.mnemonic(),
+                Mnemonic::Shl
+                    | Mnemonic::Sal
+                    | Mnemonic::Shr
+                    | Mnemonic::Sar
+                    | Mnemonic::Rol
+                    | Mnemonic::Ror
+                    | Mnemonic::Rcl
+                    | Mnemonic::Rcr
+                    | Mnemonic::Shld
+                    | Mnemonic::Shrd
+            );
+        if !maybe_unchanged {
+            pending &= !i.rflags_modified();
+        }
+        if pending == 0 {
+            return true;
+        }
+        if i.flow_control() != FlowControl::Next {
+            return false;
+        }
+    }
+    false
+}
+
+/// Whether the status flags are dead where the block ends: its direct
+/// successor (a jump's or call's target, or where a cut block goes on)
+/// writes them all first, by [`writes_flags_first`], in code that cannot
+/// change in place (`TransCtx::stable_code`). Returns, indirect branches,
+/// conditional ones (which read the flags themselves) and the rest: live.
+fn flags_dead_at_end(ctx: &mut dyn TransCtx, terminator: &Terminator, stop: &Stop) -> bool {
+    let successor = match (terminator, stop) {
+        (Terminator::Jump { target } | Terminator::Call { target }, _) => *target,
+        (Terminator::FallThrough, Stop::Continue(next)) => *next,
+        _ => return false,
+    };
+    ctx.stable_code(successor)
+        .is_some_and(|code| writes_flags_first(&code, successor))
 }
 
 /// Whether computing the address `addr` reads RAX (or a part of it).
@@ -568,7 +632,13 @@ pub(super) fn translate_traced(
         None => b.e.trace_enter(r, a, id, words),
     }
     b.regs = SiteRegs::Borrowed(r, a);
-    let flags_dead = kept.map_or(0, |_| flags_dead_before(&items));
+    let flags_dead = match kept {
+        Some(_) => {
+            let dead_at_end = flags_dead_at_end(&mut *b.ctx, &terminator, &stop);
+            flags_dead_before(&items, dead_at_end)
+        }
+        None => 0,
+    };
     let dead_before = |n: usize| n < 64 && flags_dead >> n & 1 != 0;
     // Counted blocks keep live flags across runs of checks (see
     // `runs_with_flags_kept`): `keeping` says whether RAX holds them now.
@@ -956,6 +1026,87 @@ mod tests {
     fn with_branch_words(code: &[u8]) -> Vec<String> {
         let t = filtered_with(code, true, Some(1), true);
         crate::emit::tests::disasm_at(&t.code, t.host)
+    }
+
+    #[test]
+    fn an_epilogue_keeps_its_live_flags_once() {
+        // pop rbx ; pop rbp ; ret: no flag is written, so they are live
+        // all along; one keep covers the entry check and the three
+        // accesses' checks, given back before the return.
+        let t = filtered_with(&[0x5b, 0x5d, 0xc3], true, Some(1), false);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        let keeps = d.iter().filter(|l| *l == "lahf").count();
+        let backs = d.iter().filter(|l| *l == "sahf").count();
+        assert_eq!((keeps, backs), (1, 1), "{d:#?}");
+        // The pops run in between, with their sites saying so.
+        let kept = SiteRegs::BorrowedFlagsKept(Register::None, None);
+        let in_keep =
+            |s: &GuestSite| std::mem::discriminant(&s.regs) == std::mem::discriminant(&kept);
+        assert!(t.sites[..2].iter().all(in_keep), "{:?}", t.sites);
+        assert!(!in_keep(&t.sites[2]), "{:?}", t.sites);
+    }
+
+    #[test]
+    fn an_instruction_using_rax_runs_with_the_flags_given_back() {
+        // pop rbx ; mov rax,[rdi] ; pop rbp ; ret: the load reads into
+        // RAX, so the keep ends before it and starts again after.
+        let code = [0x5b, 0x48, 0x8b, 0x07, 0x5d, 0xc3];
+        let t = filtered_with(&code, true, Some(1), false);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        let load = d.iter().position(|l| l == "mov rax,[rdi]").unwrap();
+        let last_back = d[..load].iter().rposition(|l| l == "sahf");
+        let last_keep = d[..load].iter().rposition(|l| l == "lahf");
+        assert!(last_back > last_keep, "{d:#?}");
+    }
+
+    #[test]
+    fn a_call_to_code_that_writes_the_flags_first_keeps_none() {
+        // 1000: pop rbx ; call 0x2000, whose code is push rbp ; sub rsp,8
+        // (or, the second time, adc: it reads CF).
+        let code = [0x5b, 0xe8, 0xfa, 0x0f, 0x00, 0x00];
+        let keeps = |callee: &[u8]| {
+            let mut ctx = Ctx {
+                ref_sites: Some(1),
+                next: 7,
+                trace: Some(TraceMode {
+                    data: true,
+                    sp: false,
+                    filter: Some(MruGeometry {
+                        line_bits: 6,
+                        set_mask: 63,
+                        i1_set_mask: Some(63),
+                    }),
+                    branches: false,
+                }),
+                stable: Some((0x2000, callee.to_vec())),
+                ..Ctx::default()
+            };
+            let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+            let d = crate::emit::tests::disasm_at(&t.code, t.host);
+            d.iter().filter(|l| *l == "lahf").count()
+        };
+        assert_eq!(keeps(&[0x55, 0x48, 0x83, 0xec, 0x08]), 0);
+        assert_eq!(keeps(&[0x48, 0x83, 0xd0, 0x01]), 1);
+    }
+
+    #[test]
+    fn code_that_writes_the_flags_first_makes_them_dead_on_entry() {
+        let first = |code: &[u8]| writes_flags_first(code, 0x1000);
+        // push rbp ; mov rbp,rsp ; sub rsp,16
+        assert!(first(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10]));
+        // endbr64 ; xor eax,eax
+        assert!(first(&[0xf3, 0x0f, 0x1e, 0xfa, 0x31, 0xc0]));
+        // adc rax,1 reads CF
+        assert!(!first(&[0x48, 0x83, 0xd0, 0x01]));
+        // shl rax,cl may leave them (CL = 0); cmp after it writes them all
+        assert!(!first(&[0x48, 0xd3, 0xe0]));
+        assert!(first(&[0x48, 0xd3, 0xe0, 0x48, 0x39, 0xd8]));
+        // inc leaves CF: a jc after it reads the old one
+        assert!(!first(&[0x48, 0xff, 0xc0, 0x72, 0x00]));
+        // a return first: who knows
+        assert!(!first(&[0xc3, 0x31, 0xc0]));
+        // truncated code
+        assert!(!first(&[0x55]));
     }
 
     #[test]
