@@ -90,6 +90,10 @@ pub struct Emitter {
     pub counter_updates: Vec<(u64, u64)>,
     /// The host address just past the block counter's update, once made.
     pub counter_end: Option<u64>,
+    /// Trace mode, a block without a buffer check on entry: the chunk's
+    /// flush stub, where each append to the records goes first when the
+    /// buffer is past its limit (see `Emitter::append_via`).
+    pub checked_appends: Option<u64>,
 }
 
 /// The value of a rel32 field at host address `field` that makes its branch
@@ -141,6 +145,7 @@ impl Emitter {
             fixups: Vec::new(),
             counter_updates: Vec::new(),
             counter_end: None,
+            checked_appends: None,
         }
     }
 

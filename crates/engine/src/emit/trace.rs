@@ -619,6 +619,13 @@ impl Emitter {
     /// loaded into `ptr`, `write`, the pointer moved by `direction` times
     /// the bytes written, stored back; the whole marked to run again when
     /// interrupted.
+    ///
+    /// In a block without a buffer check on entry (`checked_appends`), an
+    /// append to the records checks the buffer itself, after the load:
+    /// past the limit, the flush stub gets the load's address (in
+    /// `S_TARGET`, above any site number), where the thread resumes with
+    /// the next buffer. Only the records' appends: blocks that write
+    /// branch words keep their check on entry.
     fn append_via(
         &mut self,
         slot: u32,
@@ -627,7 +634,22 @@ impl Emitter {
         write: impl FnOnce(&mut Emitter) -> i32,
     ) {
         let load = self.here();
+        let resume = self.new_label();
+        self.bind(resume);
         self.load_gs(ptr, slot);
+        if let (Some(stub), layout::S_TRACE_PTR) = (self.checked_appends, slot) {
+            let room = self.new_label();
+            self.insn(Instruction::with2(
+                Code::Cmp_r64_rm64,
+                ptr,
+                gs(layout::S_TRACE_LIMIT),
+            ));
+            self.jcc_short(2, room); // jb: below the limit
+            self.lea_label(ptr, resume);
+            self.store_gs(ptr, layout::S_TARGET);
+            self.jmp(stub);
+            self.bind(room);
+        }
         let size = write(self);
         self.lea(ptr, based(ptr, direction * size));
         self.store_gs(ptr, slot);

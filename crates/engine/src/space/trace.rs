@@ -459,6 +459,14 @@ impl Space {
         Ok(next)
     }
 
+    /// [`Space::flush_trace`] with no open record: every word below the
+    /// write pointer is complete (an append's own check, see
+    /// `Emitter::append_via`).
+    pub fn flush_whole_trace(&mut self, area: u64) -> Result<u64, EngineError> {
+        let ptr = self.mem.read_u64(area + u64::from(S_TRACE_PTR))?;
+        self.flush_trace(area, Some(ptr))
+    }
+
     /// Counted executions: every block's count, of live and exited
     /// threads, goes to the tool (before the process's end, after its
     /// records).

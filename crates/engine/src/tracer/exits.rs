@@ -151,6 +151,14 @@ fn answer_exit(
             Ok(())
         }
         layout::MAGIC_SYSCALL => on_syscall(sp, regs, spills.rax),
+        layout::MAGIC_FLUSH if spills.target > u64::from(u32::MAX) => {
+            // An append's own check (a counted block without one on
+            // entry): everything below the write pointer is complete; the
+            // thread goes on at the append's load, in the next buffer.
+            enter_block(regs, spills.target, spills);
+            sp.flush_whole_trace(regs.gs_base)?;
+            Ok(())
+        }
         layout::MAGIC_FLUSH => {
             let site = sp.flush_site(spills.target as u32).ok_or_else(|| {
                 EngineError(format!("unknown trace flush site {}", spills.target))

@@ -625,6 +625,19 @@ pub(super) fn translate_traced(
     {
         b.indirect_word = Some(id);
     }
+    // A counted block checks the buffer on entry only if it writes more
+    // than its kept references (a rep string instruction's record, branch
+    // words); the others check at each append, on their out-of-line
+    // paths, and so most blocks run no check (see `Emitter::append_via`).
+    let writes_branch_words = branch_words
+        && matches!(
+            terminator,
+            Terminator::CondJump { .. } | Terminator::IndirectJump | Terminator::IndirectCall
+        );
+    let entry_buffer_check = counted.is_none() || rep.is_some() || writes_branch_words;
+    if !entry_buffer_check {
+        b.e.checked_appends = Some(b.ctx.flush_stub());
+    }
     // (A filtered record starts as a plain one of one word: the id; its
     // kept accesses are appended after it.)
     match counted {
@@ -663,8 +676,6 @@ pub(super) fn translate_traced(
         .filter(|&&(n, _)| n == 0)
         .map(|&(_, f)| f);
     let mut check = |b: &mut Builder, flags: FlagsAt| -> Option<FetchPath> {
-        let site = b.ctx.alloc_flush_site();
-        let stub = b.ctx.flush_stub();
         let kept_flags = counted.is_some() && flags != FlagsAt::Dead;
         let mut entry_path = None;
         if let Some(g) = counted {
@@ -675,6 +686,14 @@ pub(super) fn translate_traced(
             let mask = g.i1_set_mask.expect("counted executions check fetches");
             entry_path = entry_fetch.map(|f| b.e.fetch_check(r, f, mask));
         }
+        if !entry_buffer_check {
+            if kept_flags {
+                b.e.give_back_flags();
+            }
+            return entry_path;
+        }
+        let site = b.ctx.alloc_flush_site();
+        let stub = b.ctx.flush_stub();
         if kept.is_some() {
             // `r` is free between checks: it takes the write pointer.
             b.e.load_gs(r, layout::S_TRACE_PTR);
