@@ -13,7 +13,7 @@ mod trace;
 
 pub use trace::{
     is_counted_pair, FetchCheck, FetchPath, FlagsAt, KeptForm, KeptPath, MruGeometry, Taken,
-    COUNTED_PAIR,
+    COUNTED_PAIR, FLUSH_AT,
 };
 
 use crate::layout;

@@ -18,6 +18,11 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 /// Condition code of `jne`.
 const JNE: u8 = 5;
 
+/// The bit of a flush stop's `S_TARGET` that says it holds where to
+/// resume (an append's own check, see `Emitter::append_via`) rather than
+/// a flush site's number.
+pub const FLUSH_AT: u64 = 1 << 63;
+
 /// Where the branch stream's next word goes, from the buffer's limit (see
 /// `Emitter::append_branch`): the word below the limit plus the slack.
 const TOP_BRANCH: i64 = layout::TRACE_SLACK as i64 - 8;
@@ -623,8 +628,8 @@ impl Emitter {
     /// In a block without a buffer check on entry (`checked_appends`), an
     /// append to the records checks the buffer itself, after the load:
     /// past the limit, the flush stub gets the load's address (in
-    /// `S_TARGET`, above any site number), where the thread resumes with
-    /// the next buffer. Only the records' appends: blocks that write
+    /// `S_TARGET`, with [`FLUSH_AT`] set, which no site number has), where
+    /// the thread resumes with the next buffer. Only the records' appends: blocks that write
     /// branch words keep their check on entry.
     fn append_via(
         &mut self,
@@ -646,6 +651,11 @@ impl Emitter {
             ));
             self.jcc_short(2, room); // jb: below the limit
             self.lea_label(ptr, resume);
+            self.insn(Instruction::with2(
+                Code::Bts_rm64_imm8,
+                ptr,
+                FLUSH_AT.trailing_zeros(),
+            ));
             self.store_gs(ptr, layout::S_TARGET);
             self.jmp(stub);
             self.bind(room);

@@ -12,6 +12,7 @@
 
 use super::inject::Injection;
 use super::{debug_enabled, get_regs, set_regs, syscalls, Tracer};
+use crate::emit::FLUSH_AT;
 use crate::layout;
 use crate::space::Space;
 use crate::sys::Regs;
@@ -151,11 +152,11 @@ fn answer_exit(
             Ok(())
         }
         layout::MAGIC_SYSCALL => on_syscall(sp, regs, spills.rax),
-        layout::MAGIC_FLUSH if spills.target > u64::from(u32::MAX) => {
+        layout::MAGIC_FLUSH if spills.target & FLUSH_AT != 0 => {
             // An append's own check (a counted block without one on
             // entry): everything below the write pointer is complete; the
             // thread goes on at the append's load, in the next buffer.
-            enter_block(regs, spills.target, spills);
+            enter_block(regs, spills.target & !FLUSH_AT, spills);
             sp.flush_whole_trace(regs.gs_base)?;
             Ok(())
         }

@@ -1048,6 +1048,39 @@ mod tests {
     }
 
     #[test]
+    fn a_block_writing_only_kept_references_checks_the_buffer_at_each_append() {
+        // mov rax,[rdi] ; ret: no flush site on entry; the appends (the
+        // load's and the return's read's paths, the fetch's, the block's
+        // straddle routine) compare the write pointer with the limit and,
+        // past it, give the flush stub the load to resume at, with
+        // FLUSH_AT set.
+        let t = filtered_with(&[0x48, 0x8b, 0x07, 0xc3], true, Some(1), false);
+        assert!(t.flush_sites.is_empty(), "{:?}", t.flush_sites);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        let limit = format!("gs:[{:X}h]", layout::S_TRACE_LIMIT);
+        let checks = d
+            .iter()
+            .filter(|l| l.starts_with("cmp ") && l.ends_with(&limit))
+            .count();
+        assert_eq!(checks, 4, "{d:#?}");
+        let marks = d
+            .iter()
+            .filter(|l| l.starts_with("bts ") && l.ends_with(",3Fh"))
+            .count();
+        assert_eq!(marks, 4, "{d:#?}");
+        // With branch words (a conditional branch ends it), the check is on
+        // entry again, and the appends do not repeat it.
+        let t = filtered_with(&[0x48, 0x8b, 0x07, 0x75, 0x10], true, Some(1), true);
+        assert_eq!(t.flush_sites.len(), 1);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        let checks = d
+            .iter()
+            .filter(|l| l.ends_with(&limit) && l.starts_with("cmp "))
+            .count();
+        assert_eq!(checks, 1, "{d:#?}");
+    }
+
+    #[test]
     fn an_epilogue_keeps_its_live_flags_once() {
         // pop rbx ; pop rbp ; ret: no flag is written, so they are live
         // all along; one keep covers the entry check and the three
