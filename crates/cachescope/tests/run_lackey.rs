@@ -1,6 +1,7 @@
 //! `--tool=lackey` and the live simulations against Valgrind, on the static
 //! `-nostdlib` fixtures of `fixtures/sim` (a matrix multiply, sorts, a
-//! pointer chase, a branchy state machine, string instructions):
+//! pointer chase, a branchy state machine, string instructions, a rep
+//! instruction whose fetch only the tool sees among lines of its I1 set):
 //!
 //! * the `--trace-mem=yes` trace equals `valgrind --tool=lackey
 //!   --trace-mem=yes`'s line for line. The fixtures run on a stack of their
@@ -31,6 +32,7 @@ const FIXTURES: &[&str] = &[
     "nostdlib_chase.c",
     "nostdlib_statemachine.c",
     "nostdlib_strings.c",
+    "nostdlib_repfetch.c",
 ];
 
 /// Whether a log line is one of Lackey's trace lines (`I  `, ` L `, ` S `,
@@ -188,6 +190,11 @@ fn lackey_trace_chase() {
 #[test]
 fn lackey_trace_statemachine() {
     lackey_trace_equals_valgrinds("nostdlib_statemachine.c");
+}
+
+#[test]
+fn lackey_trace_repfetch() {
+    lackey_trace_equals_valgrinds("nostdlib_repfetch.c");
 }
 
 #[test]

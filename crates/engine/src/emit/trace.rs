@@ -314,6 +314,15 @@ impl Emitter {
         path
     }
 
+    /// Makes `line` the line I1's table has for its set (`r` clobbered,
+    /// flags untouched): after a rep string block, whose fetches only the
+    /// tool sees.
+    pub fn i1_mark(&mut self, r: Register, line: u64, i1_set_mask: u32) {
+        let set = (line & u64::from(i1_set_mask)) as u32;
+        self.insn(Instruction::with2(Code::Mov_r64_imm64, r, line));
+        self.insn(Instruction::with2(Code::Mov_rm64_r64, i1_slot(set), r));
+    }
+
     /// The out-of-line path of a fetch check (`r` holding its line unless
     /// it straddles): its line (or both) become their sets' last, and it
     /// is kept by its line, in `form` (counted executions: a pair or a

@@ -5,8 +5,8 @@
 use super::{Injector, Space};
 use crate::handoff::{Gate, SharedBuffers};
 use crate::layout::{
-    AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BUFFERS, TRACE_BYTES,
-    TRACE_SLACK,
+    AREA_I1_MRU, AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BUFFERS,
+    TRACE_BYTES, TRACE_SLACK,
 };
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
@@ -269,17 +269,24 @@ impl Space {
         self.mem.write(area + u64::from(S_TRACE_PTR), &b);
     }
 
-    /// Filtered trace mode: clears the table of the line each D1 set of
-    /// the thread whose area is `area` referenced last. Whenever its
-    /// records are handed over: the tool may take other threads' records
-    /// before the next ones, and a set's last line is then not necessarily
-    /// this thread's (the next access to each set is kept; exact again).
+    /// Filtered trace mode: clears the tables of the line each D1 set of
+    /// the thread whose area is `area` referenced last, and each I1 set
+    /// fetched last. Whenever its records are handed over: the tool may
+    /// take other threads' records before the next ones, and a set's last
+    /// line is then not necessarily this thread's (the next access to each
+    /// set is kept; exact again). (I1's had been left as it was: another
+    /// thread's fetches in between could make a fetch the table called a
+    /// hit on its set's last line a reordering one.)
     fn forget_lines(&mut self, area: u64) {
         let Some(d1) = self.tracing.as_ref().and_then(|t| t.mode.filter) else {
             return;
         };
         let bytes = (u64::from(d1.set_mask) + 1) * 8;
         self.mem.write(area + AREA_MRU, &vec![0; bytes as usize]);
+        if let Some(i1) = d1.i1_set_mask {
+            let bytes = (u64::from(i1) + 1) * 8;
+            self.mem.write(area + AREA_I1_MRU, &vec![0; bytes as usize]);
+        }
     }
 
     /// The flush site numbered `site`.

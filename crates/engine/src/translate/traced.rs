@@ -796,6 +796,16 @@ pub(super) fn translate_traced(
                         // The tool simulates its iterations; the table
                         // must not remember lines from before them.
                         b.e.mru_forget(r, d1);
+                        // Nor I1's: the tool's fetches of it leave its
+                        // line (each of two, in order) its set's last,
+                        // which no check of the client's has seen.
+                        if let Some(mask) = d1.i1_set_mask {
+                            let first = i.ip() >> d1.line_bits;
+                            let last = (i.next_ip() - 1) >> d1.line_bits;
+                            for line in first..=last {
+                                b.e.i1_mark(r, line, mask);
+                            }
+                        }
                     }
                     continue;
                 }
