@@ -380,6 +380,23 @@ fn flags_dead_at_end(ctx: &mut dyn TransCtx, terminator: &Terminator, stop: &Sto
         .is_some_and(|code| writes_flags_first(&code, successor))
 }
 
+/// Starts keeping the flags in RAX (`Emitter::keep_flags`) unless
+/// `keeping` says they are kept already; the sites from here on say so.
+fn start_keep(b: &mut Builder, keeping: &mut bool, r: Register, a: Option<Register>) {
+    if !std::mem::replace(keeping, true) {
+        b.e.keep_flags();
+        b.regs = SiteRegs::BorrowedFlagsKept(r, a);
+    }
+}
+
+/// Gives the flags and RAX back if `keeping` says they are kept.
+fn end_keep(b: &mut Builder, keeping: &mut bool, r: Register, a: Option<Register>) {
+    if std::mem::take(keeping) {
+        b.e.give_back_flags();
+        b.regs = SiteRegs::Borrowed(r, a);
+    }
+}
+
 /// Whether computing the address `addr` reads RAX (or a part of it).
 fn reads_rax(addr: &AddrExpr) -> bool {
     let rax = |r: Register| r != Register::None && r.full_register() == Register::RAX;
@@ -714,9 +731,7 @@ pub(super) fn translate_traced(
     if check_at.is_none() {
         if counted.is_some() {
             // Kept from here on, for as long as the guest lets them.
-            b.e.keep_flags();
-            keeping = true;
-            b.regs = SiteRegs::BorrowedFlagsKept(r, a);
+            start_keep(&mut b, &mut keeping, r, a);
             fetch_paths.extend(check(&mut b, FlagsAt::Dead));
         } else {
             // Flags may be live everywhere: keep them around the check.
@@ -741,21 +756,14 @@ pub(super) fn translate_traced(
         // A fetch's check goes before its instruction (and its data
         // references'), so that what is kept is in execution order.
         if let (Some(g), Some(&(_, fetch))) = (counted, next_fetch.next_if(|&&(at, _)| at == n)) {
-            if !dead_before(n) && !keeping {
-                b.e.keep_flags();
-                keeping = true;
-                b.regs = SiteRegs::BorrowedFlagsKept(r, a);
+            if !dead_before(n) {
+                start_keep(&mut b, &mut keeping, r, a);
             }
             let mask = g.i1_set_mask.expect("counted executions check fetches");
             fetch_paths.push(b.e.fetch_check(r, fetch, mask));
         }
         // (An instruction's own checks come first, below.)
-        let give_back = |b: &mut Builder, keeping: &mut bool| {
-            if std::mem::take(keeping) {
-                b.e.give_back_flags();
-                b.regs = SiteRegs::Borrowed(r, a);
-            }
-        };
+        let give_back = |b: &mut Builder, keeping: &mut bool| end_keep(b, keeping, r, a);
         match item {
             Item::ClientRequest(ip) => {
                 give_back(&mut b, &mut keeping);
@@ -823,10 +831,8 @@ pub(super) fn translate_traced(
                                 let size = acc.size.clamp(1, line);
                                 let operand = (word - 1) as u16;
                                 let live = !dead_before(n);
-                                if live && counted.is_some() && !keeping {
-                                    b.e.keep_flags();
-                                    keeping = true;
-                                    b.regs = SiteRegs::BorrowedFlagsKept(r, Some(a));
+                                if live && counted.is_some() {
+                                    start_keep(&mut b, &mut keeping, r, Some(a));
                                 }
                                 let own_keep = live && !keeping;
                                 paths.push(b.e.mru_check(a, r, size, operand, d1, own_keep));
@@ -856,9 +862,7 @@ pub(super) fn translate_traced(
         }
     }
     if let Stop::Continue(next) = stop {
-        if keeping {
-            b.e.give_back_flags();
-        }
+        end_keep(&mut b, &mut keeping, r, a);
         if !left {
             b.e.trace_leave(r, a);
         }
