@@ -486,9 +486,9 @@ fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<R
     })
 }
 
-/// A shift or rotate by CL: with CL = 0 it leaves every flag alone, so
-/// flags are not dead before it whatever iced-x86 says it may write.
-fn count_in_cl(i: &Instruction) -> bool {
+/// Whether `i` is a shift or rotate, which leaves every flag alone when
+/// its count (masked) is 0.
+fn shifts(i: &Instruction) -> bool {
     matches!(
         i.mnemonic(),
         Mnemonic::Shl
@@ -501,8 +501,15 @@ fn count_in_cl(i: &Instruction) -> bool {
             | Mnemonic::Rcr
             | Mnemonic::Shld
             | Mnemonic::Shrd
-    ) && (0..i.op_count())
-        .any(|n| i.op_kind(n) == OpKind::Register && i.op_register(n) == Register::CL)
+    )
+}
+
+/// A shift or rotate by CL: with CL = 0 it leaves every flag alone, so
+/// flags are not dead before it whatever iced-x86 says it may write.
+fn count_in_cl(i: &Instruction) -> bool {
+    shifts(i)
+        && (0..i.op_count())
+            .any(|n| i.op_kind(n) == OpKind::Register && i.op_register(n) == Register::CL)
 }
 
 /// Chooses where the block counter goes: the first point where flags are

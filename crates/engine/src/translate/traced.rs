@@ -275,7 +275,7 @@ fn flags_dead_before(items: &[Item], dead_at_end: bool) -> u64 {
         if let Item::Insn(i) = it {
             if i.rflags_read() & STATUS != 0 {
                 next_dead = false;
-            } else if i.rflags_modified() & STATUS == STATUS {
+            } else if i.rflags_modified() & STATUS == STATUS && !count_in_cl(i) {
                 next_dead = true;
             } else if i.rflags_modified() & STATUS != 0 {
                 // Some written, the rest passed on: live.
@@ -338,20 +338,8 @@ fn writes_flags_first(code: &[u8], guest: u64) -> bool {
         if i.is_invalid() || i.rflags_read() & pending != 0 {
             return false;
         }
-        let maybe_unchanged = is_rep(&i)
-            || matches!(
-                i.mnemonic(),
-                Mnemonic::Shl
-                    | Mnemonic::Sal
-                    | Mnemonic::Shr
-                    | Mnemonic::Sar
-                    | Mnemonic::Rol
-                    | Mnemonic::Ror
-                    | Mnemonic::Rcl
-                    | Mnemonic::Rcr
-                    | Mnemonic::Shld
-                    | Mnemonic::Shrd
-            );
+        // (Any count: one given as 0 changes nothing either.)
+        let maybe_unchanged = is_rep(&i) || shifts(&i);
         if !maybe_unchanged {
             pending &= !i.rflags_modified();
         }
@@ -1092,6 +1080,25 @@ mod tests {
             .filter(|l| l.ends_with(&limit) && l.starts_with("cmp "))
             .count();
         assert_eq!(checks, 1, "{d:#?}");
+    }
+
+    #[test]
+    fn a_shift_by_cl_passes_the_flags_on() {
+        // cmp rdi,rsi ; mov rdx,[rdi] ; shl rax,cl ; jne: with CL = 0 the
+        // jne reads cmp's flags, so the load's check keeps them.
+        let code = [
+            0x48, 0x39, 0xf7, 0x48, 0x8b, 0x17, 0x48, 0xd3, 0xe0, 0x75, 0x10,
+        ];
+        let t = filtered_with(&code, true, Some(1), false);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        assert_eq!(d.iter().filter(|l| *l == "lahf").count(), 1, "{d:#?}");
+        // shl rax,3 instead: a count the block shows is not 0; dead.
+        let code = [
+            0x48, 0x39, 0xf7, 0x48, 0x8b, 0x17, 0x48, 0xc1, 0xe0, 0x03, 0x75, 0x10,
+        ];
+        let t = filtered_with(&code, true, Some(1), false);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        assert_eq!(d.iter().filter(|l| *l == "lahf").count(), 0, "{d:#?}");
     }
 
     #[test]
