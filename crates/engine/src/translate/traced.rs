@@ -1024,7 +1024,13 @@ mod tests {
         ref_sites: Option<u32>,
         branches: bool,
     ) -> Translation {
-        let mut ctx = Ctx {
+        let mut ctx = filtered_ctx(counted, ref_sites, branches);
+        translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
+    }
+
+    /// The context of [`filtered_with`]'s translations (block id 7).
+    fn filtered_ctx(counted: bool, ref_sites: Option<u32>, branches: bool) -> Ctx {
+        Ctx {
             ref_sites,
             next: 7,
             trace: Some(TraceMode {
@@ -1038,8 +1044,7 @@ mod tests {
                 branches,
             }),
             ..Ctx::default()
-        };
-        translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap()
+        }
     }
 
     /// The disassembly of `code` translated as a counted block (id 7)
@@ -1139,20 +1144,8 @@ mod tests {
         let code = [0x5b, 0xe8, 0xfa, 0x0f, 0x00, 0x00];
         let keeps = |callee: &[u8]| {
             let mut ctx = Ctx {
-                ref_sites: Some(1),
-                next: 7,
-                trace: Some(TraceMode {
-                    data: true,
-                    sp: false,
-                    filter: Some(MruGeometry {
-                        line_bits: 6,
-                        set_mask: 63,
-                        i1_set_mask: Some(63),
-                    }),
-                    branches: false,
-                }),
                 stable: Some((0x2000, callee.to_vec())),
-                ..Ctx::default()
+                ..filtered_ctx(true, Some(1), false)
             };
             let t = translate(&code, 0x1000, 0x40_0000, &mut ctx).unwrap();
             let d = crate::emit::tests::disasm_at(&t.code, t.host);
