@@ -638,8 +638,8 @@ impl Emitter {
     /// append to the records checks the buffer itself, after the load:
     /// past the limit, the flush stub gets the load's address (in
     /// `S_TARGET`, with [`FLUSH_AT`] set, which no site number has), where
-    /// the thread resumes with the next buffer. Only the records' appends: blocks that write
-    /// branch words keep their check on entry.
+    /// the thread resumes with the next buffer. Only the records' appends:
+    /// blocks that write branch words keep their check on entry.
     fn append_via(
         &mut self,
         slot: u32,
