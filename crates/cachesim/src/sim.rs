@@ -128,18 +128,17 @@ impl CacheSim {
         self.i1.access_is_miss(addr, len.min(self.max_access))
     }
 
-    /// An instruction fetch within line number `block` (an address over
-    /// the line size) and I1 alone: whether it missed.
-    #[inline(always)]
-    pub fn i1_line_is_miss(&mut self, block: u64) -> bool {
-        self.i1.line_is_miss(block)
-    }
-
-    /// A data access within line number `block` and D1 alone: whether it
+    /// A reference given by its line number `block` (an address over the
+    /// line size) to I1 (a `fetch`) or D1 alone, to that line and with
+    /// `straddles` the next one too, in address order (what an access of
+    /// the last byte of one and the first of the other does): whether it
     /// missed.
     #[inline(always)]
-    pub fn d1_line_is_miss(&mut self, block: u64) -> bool {
-        self.d1.line_is_miss(block)
+    pub fn l1_line_is_miss(&mut self, fetch: bool, block: u64, straddles: bool) -> bool {
+        let l1 = if fetch { &mut self.i1 } else { &mut self.d1 };
+        let miss = l1.line_is_miss(block);
+        // Both lines are referenced, whatever the first did.
+        miss | (straddles && l1.line_is_miss(block + 1))
     }
 
     /// The LL half of [`instr`](Self::instr), after an I1 miss: whether LL

@@ -436,24 +436,18 @@ impl BlockSim {
             i += 1;
             let line = self.site_words.line(w);
             let straddles = SiteWords::straddles(w);
-            // The last byte of the first line and the first of the next.
-            let reference = |line: u64| match straddles {
-                true => ((line << line_bits) | ((1 << line_bits) - 1), 2),
-                false => (line << line_bits, 1),
-            };
-            let fetch = SiteWords::is_fetch(w);
-            let miss = match (&mut self.caches, straddles) {
-                (None, _) => false,
-                (Some(_), true) => {
-                    let (addr, size) = reference(line);
-                    self.l1_is_miss(fetch, addr, size)
-                }
-                // The line number is the word's: no address to take apart.
-                (Some(sim), false) if fetch => sim.i1_line_is_miss(line),
-                (Some(sim), false) => sim.d1_line_is_miss(line),
-            };
+            // The line number is the word's: no address to take apart.
+            let miss = self
+                .caches
+                .as_mut()
+                .is_some_and(|sim| sim.l1_line_is_miss(SiteWords::is_fetch(w), line, straddles));
             if miss {
-                let (addr, size) = reference(line);
+                // LL's reference: the last byte of the first line and the
+                // first of the next, or the line's start.
+                let (addr, size) = match straddles {
+                    true => ((line << line_bits) | ((1 << line_bits) - 1), 2),
+                    false => (line << line_bits, 1),
+                };
                 self.site_miss_to_ll(w, addr, size, out);
             }
         }

@@ -95,12 +95,12 @@ pub trait TransCtx {
         None
     }
 
-    /// The guest code at `guest`, if it is there to read and cannot change
-    /// in place (a read-only file mapping): a translation may look at a
-    /// successor's first instructions, and rely on them, without
-    /// translating it.
-    fn stable_code(&mut self, guest: u64) -> Option<Vec<u8>> {
-        let _ = guest;
+    /// Up to `len` bytes of the guest code at `guest`, if it is there to
+    /// read and cannot change in place (a read-only file mapping): a
+    /// translation may look at a successor's first instructions, and rely
+    /// on them, without translating it.
+    fn stable_code(&mut self, guest: u64, len: u64) -> Option<Vec<u8>> {
+        let _ = (guest, len);
         None
     }
 }
@@ -134,6 +134,17 @@ pub enum SiteRegs {
     /// `layout::S_KEEP_RAX` across guest instructions that touch neither
     /// (`emit::Emitter::keep_flags`).
     BorrowedFlagsKept(Register, Option<Register>),
+}
+
+impl SiteRegs {
+    /// The registers the block borrowed (the record's, the addresses'),
+    /// if they hold the tool's values here.
+    pub fn borrowed(self) -> Option<(Register, Option<Register>)> {
+        match self {
+            SiteRegs::Borrowed(r, a) | SiteRegs::BorrowedFlagsKept(r, a) => Some((r, a)),
+            SiteRegs::Guest | SiteRegs::RcxSpilled => None,
+        }
+    }
 }
 
 /// The start of the host code that stands for one guest instruction: the
@@ -1068,9 +1079,9 @@ mod tests {
         fn flush_stub(&self) -> u64 {
             0x51_0000
         }
-        fn stable_code(&mut self, guest: u64) -> Option<Vec<u8>> {
+        fn stable_code(&mut self, guest: u64, len: u64) -> Option<Vec<u8>> {
             let (at, code) = self.stable.as_ref()?;
-            (*at == guest).then(|| code.clone())
+            (*at == guest).then(|| code[..code.len().min(len as usize)].to_vec())
         }
     }
 

@@ -749,8 +749,8 @@ impl TransCtx for Ctx<'_> {
         self.smc_stub
     }
 
-    fn stable_code(&mut self, guest: u64) -> Option<Vec<u8>> {
-        self.modules.stable_code(guest, &mut *self.mem)
+    fn stable_code(&mut self, guest: u64, len: u64) -> Option<Vec<u8>> {
+        self.modules.stable_code(guest, len, &mut *self.mem)
     }
 }
 

@@ -59,13 +59,18 @@ impl Modules {
         self.maps.get(i).filter(|m| m.start <= addr)
     }
 
-    /// The guest code from `addr` on (as much as a block may span), when it
-    /// is in an executable mapping known already whose code cannot change
-    /// in place (see `stable`): what a translation may read of code it
-    /// does not translate (its successors') and rely on.
-    pub fn stable_code(&mut self, addr: u64, mem: &mut dyn ClientMemory) -> Option<Vec<u8>> {
+    /// Up to `len` bytes of guest code from `addr` on, when it is in an
+    /// executable mapping known already whose code cannot change in place
+    /// (see `stable`): what a translation may read of code it does not
+    /// translate (its successors') and rely on.
+    pub fn stable_code(
+        &mut self,
+        addr: u64,
+        len: u64,
+        mem: &mut dyn ClientMemory,
+    ) -> Option<Vec<u8>> {
         let m = self.find(addr).filter(|m| m.exec && stable(m))?.clone();
-        self.read_code(addr, &m, mem).ok()
+        self.read_code_upto(addr, &m, len, mem).ok()
     }
 
     /// The mapping that holds `addr`, which the client is about to run (an
@@ -161,7 +166,18 @@ impl Modules {
     ) -> Result<Vec<u8>, EngineError> {
         // No block spans more; copying a page per block (120,000 blocks
         // in a python run) showed up in profiles of translation.
-        let len = (m.end - addr).min(MAX_BLOCK_GUEST_BYTES) as usize;
+        self.read_code_upto(addr, m, MAX_BLOCK_GUEST_BYTES, mem)
+    }
+
+    /// [`Modules::read_code`], at most `len` bytes.
+    fn read_code_upto(
+        &mut self,
+        addr: u64,
+        m: &Mapping,
+        len: u64,
+        mem: &mut dyn ClientMemory,
+    ) -> Result<Vec<u8>, EngineError> {
+        let len = (m.end - addr).min(len) as usize;
         if !stable(m) {
             return mem.read(addr, len);
         }

@@ -153,17 +153,14 @@ impl HostSites {
         let mut borrowed = [NO_REG; 2];
         let first = self.sites.len();
         for s in sites {
+            if let Some((r, a)) = s.regs.borrowed() {
+                borrowed = [reg_number(r), a.map_or(NO_REG, reg_number)];
+            }
             let regs = match s.regs {
                 SiteRegs::Guest => GUEST,
                 SiteRegs::RcxSpilled => RCX_SPILLED,
-                SiteRegs::Borrowed(r, a) => {
-                    borrowed = [reg_number(r), a.map_or(NO_REG, reg_number)];
-                    BORROWED
-                }
-                SiteRegs::BorrowedFlagsKept(r, a) => {
-                    borrowed = [reg_number(r), a.map_or(NO_REG, reg_number)];
-                    BORROWED_FLAGS_KEPT
-                }
+                SiteRegs::Borrowed(..) => BORROWED,
+                SiteRegs::BorrowedFlagsKept(..) => BORROWED_FLAGS_KEPT,
             };
             let offsets = s
                 .host

@@ -278,14 +278,15 @@ impl Space {
     /// thread's fetches in between could make a fetch the table called a
     /// hit on its set's last line a reordering one.)
     fn forget_lines(&mut self, area: u64) {
-        let Some(d1) = self.tracing.as_ref().and_then(|t| t.mode.filter) else {
+        let Some(g) = self.tracing.as_ref().and_then(|t| t.mode.filter) else {
             return;
         };
-        let bytes = (u64::from(d1.set_mask) + 1) * 8;
-        self.mem.write(area + AREA_MRU, &vec![0; bytes as usize]);
-        if let Some(i1) = d1.i1_set_mask {
-            let bytes = (u64::from(i1) + 1) * 8;
-            self.mem.write(area + AREA_I1_MRU, &vec![0; bytes as usize]);
+        let tables = [(AREA_MRU, Some(g.set_mask)), (AREA_I1_MRU, g.i1_set_mask)];
+        for (table, set_mask) in tables {
+            if let Some(mask) = set_mask {
+                let bytes = (u64::from(mask) + 1) * 8;
+                self.mem.write(area + table, &vec![0; bytes as usize]);
+            }
         }
     }
 

@@ -307,23 +307,18 @@ impl Tracer<'_> {
         let slot = |space: &std::cell::RefCell<crate::space::Space>, off: u32| {
             space.borrow_mut().mem().read_u64(area + u64::from(off))
         };
-        match regs_at {
-            SiteRegs::Guest => {}
-            SiteRegs::RcxSpilled => regs.rcx = slot(&space, layout::S_RCX)?,
-            SiteRegs::Borrowed(r, a) => {
-                *gpr(&mut regs, r) = slot(&space, layout::S_BORROW_R)?;
-                if let Some(a) = a {
-                    *gpr(&mut regs, a) = slot(&space, layout::S_BORROW_A)?;
-                }
+        if regs_at == SiteRegs::RcxSpilled {
+            regs.rcx = slot(&space, layout::S_RCX)?;
+        }
+        if let Some((r, a)) = regs_at.borrowed() {
+            *gpr(&mut regs, r) = slot(&space, layout::S_BORROW_R)?;
+            if let Some(a) = a {
+                *gpr(&mut regs, a) = slot(&space, layout::S_BORROW_A)?;
             }
-            SiteRegs::BorrowedFlagsKept(r, a) => {
-                *gpr(&mut regs, r) = slot(&space, layout::S_BORROW_R)?;
-                if let Some(a) = a {
-                    *gpr(&mut regs, a) = slot(&space, layout::S_BORROW_A)?;
-                }
-                regs.eflags = kept_flags(regs.eflags, regs.rax);
-                regs.rax = slot(&space, layout::S_KEEP_RAX)?;
-            }
+        }
+        if let SiteRegs::BorrowedFlagsKept(..) = regs_at {
+            regs.eflags = kept_flags(regs.eflags, regs.rax);
+            regs.rax = slot(&space, layout::S_KEEP_RAX)?;
         }
         space.borrow_mut().rep_faulted(probe, regs.rcx, area)?;
         if info.addr() == host {
@@ -676,7 +671,6 @@ pub(super) fn release_signals(tid: i32, own: Option<u64>) {
     }
 }
 
-/// Signals the processor raises for the instruction that is running.
 /// The status flags a run of checks keeps in RAX (`lahf` into AH: SF,
 /// ZF, AF, PF and CF where the flags register has them; `seto` into AL:
 /// OF) put back into `eflags`, whose other bits stay.
@@ -688,6 +682,7 @@ fn kept_flags(eflags: u64, rax: u64) -> u64 {
     (eflags & !(LAHF_BITS | OF)) | ah | of
 }
 
+/// Signals the processor raises for the instruction that is running.
 fn is_synchronous(sig: i32) -> bool {
     matches!(
         sig,

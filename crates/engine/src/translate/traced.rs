@@ -364,7 +364,9 @@ fn flags_dead_at_end(ctx: &mut dyn TransCtx, terminator: &Terminator, stop: &Sto
         (Terminator::FallThrough, Stop::Continue(next)) => *next,
         _ => return false,
     };
-    ctx.stable_code(successor)
+    // (The longest x86 instruction is 15 bytes.)
+    let len = SUCCESSOR_LOOKAHEAD as u64 * 15;
+    ctx.stable_code(successor, len)
         .is_some_and(|code| writes_flags_first(&code, successor))
 }
 
@@ -680,21 +682,15 @@ pub(super) fn translate_traced(
         .first()
         .filter(|&&(n, _)| n == 0)
         .map(|&(_, f)| f);
+    // (Counted blocks come with the flags dead or kept already.)
     let mut check = |b: &mut Builder, flags: FlagsAt| -> Option<FetchPath> {
-        let kept_flags = counted.is_some() && flags != FlagsAt::Dead;
-        let mut entry_path = None;
-        if let Some(g) = counted {
-            if kept_flags {
-                b.e.keep_flags();
-            }
+        debug_assert!(counted.is_none() || flags == FlagsAt::Dead);
+        let entry_path = counted.and_then(|g| {
             b.e.count_execution(counter);
             let mask = g.i1_set_mask.expect("counted executions check fetches");
-            entry_path = entry_fetch.map(|f| b.e.fetch_check(r, f, mask));
-        }
+            entry_fetch.map(|f| b.e.fetch_check(r, f, mask))
+        });
         if !entry_buffer_check {
-            if kept_flags {
-                b.e.give_back_flags();
-            }
             return entry_path;
         }
         let site = b.ctx.alloc_flush_site();
@@ -703,11 +699,7 @@ pub(super) fn translate_traced(
             // `r` is free between checks: it takes the write pointer.
             b.e.load_gs(r, layout::S_TRACE_PTR);
         }
-        let flags = if kept_flags { FlagsAt::Dead } else { flags };
         let resume = b.e.trace_check(r, site, stub, flags);
-        if kept_flags {
-            b.e.give_back_flags();
-        }
         flush_sites.push(FlushSite {
             id: site,
             resume,
