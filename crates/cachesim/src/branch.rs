@@ -67,6 +67,14 @@ impl BranchPredictor {
         mispredict
     }
 
+    /// log2 of the indirect predictor's entries, when a slot is the
+    /// branch's address modulo their number (no low bits ignored): then
+    /// whoever runs the branches can keep a copy of the table and tell
+    /// which ones it would predict.
+    pub fn btac_index_bits(&self) -> Option<u8> {
+        (self.pc_shift == 0).then_some(BTAC_ENTRIES.trailing_zeros() as u8)
+    }
+
     /// An indirect branch at `pc` that went to `target`. Returns `true` on
     /// a misprediction (the remembered target differed).
     #[inline]
@@ -132,7 +140,9 @@ mod tests {
 
     #[test]
     fn pc_shift_drops_low_bits() {
+        assert_eq!(BranchPredictor::new().btac_index_bits(), Some(9));
         let mut bp = BranchPredictor::with_pc_shift(2);
+        assert_eq!(bp.btac_index_bits(), None);
         assert!(bp.indirect(0x1000, 9));
         assert!(!bp.indirect(0x1003, 9));
     }

@@ -583,7 +583,8 @@ impl BlockSim {
     /// capped below a line, and an access within one D1 line is within
     /// one LL line).
     /// With the branch predictor too, branch words tell the outcomes among
-    /// the kept references (see [`SiteWords`]).
+    /// the kept references (see [`SiteWords`]), and indirect branches that
+    /// hit the producer's copy of the predictor's target table need none.
     pub fn mru_filter(&self) -> Option<MruFilter> {
         let sim = self.caches.as_ref()?;
         let (i1, d1, ll) = (sim.i1(), sim.d1(), sim.ll());
@@ -594,6 +595,7 @@ impl BlockSim {
             line_bits: d1.line_size.trailing_zeros() as u8,
             set_bits: d1.sets().trailing_zeros() as u8,
             fetch_set_bits: Some(i1.sets().trailing_zeros() as u8),
+            indirect_bits: self.branches.as_ref().and_then(|bp| bp.btac_index_bits()),
         })
     }
 

@@ -175,6 +175,17 @@ pub const MRU_MAX_SETS: u64 = 1 << 17;
 /// Offset in a thread area of the table of the line each I1 set fetched
 /// last (filtered trace mode with fetches filtered), below D1's.
 pub const AREA_I1_MRU: u64 = AREA_MRU - (MRU_MAX_SETS << 3);
+/// Offset in a thread area of the filtered trace mode's copy of the
+/// branch predictor's table of indirect-branch targets (8 bytes per slot,
+/// [`BTAC_MAX_ENTRIES`] at most; [`BTAC_UNKNOWN`] in a slot forgotten),
+/// below I1's table.
+pub const AREA_BTAC: u64 = AREA_I1_MRU - (BTAC_MAX_ENTRIES << 3);
+/// Most slots the copy of the indirect-target table has.
+pub const BTAC_MAX_ENTRIES: u64 = 512;
+/// A forgotten slot of the indirect-target table's copy: no target a
+/// branch that runs can have (not a user address), so the next branch of
+/// the slot is told.
+pub const BTAC_UNKNOWN: u64 = u64::MAX;
 /// Bytes of trace buffer before its limit. (Shared buffers count in the
 /// client's and the tool's memory both: four of 1 MiB cost as much as the
 /// two of 2 MiB and the tool's copies they replaced, at a flush stop per

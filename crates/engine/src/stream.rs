@@ -1032,6 +1032,7 @@ mod tests {
                     line_bits: 6,
                     set_bits: 6,
                     fetch_set_bits: Some(6),
+                    indirect_bits: None,
                 }),
                 cond_branches: true,
                 ..Needs::COUNTING

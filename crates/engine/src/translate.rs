@@ -565,6 +565,10 @@ struct Builder<'a> {
     /// The block's id, when its indirect jump or call writes a branch word
     /// (counted executions with branch simulation).
     indirect_word: Option<u32>,
+    /// With `indirect_word`: the slots of the thread's copy of the
+    /// indirect-target table minus one, when a target the copy holds
+    /// writes no word.
+    btac_mask: Option<u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -591,6 +595,7 @@ impl<'a> Builder<'a> {
             tail_jmp: None,
             regs: SiteRegs::Guest,
             indirect_word: None,
+            btac_mask: None,
         };
         if b.ctx.smc_stub().is_some() {
             // Code that may change gets retired while other threads run it:
@@ -795,7 +800,8 @@ impl Builder<'_> {
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
                 if let Some(id) = self.indirect_word {
-                    self.e.indirect_branch_word(id);
+                    let copy = self.btac_mask.map(|m| Emitter::btac_slot(i.ip(), m));
+                    self.e.indirect_branch_word(id, copy);
                 }
                 self.push_literal(next);
                 self.t.call_returns.push(next);
@@ -806,7 +812,8 @@ impl Builder<'_> {
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
                 if let Some(id) = self.indirect_word {
-                    self.e.indirect_branch_word(id);
+                    let copy = self.btac_mask.map(|m| Emitter::btac_slot(i.ip(), m));
+                    self.e.indirect_branch_word(id, copy);
                 }
                 self.lookup();
             }
@@ -1421,6 +1428,7 @@ mod tests {
             tail_jmp: None,
             regs: SiteRegs::Guest,
             indirect_word: None,
+            btac_mask: None,
         };
         // xbegin +0x10
         let i = Decoder::with_ip(

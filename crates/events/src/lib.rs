@@ -350,6 +350,16 @@ pub struct MruFilter {
     /// checked are those
     /// [`fetch_starts`] lists; a kept one names its place in that list.
     pub fetch_set_bits: Option<u8>,
+    /// With branch words and [`Needs::indirect_targets`]: log2 of the
+    /// entries of the tool's table of indirect-branch targets, indexed by
+    /// the branch's address modulo its size and holding each slot's last
+    /// target (Cachegrind's BTAC). The producer may then leave out the
+    /// branch word of an indirect branch whose target is the one its own
+    /// branches last wrote to that slot: the tool's table holds it too, so
+    /// the branch is predicted and changes nothing (its execution comes
+    /// with the block's runs). As with the lines, the producer forgets its
+    /// slots whenever another thread's words may come in between.
+    pub indirect_bits: Option<u8>,
 }
 
 /// The instructions of `info` that start an instruction fetch of their
@@ -1117,6 +1127,7 @@ mod tests {
             line_bits: 6,
             set_bits: 6,
             fetch_set_bits: None,
+            indirect_bits: None,
         };
         let filtered = Needs {
             mru_filter: Some(f),

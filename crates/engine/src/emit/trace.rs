@@ -51,6 +51,10 @@ pub struct MruGeometry {
     /// I1's sets minus one, when fetches are checked too and executions
     /// counted.
     pub i1_set_mask: Option<u32>,
+    /// The slots of the indirect-branch target table minus one, when an
+    /// indirect branch that hits the thread's copy of it writes no branch
+    /// word (with counted executions and branch words).
+    pub btac_mask: Option<u32>,
 }
 
 /// One instruction fetch a block checks against I1's table (filtered
@@ -763,9 +767,34 @@ impl Emitter {
     /// (`events::SiteWords::indirect_word`) to the branch stream, with the
     /// client's RAX and RCX in their spill slots: RAX is used and
     /// reloaded; the flags are left as they are.
-    pub fn indirect_branch_word(&mut self, id: u32) {
+    ///
+    /// With `copy` (the thread-area offset of the branch's slot in the
+    /// thread's copy of the indirect-target table, `layout::AREA_BTAC`), a
+    /// target equal to the copy's writes nothing: the tool's table holds
+    /// it too (the tool predicts it and nothing changes). Another is
+    /// written and put in the copy, inside the append, so that an
+    /// interrupted append runs again whole. (A handler starts with the
+    /// copy forgotten, see `Space::trace_marker`; the one window left is a
+    /// handler interrupting between the comparison and its jump that
+    /// changes the same slot: one misprediction the tool misses.)
+    pub fn indirect_branch_word(&mut self, id: u32, copy: Option<u32>) {
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let word = SiteWords::indirect_word(id);
+        let same = self.new_label();
+        if let Some(slot) = copy {
+            // RCX minus the copy without touching the flags (`not`,
+            // `lea`), tested by `jrcxz` with the target in RAX meanwhile.
+            self.load_gs(rax, slot);
+            self.insn(Instruction::with1(Code::Not_rm64, rax));
+            self.insn(Instruction::with2(
+                Code::Lea_r64_m,
+                rax,
+                MemoryOperand::with_base_index_scale_displ_size(rax, rcx, 1, 1, 1),
+            ));
+            self.insn(Instruction::with2(Code::Xchg_rm64_r64, rcx, rax));
+            self.short_branch(&[0xe3], same); // jrcxz
+            self.insn(Instruction::with2(Code::Xchg_rm64_r64, rcx, rax));
+        }
         self.append_branch(rax, |e| {
             for (at, half) in [(0, word as u32), (4, (word >> 32) as u32)] {
                 e.insn(Instruction::with2(
@@ -783,9 +812,26 @@ impl Emitter {
                 MemoryOperand::with_base_displ(rax, target + 7),
                 0x80u32,
             ));
+            if let Some(slot) = copy {
+                e.store_gs(rcx, slot);
+            }
             16
         });
+        if copy.is_some() {
+            let done = self.new_label();
+            self.jmp_short(done);
+            self.bind(same);
+            self.mov(rcx, rax);
+            self.bind(done);
+        }
         self.load_gs(rax, layout::S_RAX);
+    }
+
+    /// The thread-area offset of the slot of the branch at `pc` in the
+    /// copy of the indirect-target table with `mask + 1` slots.
+    pub fn btac_slot(pc: u64, mask: u32) -> u32 {
+        debug_assert!(u64::from(mask) < layout::BTAC_MAX_ENTRIES);
+        layout::AREA_BTAC as u32 + (pc & u64::from(mask)) as u32 * 8
     }
 
     /// After a rep string instruction in filtered trace mode (whose

@@ -5,8 +5,8 @@
 use super::{Injector, Space};
 use crate::handoff::{Gate, SharedBuffers};
 use crate::layout::{
-    AREA_I1_MRU, AREA_MRU, AREA_TRACE, S_TRACE_LIMIT, S_TRACE_PTR, TRACE_BUFFER, TRACE_BUFFERS,
-    TRACE_BYTES, TRACE_SLACK,
+    AREA_BTAC, AREA_I1_MRU, AREA_MRU, AREA_TRACE, BTAC_UNKNOWN, S_TRACE_LIMIT, S_TRACE_PTR,
+    TRACE_BUFFER, TRACE_BUFFERS, TRACE_BYTES, TRACE_SLACK,
 };
 use crate::stream::StreamLink;
 use crate::translate::{FlushSite, TraceMode};
@@ -243,7 +243,7 @@ impl Space {
     pub(super) fn reset_trace(&mut self, area: u64) {
         if self.tracing.is_some() {
             self.write_from(area, 0, 0);
-            self.forget_lines(area);
+            self.forget_tables(area);
         }
     }
 
@@ -271,21 +271,32 @@ impl Space {
 
     /// Filtered trace mode: clears the tables of the line each D1 set of
     /// the thread whose area is `area` referenced last, and each I1 set
-    /// fetched last. Whenever its records are handed over: the tool may
+    /// fetched last, and forgets its copy of the indirect-target table's
+    /// slots. Whenever its records are handed over: the tool may
     /// take other threads' records before the next ones, and a set's last
     /// line is then not necessarily this thread's (the next access to each
     /// set is kept; exact again). (I1's had been left as it was: another
     /// thread's fetches in between could make a fetch the table called a
     /// hit on its set's last line a reordering one.)
-    fn forget_lines(&mut self, area: u64) {
+    fn forget_tables(&mut self, area: u64) {
         let Some(g) = self.tracing.as_ref().and_then(|t| t.mode.filter) else {
             return;
         };
-        let tables = [(AREA_MRU, Some(g.set_mask)), (AREA_I1_MRU, g.i1_set_mask)];
-        for (table, set_mask) in tables {
-            if let Some(mask) = set_mask {
-                let bytes = (u64::from(mask) + 1) * 8;
-                self.mem.write(area + table, &vec![0; bytes as usize]);
+        let tables = [
+            (AREA_MRU, Some(g.set_mask), 0),
+            (AREA_I1_MRU, g.i1_set_mask, 0),
+            (AREA_BTAC, g.btac_mask, BTAC_UNKNOWN),
+        ];
+        for (table, mask, forgotten) in tables {
+            if let Some(mask) = mask {
+                let slot = forgotten.to_le_bytes();
+                let bytes: Vec<u8> = slot
+                    .iter()
+                    .copied()
+                    .cycle()
+                    .take((mask as usize + 1) * 8)
+                    .collect();
+                self.mem.write(area + table, &bytes);
             }
         }
     }
@@ -463,7 +474,7 @@ impl Space {
             self.mem.write(next, &open);
         }
         // Its records go on their own: the thread starts its tables afresh.
-        self.forget_lines(area);
+        self.forget_tables(area);
         Ok(next)
     }
 
@@ -515,6 +526,11 @@ impl Space {
         let ptr = self.mem.read_u64(at)?;
         self.mem.write(ptr, &u64::from(marker).to_le_bytes());
         self.mem.write(at, &(ptr + 8).to_le_bytes());
+        // A handler starts with its tables forgotten, and so does the code
+        // it interrupted when it returns: a check interrupted between its
+        // table and its append then cannot make the other side skip a
+        // reference (or an indirect branch) the tool has not seen.
+        self.forget_tables(area);
         Ok(())
     }
 
@@ -550,7 +566,7 @@ impl Space {
             a.from = extent.to;
             a.down_to = extent.down;
         }
-        self.forget_lines(area);
+        self.forget_tables(area);
     }
 
     /// A thread ends (or the process does): its complete records go to the

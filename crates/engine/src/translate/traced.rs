@@ -50,6 +50,10 @@ pub fn filter_geometry(f: events::MruFilter) -> Option<MruGeometry> {
         set_mask: mask(f.set_bits)?,
         // An I1 too large for its table: fetches are not filtered.
         i1_set_mask: f.fetch_set_bits.and_then(mask),
+        btac_mask: f.indirect_bits.and_then(|bits| {
+            let slots = 1u64.checked_shl(u32::from(bits))?;
+            (slots <= layout::BTAC_MAX_ENTRIES).then_some((slots - 1) as u32)
+        }),
     })
 }
 
@@ -631,6 +635,7 @@ pub(super) fn translate_traced(
         )
     {
         b.indirect_word = Some(id);
+        b.btac_mask = filter.and_then(|g| g.btac_mask);
     }
     // A counted block checks the buffer on entry only if it writes more
     // than its kept references (a rep string instruction's record, branch
@@ -1032,6 +1037,7 @@ mod tests {
                     line_bits: 6,
                     set_mask: 63,
                     i1_set_mask: counted.then_some(63),
+                    btac_mask: None,
                 }),
                 branches,
             }),
@@ -1225,6 +1231,37 @@ mod tests {
             "{d:#?}"
         );
         assert!(d.iter().any(|l| l == "lea rax,[rax-10h]"), "{d:#?}");
+    }
+
+    #[test]
+    fn an_indirect_jump_that_hits_the_copy_of_the_target_table_writes_nothing() {
+        // jmp rax at 0x1000 (slot 0): RCX less the copy, flag-free, tested
+        // by jrcxz; a miss writes the two words and the copy inside the
+        // append (which runs again whole when interrupted).
+        let mut ctx = filtered_ctx(true, Some(1), true);
+        if let Some(t) = &mut ctx.trace {
+            t.filter = t.filter.map(|g| MruGeometry {
+                btac_mask: Some(511),
+                ..g
+            });
+        }
+        let t = translate(&[0xff, 0xe0], 0x1000, 0x40_0000, &mut ctx).unwrap();
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        let slot = format!("{:X}h", layout::AREA_BTAC);
+        let at = |p: &dyn Fn(&String) -> bool| d.iter().position(p).unwrap();
+        let load = at(&|l| l.starts_with("mov rax,gs:[") && l.contains(&slot));
+        let jrcxz = at(&|l| l.starts_with("jrcxz "));
+        let store = at(&|l| l.starts_with("mov gs:[") && l.contains(&slot) && l.ends_with(",rcx"));
+        let target = at(&|l| l == "mov [rax+0FFFF0h],rcx");
+        assert!(load < jrcxz && jrcxz < target && target < store, "{d:#?}");
+        assert!(d[load..jrcxz].iter().any(|l| l == "not rax"), "{d:#?}");
+        assert!(
+            d[load..jrcxz].iter().any(|l| l == "lea rax,[rax+rcx+1]"),
+            "{d:#?}"
+        );
+        // Without the table, the words are written every time.
+        let d = with_branch_words(&[0xff, 0xe0]);
+        assert!(!d.iter().any(|l| l.contains(&slot)), "{d:#?}");
     }
 
     fn filtered(code: &[u8]) -> Translation {
