@@ -46,8 +46,9 @@ const MAGIC_REQUEST: [u8; 3] = [0x48, 0x87, 0xdb];
 
 /// Everything the translator needs from its caller.
 pub trait TransCtx {
-    /// A fresh 8-byte counter: its offset in every thread's area (GS).
-    fn alloc_counter(&mut self) -> u32;
+    /// A fresh 8-byte counter: its offset in every thread's area (GS);
+    /// an error once the areas have no room left for another.
+    fn alloc_counter(&mut self) -> Result<u32, TransError>;
     /// Host address of the probe stub near the block, where an inline
     /// indirect-branch lookup goes when way 0 of the home bucket misses.
     fn probe_stub(&self) -> u64;
@@ -893,7 +894,7 @@ impl Builder<'_> {
     }
 
     fn rep(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
-        let ctr = self.ctx.alloc_counter();
+        let ctr = self.ctx.alloc_counter()?;
         self.t.reps.push((i.ip(), ctr));
         if !is_cond_rep(i) {
             let load = self.e.count_rep(ctr);
@@ -950,7 +951,11 @@ pub fn translate(
         });
     }
     let (items, stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
-    let counter = if instrumented { ctx.alloc_counter() } else { 0 };
+    let counter = if instrumented {
+        ctx.alloc_counter()?
+    } else {
+        0
+    };
     let mut b = Builder::start(ctx, host, counter, &items, code, guest);
     let placement = if instrumented {
         counter_position(&items)
@@ -1048,7 +1053,7 @@ mod tests {
         pub stable: Option<(u64, Vec<u8>)>,
     }
     impl TransCtx for Ctx {
-        fn alloc_counter(&mut self) -> u32 {
+        fn alloc_counter(&mut self) -> Result<u32, TransError> {
             // Trace mode counts only blocks whose executions are counted.
             assert!(
                 self.trace
@@ -1056,7 +1061,7 @@ mod tests {
                 "no counters in trace mode"
             );
             self.next += 8;
-            self.next
+            Ok(self.next)
         }
         fn probe_stub(&self) -> u64 {
             0x50_0000
@@ -1330,7 +1335,7 @@ mod tests {
     fn uninstrumented_blocks_count_nothing() {
         struct Off(Ctx);
         impl TransCtx for Off {
-            fn alloc_counter(&mut self) -> u32 {
+            fn alloc_counter(&mut self) -> Result<u32, TransError> {
                 panic!("no counter while instrumentation is off")
             }
             fn probe_stub(&self) -> u64 {

@@ -70,11 +70,14 @@ impl Areas {
         self.live.iter().copied().collect()
     }
 
-    /// A fresh 8-byte counter: its offset in every area.
-    pub fn alloc_counter(&mut self) -> u32 {
+    /// A fresh 8-byte counter: its offset in every area, if it ends at
+    /// or below offset `end`.
+    pub fn alloc_counter(&mut self, end: u64) -> Option<u32> {
         let c = self.next_counter;
-        self.next_counter += 8;
-        c
+        (u64::from(c) + 8 <= end).then(|| {
+            self.next_counter += 8;
+            c
+        })
     }
 
     /// An area for a new thread: a recycled one or a fresh mapping made by
@@ -227,8 +230,11 @@ mod tests {
         let a2 = areas.alloc(&mut fake, &mut mmap_as_asked).unwrap();
         assert_eq!(a1, layout::AREA_HINT);
         assert_eq!(a2, layout::AREA_HINT + layout::AREA_SIZE);
-        let (c1, c2) = (areas.alloc_counter(), areas.alloc_counter());
-        assert_eq!((c1, c2), (AREA_COUNTERS, AREA_COUNTERS + 8));
+        let end = u64::from(AREA_COUNTERS) + 16;
+        let (c1, c2) = (areas.alloc_counter(end), areas.alloc_counter(end));
+        assert_eq!((c1, c2), (Some(AREA_COUNTERS), Some(AREA_COUNTERS + 8)));
+        assert_eq!(areas.alloc_counter(end), None, "no room past `end`");
+        let (c1, c2) = (AREA_COUNTERS, AREA_COUNTERS + 8);
         let put = |at: u64, v: u64| fake.poke(at, &v.to_le_bytes());
         put(a1 + u64::from(c1), 3);
         put(a1 + u64::from(S_STAT_INLINE_HITS), 7);

@@ -39,7 +39,7 @@ pub(crate) use trace::{Tracing, MARK_SIGNAL, MARK_SIGRETURN};
 use crate::client_mem::ClientMemory;
 use crate::emit::Emitter;
 use crate::layout::{self, MAX_BLOCK_BYTES};
-use crate::translate::{self, PointKind, SyscallSite, TransCtx};
+use crate::translate::{self, PointKind, SyscallSite, TransCtx, TransError};
 use crate::{EngineError, EngineStats, ModuleRecord, SmcCheck};
 use areas::Areas;
 use blocks::{Block, Blocks};
@@ -699,8 +699,19 @@ struct Ctx<'a> {
 }
 
 impl TransCtx for Ctx<'_> {
-    fn alloc_counter(&mut self) -> u32 {
-        self.areas.alloc_counter()
+    fn alloc_counter(&mut self) -> Result<u32, TransError> {
+        // Trace mode's tables lie below its buffers, and its counted
+        // blocks' counters below them; counting mode's may fill the area.
+        let end = match self.tracing {
+            Some(_) => layout::AREA_BTAC,
+            None => layout::AREA_SIZE,
+        };
+        self.areas.alloc_counter(end).ok_or_else(|| {
+            TransError(format!(
+                "more than {} blocks translated: no room for their counters in a thread area",
+                (end - u64::from(layout::AREA_COUNTERS)) / 8
+            ))
+        })
     }
     fn probe_stub(&self) -> u64 {
         self.chunk.probe_stub

@@ -68,7 +68,7 @@ mod tests {
     /// The unit tests' context, with an SMC stub.
     struct Checked(Ctx);
     impl TransCtx for Checked {
-        fn alloc_counter(&mut self) -> u32 {
+        fn alloc_counter(&mut self) -> Result<u32, TransError> {
             self.0.alloc_counter()
         }
         fn probe_stub(&self) -> u64 {

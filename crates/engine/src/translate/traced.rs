@@ -584,7 +584,7 @@ pub(super) fn translate_traced(
         return Err(TransError("more than 2^30 blocks translated".into()));
     }
     let counter = match counted {
-        Some(_) => ctx.alloc_counter(),
+        Some(_) => ctx.alloc_counter()?,
         None => 0,
     };
     // The fetches a counted block checks, each before its instruction.
