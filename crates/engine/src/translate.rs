@@ -516,12 +516,30 @@ fn shifts(i: &Instruction) -> bool {
     )
 }
 
-/// A shift or rotate by CL: with CL = 0 it leaves every flag alone, so
-/// flags are not dead before it whatever iced-x86 says it may write.
-fn count_in_cl(i: &Instruction) -> bool {
-    shifts(i)
-        && (0..i.op_count())
-            .any(|n| i.op_kind(n) == OpKind::Register && i.op_register(n) == Register::CL)
+/// A shift or rotate whose count may be zero: by CL, or by an immediate
+/// that the count mask (5 bits, 6 for a 64-bit operand) makes 0. With a
+/// zero count it leaves every flag alone, so flags are not dead before it
+/// whatever iced-x86 says it may write.
+fn count_may_be_zero(i: &Instruction) -> bool {
+    if !shifts(i) {
+        return false;
+    }
+    let size = match i.op0_kind() {
+        OpKind::Register => i.op0_register().size(),
+        _ => i.memory_size().size(),
+    };
+    let mask = if size == 8 { 0x3f } else { 0x1f };
+    (0..i.op_count()).any(|n| match i.op_kind(n) {
+        OpKind::Register => i.op_register(n) == Register::CL,
+        OpKind::Immediate8 | OpKind::Immediate8_2nd => {
+            let count = match i.op_kind(n) {
+                OpKind::Immediate8 => i.immediate8(),
+                _ => i.immediate8_2nd(),
+            };
+            count & mask == 0
+        }
+        _ => false,
+    })
 }
 
 /// Chooses where the block counter goes: the first point where flags are
@@ -534,7 +552,7 @@ fn counter_position(items: &[Item]) -> Placement {
     let flags = items.iter().position(|it| match it {
         Item::Insn(i) => {
             plain(it)
-                && !count_in_cl(i)
+                && !count_may_be_zero(i)
                 && i.rflags_read() & STATUS == 0
                 && i.rflags_modified() & STATUS == STATUS
         }
@@ -1135,18 +1153,22 @@ mod tests {
     }
 
     #[test]
-    fn flags_are_not_dead_before_a_shift_by_cl() {
-        // shl eax, cl ; jz: CL may be 0, leaving the flags of before.
-        let mut ctx = Ctx {
-            next: 0x1000,
-            ..Ctx::default()
+    fn flags_are_not_dead_before_a_shift_by_cl_or_by_a_count_masked_to_zero() {
+        // shl eax, cl ; jz: CL may be 0, leaving the flags of before; so
+        // does shl eax, 32 (the count masked to 5 bits). shl rax, 32 does
+        // write them, and the counter's add goes before it.
+        let counted_with_add = |code: &[u8]| {
+            let mut ctx = Ctx {
+                next: 0x1000,
+                ..Ctx::default()
+            };
+            let t = translate(code, 0x1000, 0x40_0000, &mut ctx).unwrap();
+            let d = disasm(&t);
+            d.iter().any(|l| l.starts_with("add qword ptr gs:"))
         };
-        let t = translate(&[0xd3, 0xe0, 0x74, 0xfc], 0x1000, 0x40_0000, &mut ctx).unwrap();
-        let d = disasm(&t);
-        assert!(
-            !d.iter().any(|l| l.starts_with("add qword ptr gs:")),
-            "{d:?}"
-        );
+        assert!(!counted_with_add(&[0xd3, 0xe0, 0x74, 0xfc]));
+        assert!(!counted_with_add(&[0xc1, 0xe0, 0x20, 0x74, 0xfb]));
+        assert!(counted_with_add(&[0x48, 0xc1, 0xe0, 0x20, 0x74, 0xfa]));
     }
 
     #[test]

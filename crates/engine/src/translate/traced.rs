@@ -279,7 +279,7 @@ fn flags_dead_before(items: &[Item], dead_at_end: bool) -> u64 {
         if let Item::Insn(i) = it {
             if i.rflags_read() & STATUS != 0 {
                 next_dead = false;
-            } else if i.rflags_modified() & STATUS == STATUS && !count_in_cl(i) {
+            } else if i.rflags_modified() & STATUS == STATUS && !count_may_be_zero(i) {
                 next_dead = true;
             } else if i.rflags_modified() & STATUS != 0 {
                 // Some written, the rest passed on: live.
@@ -342,8 +342,7 @@ fn writes_flags_first(code: &[u8], guest: u64) -> bool {
         if i.is_invalid() || i.rflags_read() & pending != 0 {
             return false;
         }
-        // (Any count: one given as 0 changes nothing either.)
-        let maybe_unchanged = is_rep(&i) || shifts(&i);
+        let maybe_unchanged = is_rep(&i) || count_may_be_zero(&i);
         if !maybe_unchanged {
             pending &= !i.rflags_modified();
         }
@@ -1165,6 +1164,11 @@ mod tests {
         // shl rax,cl may leave them (CL = 0); cmp after it writes them all
         assert!(!first(&[0x48, 0xd3, 0xe0]));
         assert!(first(&[0x48, 0xd3, 0xe0, 0x48, 0x39, 0xd8]));
+        // so may shl rax,0 and shl eax,32 (counts masked to 0); shl rax,32
+        // writes them
+        assert!(!first(&[0x48, 0xc1, 0xe0, 0x00]));
+        assert!(!first(&[0xc1, 0xe0, 0x20]));
+        assert!(first(&[0x48, 0xc1, 0xe0, 0x20]));
         // inc leaves CF: a jc after it reads the old one
         assert!(!first(&[0x48, 0xff, 0xc0, 0x72, 0x00]));
         // a return first: who knows
