@@ -281,10 +281,11 @@ fn flags_dead_before(items: &[Item], dead_at_end: bool) -> u64 {
                 next_dead = false;
             } else if i.rflags_modified() & STATUS == STATUS && !count_may_be_zero(i) {
                 next_dead = true;
-            } else if i.rflags_modified() & STATUS != 0 {
-                // Some written, the rest passed on: live.
-                next_dead = false;
             }
+            // Otherwise (some written, the rest passed on; or all but
+            // perhaps none, by a count of 0) what it leaves unwritten is
+            // what came in, which is as dead after it as before: a
+            // `sar edi,cl` before a `cmp` leaves them dead.
         } else {
             next_dead = false;
         }
@@ -1097,6 +1098,16 @@ mod tests {
         // shl rax,3 instead: a count the block shows is not 0; dead.
         let code = [
             0x48, 0x39, 0xf7, 0x48, 0x8b, 0x17, 0x48, 0xc1, 0xe0, 0x03, 0x75, 0x10,
+        ];
+        let t = filtered_with(&code, true, Some(1), false);
+        let d = crate::emit::tests::disasm_at(&t.code, t.host);
+        assert_eq!(d.iter().filter(|l| *l == "lahf").count(), 0, "{d:#?}");
+        // cmp rdi,rsi ; mov rdx,[rdi] ; shl rax,cl ; inc rax ; cmp rax,rdx
+        // ; jne: what the shift and the inc leave of cmp's flags, the last
+        // cmp writes before the jne reads; dead at the load.
+        let code = [
+            0x48, 0x39, 0xf7, 0x48, 0x8b, 0x17, 0x48, 0xd3, 0xe0, 0x48, 0xff, 0xc0, 0x48, 0x39,
+            0xd0, 0x75, 0x10,
         ];
         let t = filtered_with(&code, true, Some(1), false);
         let d = crate::emit::tests::disasm_at(&t.code, t.host);
