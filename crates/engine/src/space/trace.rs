@@ -526,10 +526,11 @@ impl Space {
         let ptr = self.mem.read_u64(at)?;
         self.mem.write(ptr, &u64::from(marker).to_le_bytes());
         self.mem.write(at, &(ptr + 8).to_le_bytes());
-        // A handler starts with its tables forgotten, and so does the code
-        // it interrupted when it returns: a check interrupted between its
-        // table and its append then cannot make the other side skip a
-        // reference (or an indirect branch) the tool has not seen.
+        // A handler starts with its tables forgotten (and where the tracer
+        // sees its return, the code it interrupted goes on with them
+        // forgotten): a check interrupted between updating its table and
+        // its append cannot make the handler skip a reference (or an
+        // indirect branch) that the tool has not seen yet.
         self.forget_tables(area);
         Ok(())
     }
