@@ -579,3 +579,64 @@ impl Space {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{fake_space, mmap_as_asked};
+    use super::*;
+    use crate::emit::MruGeometry;
+    use crate::stream::{Consumer, StreamTool};
+
+    /// A tool that takes nothing: the tests look at the client's memory.
+    struct Nothing;
+    impl events::Tool for Nothing {
+        fn needs(&self) -> events::Needs {
+            events::Needs::COUNTING
+        }
+        fn record(&mut self, _: events::Record) {}
+    }
+    impl StreamTool for Nothing {
+        fn fork(&self) -> Box<dyn StreamTool> {
+            Box::new(Nothing)
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+            self
+        }
+    }
+
+    /// A signal handler starts with the thread's tables forgotten: no line
+    /// in D1's or I1's, no target in the indirect-target copy.
+    #[test]
+    fn a_handler_starts_with_its_tables_forgotten() {
+        let (mut space, fake) = fake_space();
+        let consumer = Consumer::start();
+        let filter = MruGeometry {
+            line_bits: 6,
+            set_mask: 63,
+            i1_set_mask: Some(63),
+            btac_mask: Some(511),
+        };
+        let mode = TraceMode {
+            data: true,
+            sp: false,
+            filter: Some(filter),
+            branches: true,
+        };
+        space.set_tracing(Tracing::new(mode, consumer.link(Box::new(Nothing))));
+        let area = space.alloc_area(&mut mmap_as_asked).unwrap();
+        let slot = |table: u64, n: u64| {
+            let bytes = fake.peek(area + table + n * 8, 8);
+            u64::from_le_bytes(bytes.try_into().unwrap())
+        };
+        assert_eq!(slot(AREA_BTAC, 0), BTAC_UNKNOWN, "a new thread's copy");
+        // What a thread's checks left there.
+        fake.poke(area + AREA_MRU + 8, &0x1234u64.to_le_bytes());
+        fake.poke(area + AREA_I1_MRU + 63 * 8, &0x99u64.to_le_bytes());
+        fake.poke(area + AREA_BTAC + 511 * 8, &0x40_1000u64.to_le_bytes());
+        space.trace_marker(area, MARK_SIGNAL).unwrap();
+        space.mem().flush().unwrap();
+        assert_eq!(slot(AREA_MRU, 1), 0);
+        assert_eq!(slot(AREA_I1_MRU, 63), 0);
+        assert!((0..512).all(|n| slot(AREA_BTAC, n) == BTAC_UNKNOWN));
+    }
+}
