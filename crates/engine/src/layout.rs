@@ -180,6 +180,9 @@ pub const AREA_I1_MRU: u64 = AREA_MRU - (MRU_MAX_SETS << 3);
 /// [`BTAC_MAX_ENTRIES`] at most; [`BTAC_UNKNOWN`] in a slot forgotten),
 /// below I1's table.
 pub const AREA_BTAC: u64 = AREA_I1_MRU - (BTAC_MAX_ENTRIES << 3);
+/// Where trace mode's execution counters (from [`AREA_COUNTERS`] up) must
+/// end: below the lowest of the filter's tables.
+pub const TRACE_COUNTERS_END: u64 = AREA_BTAC;
 /// Most slots the copy of the indirect-target table has.
 pub const BTAC_MAX_ENTRIES: u64 = 512;
 /// A forgotten slot of the indirect-target table's copy: no target a

@@ -516,6 +516,15 @@ fn shifts(i: &Instruction) -> bool {
     )
 }
 
+/// Whether `i` may leave every flag as it was, whatever iced-x86 says it
+/// writes: a rep string instruction (which may not run at all), or a shift
+/// or rotate whose count may be 0 ([`count_may_be_zero`]). Flag liveness
+/// (counter placement, trace mode's checks, the successor scan) takes such
+/// an instruction for one that writes none.
+fn may_leave_flags(i: &Instruction) -> bool {
+    is_rep(i) || count_may_be_zero(i)
+}
+
 /// A shift or rotate whose count may be zero: by CL, or by an immediate
 /// that the count mask (5 bits, 6 for a 64-bit operand) makes 0. With a
 /// zero count it leaves every flag alone, so flags are not dead before it
@@ -552,7 +561,7 @@ fn counter_position(items: &[Item]) -> Placement {
     let flags = items.iter().position(|it| match it {
         Item::Insn(i) => {
             plain(it)
-                && !count_may_be_zero(i)
+                && !may_leave_flags(i)
                 && i.rflags_read() & STATUS == 0
                 && i.rflags_modified() & STATUS == STATUS
         }

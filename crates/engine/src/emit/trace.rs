@@ -780,10 +780,10 @@ impl Emitter {
     pub fn indirect_branch_word(&mut self, id: u32, copy: Option<u32>) {
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let word = SiteWords::indirect_word(id);
-        let same = self.new_label();
-        if let Some(slot) = copy {
+        let same = copy.map(|slot| {
             // RCX minus the copy without touching the flags (`not`,
             // `lea`), tested by `jrcxz` with the target in RAX meanwhile.
+            let same = self.new_label();
             self.load_gs(rax, slot);
             self.insn(Instruction::with1(Code::Not_rm64, rax));
             self.insn(Instruction::with2(
@@ -794,7 +794,8 @@ impl Emitter {
             self.insn(Instruction::with2(Code::Xchg_rm64_r64, rcx, rax));
             self.short_branch(&[0xe3], same); // jrcxz
             self.insn(Instruction::with2(Code::Xchg_rm64_r64, rcx, rax));
-        }
+            same
+        });
         self.append_branch(rax, |e| {
             for (at, half) in [(0, word as u32), (4, (word >> 32) as u32)] {
                 e.insn(Instruction::with2(
@@ -817,7 +818,7 @@ impl Emitter {
             }
             16
         });
-        if copy.is_some() {
+        if let Some(same) = same {
             let done = self.new_label();
             self.jmp_short(done);
             self.bind(same);

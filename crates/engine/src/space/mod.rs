@@ -700,10 +700,10 @@ struct Ctx<'a> {
 
 impl TransCtx for Ctx<'_> {
     fn alloc_counter(&mut self) -> Result<u32, TransError> {
-        // Trace mode's tables lie below its buffers, and its counted
-        // blocks' counters below them; counting mode's may fill the area.
+        // Counting mode's may fill the area; trace mode has its tables
+        // there.
         let end = match self.tracing {
-            Some(_) => layout::AREA_BTAC,
+            Some(_) => layout::TRACE_COUNTERS_END,
             None => layout::AREA_SIZE,
         };
         self.areas.alloc_counter(end).ok_or_else(|| {

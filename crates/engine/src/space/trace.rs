@@ -289,13 +289,7 @@ impl Space {
         ];
         for (table, mask, forgotten) in tables {
             if let Some(mask) = mask {
-                let slot = forgotten.to_le_bytes();
-                let bytes: Vec<u8> = slot
-                    .iter()
-                    .copied()
-                    .cycle()
-                    .take((mask as usize + 1) * 8)
-                    .collect();
+                let bytes = forgotten.to_le_bytes().repeat(mask as usize + 1);
                 self.mem.write(area + table, &bytes);
             }
         }

@@ -279,7 +279,7 @@ fn flags_dead_before(items: &[Item], dead_at_end: bool) -> u64 {
         if let Item::Insn(i) = it {
             if i.rflags_read() & STATUS != 0 {
                 next_dead = false;
-            } else if i.rflags_modified() & STATUS == STATUS && !count_may_be_zero(i) {
+            } else if i.rflags_modified() & STATUS == STATUS && !may_leave_flags(i) {
                 next_dead = true;
             }
             // Otherwise (some written, the rest passed on; or all but
@@ -326,9 +326,8 @@ const SUCCESSOR_LOOKAHEAD: usize = 16;
 
 /// Whether the guest code at the start of `code` (at `guest`), run from
 /// there, writes every status flag before it reads any: straight-line,
-/// within [`SUCCESSOR_LOOKAHEAD`] instructions; anything that may leave a
-/// flag as it was (a shift or rotate, whose count may be 0; a rep string
-/// instruction, which may not run at all) writes none, and leaving the
+/// within [`SUCCESSOR_LOOKAHEAD`] instructions; anything that may leave
+/// the flags as they were (`may_leave_flags`) writes none, and leaving the
 /// straight line first counts as a read. Then the flags are dead where
 /// control enters that code: a block ending in a jump or call there (or
 /// cut before it) need not keep them around its last checks.
@@ -343,8 +342,7 @@ fn writes_flags_first(code: &[u8], guest: u64) -> bool {
         if i.is_invalid() || i.rflags_read() & pending != 0 {
             return false;
         }
-        let maybe_unchanged = is_rep(&i) || count_may_be_zero(&i);
-        if !maybe_unchanged {
+        if !may_leave_flags(&i) {
             pending &= !i.rflags_modified();
         }
         if pending == 0 {
