@@ -245,8 +245,12 @@ pub struct Translation {
     /// Counting mode: the clean points, in host order (what an
     /// asynchronous signal's context is mapped back with).
     pub points: Vec<CleanPoint>,
-    /// Direct successors (for eager translation).
+    /// Direct successors reached by falling through or jumping (for eager
+    /// translation).
     pub successors: Vec<u64>,
+    /// Targets of conditional branches (for eager translation where it is
+    /// cheap: see `Space::translate_at`).
+    pub branch_targets: Vec<u64>,
     /// Host ranges of the counter updates that take several instructions
     /// (see [`Emitter::counter_updates`]).
     pub counter_updates: Vec<(u64, u64)>,
@@ -702,7 +706,7 @@ impl Builder<'_> {
         self.point(ip, PointKind::Clean);
         let site = self.e.jcc(cc, self.e.here());
         self.t.exits.push((site, guest_target));
-        self.t.successors.push(guest_target);
+        self.t.branch_targets.push(guest_target);
     }
 
     /// Marks the start of the host code standing for guest instruction

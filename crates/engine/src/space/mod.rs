@@ -631,6 +631,17 @@ impl Space {
             self.lookups.return_site(r, body, &mut *self.mem);
         }
         self.fresh.extend(&t.successors);
+        // A conditional branch's target is eagerly translated only where a
+        // translation is small (counting). Traced, a third of python's
+        // translations never ran, most of them such targets (error
+        // paths): leaving them to be translated when first taken made
+        // python-json's code cache 41 MB instead of 50 (python-import's
+        // 48 instead of 57, sqlite's 15 instead of 17, with 13 % less time
+        // translating) for 13-38 % more exits to the tracer (3,200 more on
+        // python-json's 24,700), at the same speed.
+        if self.tracing.is_none() {
+            self.fresh.extend(&t.branch_targets);
+        }
         self.fresh.extend(&t.call_returns);
         self.stats.blocks_translated += 1;
         self.stats.blocks_checked += u64::from(smc_stub.is_some());

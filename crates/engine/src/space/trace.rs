@@ -576,7 +576,7 @@ impl Space {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{fake_space, mmap_as_asked};
+    use super::super::tests::{fake_space, load, mmap_as_asked, CODE};
     use super::*;
     use crate::emit::MruGeometry;
     use crate::stream::{Consumer, StreamTool};
@@ -596,6 +596,40 @@ mod tests {
         fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
             self
         }
+    }
+
+    /// Traced, a conditional branch's target is translated when first
+    /// taken, not eagerly with the branch (most never run: error paths);
+    /// counted, where a translation is small, it is translated at once.
+    #[test]
+    fn a_branch_target_waits_for_its_first_run_only_when_traced() {
+        // CODE: test rax,rax ; jz CODE+0x40 ; ret ... CODE+0x40: ret
+        let mut code = vec![0u8; 0x41];
+        code[..6].copy_from_slice(&[0x48, 0x85, 0xc0, 0x74, 0x3b, 0xc3]);
+        code[0x40] = 0xc3;
+        let target = CODE + 0x40;
+        let (mut counted, fake) = fake_space();
+        load(&fake, CODE, &code, "/bin/branch");
+        counted.ensure(CODE, &mut mmap_as_asked).unwrap();
+        assert!(counted.blocks.contains(CODE + 5));
+        assert!(counted.blocks.contains(target));
+
+        let (mut traced, fake) = fake_space();
+        load(&fake, CODE, &code, "/bin/branch");
+        let consumer = Consumer::start();
+        let mode = TraceMode {
+            data: true,
+            sp: false,
+            filter: None,
+            branches: true,
+        };
+        traced.set_tracing(Tracing::new(mode, consumer.link(Box::new(Nothing))));
+        traced.alloc_area(&mut mmap_as_asked).unwrap();
+        traced.ensure(CODE, &mut mmap_as_asked).unwrap();
+        assert!(traced.blocks.contains(CODE + 5), "the fall-through");
+        assert!(!traced.blocks.contains(target));
+        traced.ensure(target, &mut mmap_as_asked).unwrap();
+        assert!(traced.blocks.contains(target));
     }
 
     /// A signal handler starts with the thread's tables forgotten: no line
