@@ -301,24 +301,9 @@ impl BlockSim {
         let (l1, ll) = (t.l1_misses, t.ll_misses);
         (t.l1_misses, t.ll_misses) = (0, 0);
         let t = *t;
-        let Some(plan) = self.blocks.get(t.block as usize) else {
-            return;
-        };
-        let place = match t.is_fetch() {
-            true => plan
-                .fetches
-                .of(&self.arenas.fetch_ops)
-                .get(t.index())
-                .map(|f| (f.slot, self.cols.instr)),
-            false => plan
-                .data
-                .of(&self.arenas.data_ops)
-                .get(t.index())
-                .map(|d| (d.slot, usize::from(d.first))),
-        };
-        if let Some((slot, first)) = place {
-            out.add(slot as usize, first + 1, u64::from(l1));
-            out.add(slot as usize, first + 2, u64::from(ll));
+        if let Some((slot, first)) = self.place(t.block, t.is_fetch(), t.index()) {
+            out.add(slot, first + 1, u64::from(l1));
+            out.add(slot, first + 2, u64::from(ll));
         }
     }
 
@@ -631,27 +616,36 @@ impl BlockSim {
         size: u32,
         out: &mut impl Charge,
     ) {
-        let (Some(plan), Some(sim)) = (self.blocks.get(block as usize), &mut self.caches) else {
+        let (Some((slot, first)), Some(sim)) = (self.place(block, fetch, index), &mut self.caches)
+        else {
             return;
         };
-        let (slot, first, ll_miss) = if fetch {
-            let Some(f) = plan.fetches.of(&self.arenas.fetch_ops).get(index) else {
-                return;
-            };
-            (f.slot, self.cols.instr, sim.instr_ll_is_miss(addr, size))
-        } else {
-            let Some(d) = plan.data.of(&self.arenas.data_ops).get(index) else {
-                return;
-            };
-            (
-                d.slot,
-                usize::from(d.first),
-                sim.data_ll_is_miss(addr, size),
-            )
+        let ll_miss = match fetch {
+            true => sim.instr_ll_is_miss(addr, size),
+            false => sim.data_ll_is_miss(addr, size),
         };
-        out.add(slot as usize, first + 1, 1);
+        out.add(slot, first + 1, 1);
         if ll_miss {
-            out.add(slot as usize, first + 2, 1);
+            out.add(slot, first + 2, 1);
+        }
+    }
+
+    /// Where the misses of fetch (else data operand) `index` of block
+    /// `block` are charged: its instruction's slot and the first column
+    /// of its group (`I1mr`'s, `D1mr`'s or `D1mw`'s is one on).
+    fn place(&self, block: u32, fetch: bool, index: usize) -> Option<(usize, usize)> {
+        let plan = self.blocks.get(block as usize)?;
+        match fetch {
+            true => plan
+                .fetches
+                .of(&self.arenas.fetch_ops)
+                .get(index)
+                .map(|f| (f.slot as usize, self.cols.instr)),
+            false => plan
+                .data
+                .of(&self.arenas.data_ops)
+                .get(index)
+                .map(|d| (d.slot as usize, usize::from(d.first))),
         }
     }
 

@@ -95,33 +95,34 @@ impl LineTable {
 impl LineData {
     /// What [`LineTable::from_object`] reads, in a form that can cross threads.
     pub fn from_object<'d, O: Object<'d>>(obj: &O, in_code: &dyn Fn(u64, u64) -> bool) -> Self {
-        let endian = if obj.is_little_endian() {
-            RunTimeEndian::Little
-        } else {
-            RunTimeEndian::Big
-        };
+        let endian = endian_of(obj);
         // Borrowed from the object's read cache where it can be: a copy of
         // each section would double what a big library's DWARF costs
         // (libpython's five sections are 12 MB) while its lines are read.
         let mut sections = HashMap::new();
         add_sections(obj, LINE_SECTIONS, &mut sections);
-        let builder = || Builder {
-            in_code,
-            locs: Vec::new(),
-            files: Vec::new(),
-            file_ids: HashMap::new(),
-        };
         // DWARF 5 line programs name their compilation directory: then the
         // compile units need not be read. Skipping `.debug_info` (inflated,
         // its units' abbreviations parsed, only for each root's two
         // attributes) made libc's lines (Debian's compressed debug file)
         // take 30 ms instead of 70.
-        let mut by_programs = builder();
+        let mut by_programs = Builder::new(in_code);
         if by_programs.read_v5_programs(&sections, endian).is_ok() {
             return by_programs.finish();
         }
+        Self::by_units(obj, in_code, sections, endian)
+    }
+
+    /// The lines of `obj` read through its compile units, `sections`
+    /// holding the line programs' already.
+    fn by_units<'d, O: Object<'d>>(
+        obj: &O,
+        in_code: &dyn Fn(u64, u64) -> bool,
+        mut sections: HashMap<&'static str, Cow<'d, [u8]>>,
+        endian: RunTimeEndian,
+    ) -> Self {
         add_sections(obj, UNIT_SECTIONS, &mut sections);
-        let mut by_units = builder();
+        let mut by_units = Builder::new(in_code);
         // Malformed DWARF just yields fewer lines (Valgrind also carries on).
         let _ = by_units.read_all(&sections, endian);
         by_units.finish()
@@ -134,22 +135,9 @@ impl LineData {
         obj: &O,
         in_code: &dyn Fn(u64, u64) -> bool,
     ) -> Self {
-        let endian = if obj.is_little_endian() {
-            RunTimeEndian::Little
-        } else {
-            RunTimeEndian::Big
-        };
         let mut sections = HashMap::new();
         add_sections(obj, LINE_SECTIONS, &mut sections);
-        add_sections(obj, UNIT_SECTIONS, &mut sections);
-        let mut b = Builder {
-            in_code,
-            locs: Vec::new(),
-            files: Vec::new(),
-            file_ids: HashMap::new(),
-        };
-        let _ = b.read_all(&sections, endian);
-        b.finish()
+        Self::by_units(obj, in_code, sections, endian_of(obj))
     }
 
     /// Each range with its file's name, in order (for comparisons).
@@ -185,6 +173,30 @@ fn add_sections<'d, O: Object<'d>>(
     }
 }
 
+/// The byte order of `obj`'s DWARF.
+fn endian_of<'d, O: Object<'d>>(obj: &O) -> RunTimeEndian {
+    if obj.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    }
+}
+
+/// The string an attribute value holds, in the forms Valgrind understands
+/// (inline, `strp`, `line_strp`).
+fn string_value<'a>(
+    value: Option<AttributeValue<Reader<'a>>>,
+    debug_str: &gimli::DebugStr<Reader<'a>>,
+    debug_line_str: &gimli::DebugLineStr<Reader<'a>>,
+) -> Option<Reader<'a>> {
+    match value? {
+        AttributeValue::String(s) => Some(s),
+        AttributeValue::DebugStrRef(o) => debug_str.get_str(o).ok(),
+        AttributeValue::DebugLineStrRef(o) => debug_line_str.get_str(o).ok(),
+        _ => None,
+    }
+}
+
 /// Why the line programs could not be read without the compile units.
 #[derive(Debug)]
 struct NotAllV5;
@@ -196,7 +208,17 @@ struct Builder<'f> {
     file_ids: HashMap<String, u32>,
 }
 
-impl Builder<'_> {
+impl<'f> Builder<'f> {
+    /// Nothing read yet; ranges kept where `in_code` holds.
+    fn new(in_code: &'f dyn Fn(u64, u64) -> bool) -> Self {
+        Builder {
+            in_code,
+            locs: Vec::new(),
+            files: Vec::new(),
+            file_ids: HashMap::new(),
+        }
+    }
+
     fn file_id(&mut self, name: String) -> u32 {
         if let Some(&id) = self.file_ids.get(&name) {
             return id;
@@ -240,13 +262,8 @@ impl Builder<'_> {
         }
         for program in programs {
             let header = program.header();
-            let comp_dir = match header.directory(0) {
-                Some(AttributeValue::String(s)) => Some(s),
-                Some(AttributeValue::DebugStrRef(o)) => debug_str.get_str(o).ok(),
-                Some(AttributeValue::DebugLineStrRef(o)) => debug_line_str.get_str(o).ok(),
-                _ => None,
-            };
-            let comp_dir = comp_dir.map(|c| c.to_string_lossy().into_owned());
+            let comp_dir = string_value(header.directory(0), &debug_str, &debug_line_str)
+                .map(|c| c.to_string_lossy().into_owned());
             let files = self.file_names(header, comp_dir.as_deref(), &debug_str, &debug_line_str);
             let _ = self.read_rows(program, &files);
         }
@@ -278,12 +295,11 @@ impl Builder<'_> {
             {
                 continue;
             }
-            let comp_dir: Option<Reader> = match root.attr_value_raw(gimli::DW_AT_comp_dir) {
-                Some(AttributeValue::String(s)) => Some(s),
-                Some(AttributeValue::DebugStrRef(o)) => debug_str.get_str(o).ok(),
-                Some(AttributeValue::DebugLineStrRef(o)) => debug_line_str.get_str(o).ok(),
-                _ => None,
-            };
+            let comp_dir = string_value(
+                root.attr_value_raw(gimli::DW_AT_comp_dir),
+                &debug_str,
+                &debug_line_str,
+            );
             let stmt_list = match root.attr_value_raw(gimli::DW_AT_stmt_list) {
                 Some(AttributeValue::DebugLineRef(o)) => o,
                 Some(AttributeValue::SecOffset(o)) => gimli::DebugLineOffset(o),
@@ -320,12 +336,7 @@ impl Builder<'_> {
         debug_line_str: &gimli::DebugLineStr<Reader>,
     ) -> Vec<u32> {
         let string = |v: &AttributeValue<Reader>| -> Option<String> {
-            let r = match *v {
-                AttributeValue::String(s) => s,
-                AttributeValue::DebugStrRef(o) => debug_str.get_str(o).ok()?,
-                AttributeValue::DebugLineStrRef(o) => debug_line_str.get_str(o).ok()?,
-                _ => return None,
-            };
+            let r = string_value(Some(*v), debug_str, debug_line_str)?;
             Some(r.to_string_lossy().into_owned())
         };
         let compose_dir = |d: String| -> String {
@@ -481,12 +492,7 @@ mod tests {
         let mut sections = HashMap::new();
         add_sections(obj, LINE_SECTIONS, &mut sections);
         let all = |_: u64, _: u64| true;
-        let mut b = Builder {
-            in_code: &all,
-            locs: Vec::new(),
-            files: Vec::new(),
-            file_ids: HashMap::new(),
-        };
+        let mut b = Builder::new(&all);
         b.read_v5_programs(&sections, RunTimeEndian::Little).is_ok()
     }
 
