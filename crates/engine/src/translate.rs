@@ -544,13 +544,8 @@ fn count_may_be_zero(i: &Instruction) -> bool {
     let mask = if size == 8 { 0x3f } else { 0x1f };
     (0..i.op_count()).any(|n| match i.op_kind(n) {
         OpKind::Register => i.op_register(n) == Register::CL,
-        OpKind::Immediate8 | OpKind::Immediate8_2nd => {
-            let count = match i.op_kind(n) {
-                OpKind::Immediate8 => i.immediate8(),
-                _ => i.immediate8_2nd(),
-            };
-            count & mask == 0
-        }
+        OpKind::Immediate8 => i.immediate8() & mask == 0,
+        OpKind::Immediate8_2nd => i.immediate8_2nd() & mask == 0,
         _ => false,
     })
 }
@@ -594,13 +589,19 @@ struct Builder<'a> {
     tail_jmp: Option<(usize, u64, u64)>,
     /// Where the guest's registers are at this point of the code.
     regs: SiteRegs,
-    /// The block's id, when its indirect jump or call writes a branch word
+    /// The branch word the block's indirect jump or call writes, if any
     /// (counted executions with branch simulation).
-    indirect_word: Option<u32>,
-    /// With `indirect_word`: the slots of the thread's copy of the
-    /// indirect-target table minus one, when a target the copy holds
-    /// writes no word.
-    btac_mask: Option<u32>,
+    indirect_word: Option<IndirectWord>,
+}
+
+/// What a block's indirect jump or call writes to the branch stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndirectWord {
+    /// The block's id.
+    pub id: u32,
+    /// The slots of the thread's copy of the indirect-target table minus
+    /// one, when a target the copy holds writes no word.
+    pub btac_mask: Option<u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -627,7 +628,6 @@ impl<'a> Builder<'a> {
             tail_jmp: None,
             regs: SiteRegs::Guest,
             indirect_word: None,
-            btac_mask: None,
         };
         if b.ctx.smc_stub().is_some() {
             // Code that may change gets retired while other threads run it:
@@ -707,6 +707,15 @@ impl Builder<'_> {
         let site = self.e.jcc(cc, self.e.here());
         self.t.exits.push((site, guest_target));
         self.t.branch_targets.push(guest_target);
+    }
+
+    /// The branch word of the indirect jump or call at `ip` (its target
+    /// loaded), if the block writes one.
+    fn indirect_branch_word(&mut self, ip: u64) {
+        if let Some(w) = self.indirect_word {
+            let copy = w.btac_mask.map(|m| Emitter::btac_slot(ip, m));
+            self.e.indirect_branch_word(w.id, copy);
+        }
     }
 
     /// Marks the start of the host code standing for guest instruction
@@ -831,10 +840,7 @@ impl Builder<'_> {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
-                if let Some(id) = self.indirect_word {
-                    let copy = self.btac_mask.map(|m| Emitter::btac_slot(i.ip(), m));
-                    self.e.indirect_branch_word(id, copy);
-                }
+                self.indirect_branch_word(i.ip());
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 self.lookup();
@@ -843,10 +849,7 @@ impl Builder<'_> {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
-                if let Some(id) = self.indirect_word {
-                    let copy = self.btac_mask.map(|m| Emitter::btac_slot(i.ip(), m));
-                    self.e.indirect_branch_word(id, copy);
-                }
+                self.indirect_branch_word(i.ip());
                 self.lookup();
             }
             FlowControl::Return => {
@@ -1468,7 +1471,6 @@ mod tests {
             tail_jmp: None,
             regs: SiteRegs::Guest,
             indirect_word: None,
-            btac_mask: None,
         };
         // xbegin +0x10
         let i = Decoder::with_ip(

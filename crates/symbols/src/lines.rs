@@ -232,8 +232,8 @@ impl<'f> Builder<'f> {
     /// Reads every line program of `.debug_line` in turn, each with its
     /// directory 0 as the compilation directory, if all of them are DWARF
     /// 5's (GCC and Clang make directory 0 the unit's `DW_AT_comp_dir`);
-    /// otherwise (an older program, or one that does not parse) reads
-    /// nothing that counts: the caller starts again from the units.
+    /// otherwise (an older program, or one that does not parse) fails,
+    /// and the caller starts again from the units with a fresh builder.
     fn read_v5_programs(
         &mut self,
         sections: &HashMap<&'static str, Cow<'_, [u8]>>,
@@ -244,12 +244,11 @@ impl<'f> Builder<'f> {
         let debug_str = gimli::DebugStr::from(sect(".debug_str"));
         let debug_line_str = gimli::DebugLineStr::from(sect(".debug_line_str"));
         let len = sections[".debug_line"].len();
-        // Every header first: one older program sends the whole object
-        // the units' way.
-        let mut programs = Vec::new();
         let mut at = 0;
         while at < len {
-            // The address size is the header's own in DWARF 5.
+            // The address size is the header's own in DWARF 5. An older
+            // program sends the whole object the units' way (what was read
+            // is thrown away with this builder).
             let program = debug_line
                 .program(gimli::DebugLineOffset(at), 8, None, None)
                 .map_err(|_| NotAllV5)?;
@@ -258,10 +257,6 @@ impl<'f> Builder<'f> {
                 return Err(NotAllV5);
             }
             at += header.format().initial_length_size() as usize + header.unit_length();
-            programs.push(program);
-        }
-        for program in programs {
-            let header = program.header();
             let comp_dir = string_value(header.directory(0), &debug_str, &debug_line_str)
                 .map(|c| c.to_string_lossy().into_owned());
             let files = self.file_names(header, comp_dir.as_deref(), &debug_str, &debug_line_str);

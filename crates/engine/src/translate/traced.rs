@@ -632,8 +632,10 @@ pub(super) fn translate_traced(
             Terminator::IndirectJump | Terminator::IndirectCall
         )
     {
-        b.indirect_word = Some(id);
-        b.btac_mask = filter.and_then(|g| g.btac_mask);
+        b.indirect_word = Some(IndirectWord {
+            id,
+            btac_mask: filter.and_then(|g| g.btac_mask),
+        });
     }
     // A counted block checks the buffer on entry only if it writes more
     // than its kept references (a rep string instruction's record, branch
