@@ -19,8 +19,8 @@
 //! each: a context's parent is fixed, so even returns find their cell), and
 //! only then the tree's map.
 
-use crate::flow::Exit;
 use crate::tree::{NodeId, Tree, NO_NODE};
+use callrules::Exit;
 
 /// No run slot.
 pub(crate) const NO_SLOT: u32 = u32::MAX;

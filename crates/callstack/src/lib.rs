@@ -19,7 +19,6 @@
 #![forbid(unsafe_code)]
 
 mod classify;
-mod flow;
 mod hot;
 mod index;
 mod memo;

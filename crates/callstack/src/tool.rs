@@ -28,9 +28,9 @@
 //! block; a frame left by a direct jump is unwound at the next such block).
 
 use crate::classify::{Classify, CodeClass, Section};
-use crate::flow::{Exit, Flow};
 use crate::hot::{lookup, Hot, NO_SLOT, SLOW_FROM};
 use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
+use callrules::{Calls, Exit, Flow, Step};
 use costs::{BlockSim, Charge};
 use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Terminator, Tool};
 use rustc_hash::FxHashMap;
@@ -259,24 +259,6 @@ impl ThreadState {
         self.node = f.caller;
         self.nonskipped = f.nonskipped;
     }
-
-    /// Pops the frames the stack pointer `sp` has left, and at least
-    /// `min_pops` frames entered at `sp` (without `sp`: `min_pops` frames).
-    /// Returns how many were popped.
-    fn unwind(&mut self, sp: Option<u64>, mut min_pops: u32, tree: &mut Tree) -> u32 {
-        let mut popped = 0;
-        while let Some(top) = self.stack.last() {
-            let left = sp.is_some_and(|sp| top.sp < sp);
-            let at = sp.is_none_or(|sp| top.sp == sp);
-            if !(left || (at && min_pops > 0)) {
-                break;
-            }
-            min_pops = min_pops.saturating_sub(1);
-            self.pop(tree);
-            popped += 1;
-        }
-        popped
-    }
 }
 
 /// The call tool (see the crate documentation).
@@ -492,124 +474,42 @@ impl CallTool {
         }
     }
 
-    /// Control enters block `y` on the current thread.
+    /// Control enters block `y` on the current thread: Callgrind's
+    /// decision (`callrules::enter`, which pops the frames it leaves),
+    /// then a call's context and frame, or a first block's root.
     fn enter(&mut self, y: u32) {
         let ti = self.current();
+        let recs = self.options.separate_recs;
         let flows = &self.flows;
-        let tree = &mut self.tree;
         let t = &mut self.threads[ti];
         let yb = &flows[y as usize];
         let sp = t.sp.take();
         if let Some(sp) = sp {
             t.last_sp = sp;
         }
+        let again = t.last == Some(y);
         let xb = t.last.map(|l| &flows[l as usize]);
-        if let Some(x) = xb {
-            // A rep string instruction's next iteration.
-            if x.exit == Exit::FallThrough && t.last == Some(y) {
-                return;
-            }
-        }
-        #[derive(PartialEq)]
-        enum Kind {
-            None,
-            Call,
-            Return,
-            Jump,
-        }
-        let mut kind = match xb.map(|x| x.exit) {
-            None => Kind::None,
-            Some(Exit::Call) => Kind::Call,
-            Some(Exit::Return) => Kind::Return,
-            Some(Exit::Jump | Exit::FallThrough) => Kind::Jump,
+        let mut keeper = Keeper {
+            t,
+            tree: &mut self.tree,
+            recs,
         };
-        // A return that does not leave the top frame is a jump.
-        let mut pops = 1;
-        let mut ret_without_call = false;
-        let bottom = t.bottom();
-        if kind == Kind::Return && t.stack.len() > bottom {
-            let top = t.stack.len() - 1;
-            if let Some(sp) = sp {
-                if sp < t.stack[top].sp {
-                    pops = 0;
-                } else if sp == t.stack[top].sp {
-                    let mut i = top;
-                    loop {
-                        if t.stack[i].ret_addr == yb.start {
-                            break;
-                        }
-                        if i > 0 {
-                            i -= 1;
-                            if t.stack[i].sp == sp {
-                                pops += 1;
-                                continue;
-                            }
-                        }
-                        pops = 0;
-                        break;
-                    }
-                }
-            }
-            if pops == 0 {
-                kind = Kind::Jump;
-                ret_without_call = true;
-            }
-        }
-        // A jump into a function's start, another object or section kind
-        // is a call.
-        let mut emulated = false;
-        let mut push_sp = sp;
-        let mut call_site = xb.map_or(yb.start, |x| x.call_site());
-        if let (Kind::Jump, Some(x)) = (&kind, xb) {
-            if ret_without_call || yb.entry || x.domain != yb.domain {
-                if x.pop_on_jump && !t.stack.is_empty() {
-                    let top = t.stack.last().expect("not empty");
-                    if let Some(a) = top.arc {
-                        // The resolver's caller calls what it resolved.
-                        call_site = tree.arcs[a as usize].call_site;
-                        push_sp = Some(top.sp);
-                        t.pop(tree);
-                    }
-                }
-                kind = Kind::Call;
-                emulated = true;
-            }
-        }
-        let skip = kind == Kind::Call && yb.skip;
-        let mut push = false;
-        if kind == Kind::Return {
-            if t.stack.len() <= bottom {
-                // A handler returning to the restorer: under Valgrind it
-                // returns into Valgrind's own sigreturn trampoline, which is
-                // not profiled, so no arc is made.
-                let arc = t.signals.is_empty();
-                underflow(t, tree, xb, yb, self.options.separate_recs, arc);
-            } else {
-                t.unwind(sp, pops, tree);
-            }
-        } else {
-            if sp.is_some() && t.unwind(sp, 0, tree) > 0 {
-                kind = Kind::Return;
-            }
-            if kind == Kind::Call {
-                push = true;
-                if emulated {
-                    if let Some(top) = t.stack.last() {
-                        push_sp = Some(top.sp);
-                    }
-                }
-            }
-        }
+        let step = callrules::enter(&mut keeper, xb, yb, sp, again);
+        let Keeper { t, tree, .. } = keeper;
+        let (push, call_site, push_sp, ret_addr, skip) = match step {
+            Step::Repeat => return,
+            Step::Stay => (false, 0, None, 0, false),
+            Step::Call {
+                site,
+                sp,
+                ret_addr,
+                skip,
+            } => (true, site, sp, ret_addr, skip),
+        };
         let caller = t.node;
         let mut arc = None;
         if (push && !skip) || t.node == NO_NODE {
-            let active = t.active_mut(yb.function);
-            let mut level = *active + u32::from(push && !skip);
-            level = level.min(self.options.separate_recs.max(1));
-            if level == 0 {
-                level = 1;
-                *active = 1;
-            }
+            let level = callrules::level(t.active_mut(yb.function), push && !skip, recs);
             if push && !skip {
                 // A call from skipped code is the skipping caller's.
                 let (from, site) = t.nonskipped.unwrap_or((caller, call_site));
@@ -622,10 +522,6 @@ impl CallTool {
             }
         }
         if push {
-            let ret_addr = match xb {
-                Some(x) if x.exit == Exit::Call => x.end(),
-                _ => 0,
-            };
             let mut frame = Frame {
                 sp: push_sp.unwrap_or(t.last_sp),
                 ret_addr,
@@ -1172,12 +1068,7 @@ fn underflow(
         let n = t.active_mut(f);
         *n = n.saturating_sub(1);
     }
-    let active = t.active_mut(y.function);
-    let mut level = (*active).min(separate_recs.max(1));
-    if level == 0 {
-        level = 1;
-        *active = 1;
-    }
+    let level = callrules::level(t.active_mut(y.function), false, separate_recs);
     let root = tree.child(NO_NODE, y.function, level, t.tid);
     if returning != NO_NODE && arc {
         let target = x.map_or(y.start, |x| x.start);
@@ -1187,6 +1078,50 @@ fn underflow(
     }
     t.node = root;
     t.nonskipped = None;
+}
+
+/// A thread's stack as Callgrind's rules change it ([`Calls`]): popping a
+/// frame adds its inclusive costs to its arc.
+struct Keeper<'a> {
+    t: &'a mut ThreadState,
+    tree: &'a mut Tree,
+    /// `--separate-recs`.
+    recs: u32,
+}
+
+impl Calls for Keeper<'_> {
+    fn depth(&self) -> usize {
+        self.t.stack.len()
+    }
+
+    fn bottom(&self) -> usize {
+        self.t.bottom()
+    }
+
+    fn in_handler(&self) -> bool {
+        !self.t.signals.is_empty()
+    }
+
+    fn frame_sp(&self, i: usize) -> u64 {
+        self.t.stack[i].sp
+    }
+
+    fn frame_ret_addr(&self, i: usize) -> u64 {
+        self.t.stack[i].ret_addr
+    }
+
+    fn top_call_site(&self) -> Option<u64> {
+        let a = self.t.stack.last()?.arc?;
+        Some(self.tree.arcs[a as usize].call_site)
+    }
+
+    fn pop(&mut self) {
+        self.t.pop(self.tree);
+    }
+
+    fn underflow(&mut self, from: Option<&Flow>, to: &Flow, arc: bool) {
+        underflow(self.t, self.tree, from, to, self.recs, arc);
+    }
 }
 
 impl Tool for CallTool {

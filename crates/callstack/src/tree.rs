@@ -8,8 +8,7 @@ use rustc_hash::FxHashMap;
 
 /// A node of the tree, by index.
 pub type NodeId = u32;
-/// A function, by index in the tool's function table.
-pub type FnId = u32;
+pub use callrules::FnId;
 
 /// No node (a thread before its first block, or a handler before its).
 pub const NO_NODE: NodeId = u32::MAX;

@@ -6,13 +6,17 @@
 //! block instead of the block's and its function's full state keep the
 //! decision's loads in the processor's caches.
 
-use crate::tree::FnId;
+/// A function's number (the tool's).
+pub type FnId = u32;
 
 /// How control leaves a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exit {
+pub enum Exit {
+    /// A `call` (direct or indirect).
     Call,
+    /// A `ret`.
     Return,
+    /// A jump (direct, conditional or indirect).
     Jump,
     /// Into the next block without a branch (a rep string instruction's
     /// block runs again for each iteration this way).
@@ -24,7 +28,7 @@ const UNDESCRIBED: FnId = FnId::MAX;
 
 /// A block as the call and return decision sees it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Flow {
+pub struct Flow {
     /// Its function.
     pub function: FnId,
     /// Its object and section kind, as one number (a jump between two
@@ -102,6 +106,8 @@ impl Flow {
 mod tests {
     use super::*;
 
+    extern crate std;
+
     #[test]
     fn addresses_round_trip_and_the_record_is_small() {
         let f = Flow::new(
@@ -113,6 +119,6 @@ mod tests {
         assert_eq!(f.call_site(), 0x7fff_0000_1010);
         assert_eq!(f.end(), 0x7fff_0000_1015);
         assert!(!f.described() && !Flow::default().described());
-        assert!(std::mem::size_of::<Flow>() <= 32);
+        assert!(core::mem::size_of::<Flow>() <= 32);
     }
 }
