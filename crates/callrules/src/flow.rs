@@ -27,7 +27,7 @@ pub enum Exit {
 const UNDESCRIBED: FnId = FnId::MAX;
 
 /// A block as the call and return decision sees it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flow {
     /// Its function.
     pub function: FnId,

@@ -1,0 +1,110 @@
+//! What the runtime knows of a block: Callgrind's flow facts (`callrules::Flow`)
+//! plus its number in its function and its instruction count, packed in
+//! [`FACT_WORDS`] words per block id by the translator.
+
+use callrules::{Exit, Flow, FnId};
+
+/// Words per block in the facts table.
+pub const FACT_WORDS: usize = 4;
+
+const ENTRY: u64 = 1;
+const SKIP: u64 = 2;
+const POP_ON_JUMP: u64 = 4;
+const NOTIFY: u64 = 8;
+const SP_KNOWN: u64 = 16;
+const DESCRIBED: u64 = 32;
+
+/// A block's facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// Callgrind's flow facts.
+    pub flow: Flow,
+    /// Its number among its function's blocks (its counter's index).
+    pub index: u32,
+    /// Its instructions (its Ir per execution).
+    pub instrs: u32,
+    /// Whether the stack pointer is known when it is left (it ends in a
+    /// call, return or indirect jump: where the stream path records it).
+    pub sp_known: bool,
+}
+
+impl Facts {
+    /// The facts packed for the table.
+    pub fn pack(&self) -> [u64; FACT_WORDS] {
+        let f = &self.flow;
+        let exit = match f.exit {
+            Exit::Call => 0,
+            Exit::Return => 1,
+            Exit::Jump => 2,
+            Exit::FallThrough => 3,
+        };
+        let flags = DESCRIBED
+            | if f.entry { ENTRY } else { 0 }
+            | if f.skip { SKIP } else { 0 }
+            | if f.pop_on_jump { POP_ON_JUMP } else { 0 }
+            | if f.notify { NOTIFY } else { 0 }
+            | if self.sp_known { SP_KNOWN } else { 0 };
+        [
+            f.start,
+            u64::from(f.function) | u64::from(f.domain) << 32,
+            (f.call_site() - f.start) | (f.end() - f.start) << 32,
+            exit | flags << 8 | u64::from(self.instrs) << 16 | u64::from(self.index) << 32,
+        ]
+    }
+
+    /// The facts of a table entry; `None` if no block was described there.
+    pub fn unpack(w: &[u64]) -> Option<Facts> {
+        let flags = (w[3] >> 8) & 0xff;
+        if flags & DESCRIBED == 0 {
+            return None;
+        }
+        let exit = match w[3] & 0xff {
+            0 => Exit::Call,
+            1 => Exit::Return,
+            2 => Exit::Jump,
+            _ => Exit::FallThrough,
+        };
+        let start = w[0];
+        let mut flow = Flow::new(
+            start,
+            start + (w[2] & 0xffff_ffff),
+            start + (w[2] >> 32),
+            exit,
+        );
+        flow.function = w[1] as FnId;
+        flow.domain = (w[1] >> 32) as u32;
+        flow.entry = flags & ENTRY != 0;
+        flow.skip = flags & SKIP != 0;
+        flow.pop_on_jump = flags & POP_ON_JUMP != 0;
+        flow.notify = flags & NOTIFY != 0;
+        Some(Facts {
+            flow,
+            index: (w[3] >> 32) as u32,
+            instrs: ((w[3] >> 16) & 0xffff) as u32,
+            sp_known: flags & SP_KNOWN != 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_round_trip() {
+        let mut flow = Flow::new(0x40_1000, 0x40_1010, 0x40_1015, Exit::Call);
+        (flow.function, flow.domain, flow.entry, flow.skip) = (7, 3, true, true);
+        let f = Facts {
+            flow,
+            index: 12,
+            instrs: 9,
+            sp_known: true,
+        };
+        let back = Facts::unpack(&f.pack()).expect("described");
+        assert_eq!(back.pack(), f.pack());
+        assert_eq!(back.flow.call_site(), 0x40_1010);
+        assert_eq!(back.flow.end(), 0x40_1015);
+        assert_eq!((back.index, back.instrs, back.flow.function), (12, 9, 7));
+        assert!(Facts::unpack(&[0; FACT_WORDS]).is_none());
+    }
+}

@@ -1,0 +1,20 @@
+//! The thread's words translated code reads and writes (at a fixed
+//! offset of its thread area), by index.
+
+/// The address of the current context's first counter (an Ir count per
+/// block of its function, by the block's number in the function); the
+/// word before it holds how many there are.
+pub const CUR: usize = 0;
+/// The thread's running Ir (in the current signal handler, if one runs):
+/// a call's inclusive cost is its difference between call and return.
+pub const IR: usize = 1;
+/// The id of the block a context-changing transfer left ([`crate::NONE`]:
+/// none, a thread's first block).
+pub const LAST: usize = 2;
+/// The arena's address in the client (set when the thread's arena is
+/// mapped).
+pub const ARENA: usize = 3;
+/// The arena's size in words.
+pub const ARENA_WORDS: usize = 4;
+/// Hot words per thread.
+pub const WORDS: usize = 5;

@@ -1,0 +1,36 @@
+//! The calling-context runtime that runs inside the traced program
+//! (`docs/client-contexts.md`): per thread, a shadow stack and Callgrind's
+//! calling-context tree, kept by Callgrind's rules (`callrules`), with the
+//! costs of each context counted by translated code itself.
+//!
+//! Translated code counts each block's Ir into the current context's
+//! counters (the address in [`hot::CUR`]) and into the thread's running
+//! Ir ([`hot::IR`]); a transfer that may change the context (calls,
+//! returns, indirect jumps, jumps into another function) stores the block
+//! it leaves in [`hot::LAST`] and enters the next block through a call of
+//! [`Runtime::enter`], which decides, keeps the stack, makes contexts and
+//! arcs, and points [`hot::CUR`] at the right counters. A block whose
+//! number in its function is past its context's counters calls
+//! [`Runtime::grow`].
+//!
+//! Everything lives in word slices the engine maps: the thread's *hot*
+//! words (in its thread area, where translated code reaches them), its
+//! *arena* (a reservation of its own, touched as used) and the process's
+//! table of block *facts* (one [`Facts`] per block id, written by the
+//! translator). The tool reads the arena when the thread or process ends
+//! ([`Arena`] walks it) and folds it into Callgrind's profile.
+//!
+//! `no_std`, no allocation, no `unsafe`: the engine's build compiles it
+//! into the blob the client maps, and its unit tests run on the host.
+#![no_std]
+#![forbid(unsafe_code)]
+
+mod arena;
+mod facts;
+pub mod hot;
+mod runtime;
+mod table;
+
+pub use arena::{ArcRecord, Arena, NodeKind, NodeRecord, NONE};
+pub use facts::{Facts, FACT_WORDS};
+pub use runtime::{Error, Runtime};

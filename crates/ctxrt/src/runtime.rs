@@ -1,0 +1,715 @@
+//! The runtime's work at a context entry: Callgrind's decision
+//! (`callrules`), the stack, contexts and arcs, and where the next blocks
+//! count.
+
+use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE};
+use crate::facts::{Facts, FACT_WORDS};
+use crate::hot;
+use crate::table::{find, hash};
+use callrules::{Calls, Flow, Step};
+
+/// Why the runtime cannot go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// The arena has no room left.
+    ArenaFull,
+    /// A block id with no facts.
+    UnknownBlock(u64),
+}
+
+/// Counters a context starts with (translated code checks the bound only
+/// for blocks numbered past it).
+pub const FIRST_COUNTERS: usize = 16;
+
+/// Node kinds as stored.
+const CONTEXT: u64 = 0;
+const SKIP: u64 = 1;
+/// Code of another function run in a context without a call (a jump into
+/// the middle of it: `.cold` parts): its own counters, charged to the
+/// context.
+const FOREIGN: u64 = 2;
+
+/// One thread's runtime over its hot words, its arena and the process's
+/// block facts.
+pub struct Runtime<'a> {
+    /// The thread's hot words ([`crate::hot`]).
+    pub hot: &'a mut [u64],
+    /// The thread's arena.
+    pub arena: &'a mut [u64],
+    /// The process's block facts, [`FACT_WORDS`] per block id.
+    pub facts: &'a [u64],
+    /// `--separate-recs`.
+    pub separate_recs: u32,
+}
+
+type Result<T> = core::result::Result<T, Error>;
+
+impl Runtime<'_> {
+    /// Control enters block `y` through its context entry with the stack
+    /// pointer `sp`, from the block in [`hot::LAST`].
+    pub fn enter(&mut self, y: u64, sp: u64) -> Result<()> {
+        self.init()?;
+        let yf = self.facts_of(y)?;
+        let last = self.hot[hot::LAST];
+        let xf = if last == NONE {
+            None
+        } else {
+            Some(self.facts_of(last)?)
+        };
+        // The stack pointer as the stream path knows it: after a call,
+        // return or indirect jump.
+        let sp = xf.filter(|x| x.sp_known).map(|_| sp);
+        if let Some(sp) = sp {
+            self.arena[head::LAST_SP] = sp;
+        }
+        let step = {
+            let mut k = Keeper {
+                rt: self,
+                err: None,
+            };
+            let step = callrules::enter(
+                &mut k,
+                xf.as_ref().map(|x| &x.flow),
+                &yf.flow,
+                sp,
+                last == y,
+            );
+            if let Some(e) = k.err {
+                return Err(e);
+            }
+            step
+        };
+        self.hot[hot::LAST] = NONE;
+        let (push, site, push_sp, ret_addr, skip) = match step {
+            Step::Repeat => return Ok(()),
+            Step::Stay => (false, 0, None, 0, false),
+            Step::Call {
+                site,
+                sp,
+                ret_addr,
+                skip,
+            } => (true, site, sp, ret_addr, skip),
+        };
+        let f = yf.flow.function;
+        let caller = self.arena[head::NODE];
+        let mut arc = NONE;
+        if (push && !skip) || caller == NONE {
+            let recs = self.separate_recs;
+            let a = self.active(f)?;
+            let mut active = self.arena[a] as u32;
+            let level = callrules::level(&mut active, push && !skip, recs);
+            self.arena[a] = u64::from(active);
+            if push && !skip {
+                let mut from = (caller, site);
+                if self.arena[head::NONSKIPPED_NODE] != NONE {
+                    from = (
+                        self.arena[head::NONSKIPPED_NODE],
+                        self.arena[head::NONSKIPPED_SITE],
+                    );
+                }
+                let node = self.node(CONTEXT, caller, f, level, 0)?;
+                arc = self.arc(from.0, from.1, node, yf.flow.start)?;
+                self.arena[head::NODE] = node;
+            } else {
+                self.arena[head::NODE] = self.node(CONTEXT, NONE, f, level, 0)?;
+            }
+        }
+        if push {
+            let frame = [
+                push_sp.unwrap_or(self.arena[head::LAST_SP]),
+                ret_addr,
+                (caller & 0xffff_ffff) | u64::from(f) << 32,
+                arc,
+                self.hot[hot::IR],
+                self.arena[head::NONSKIPPED_NODE],
+                self.arena[head::NONSKIPPED_SITE],
+            ];
+            if skip {
+                if self.arena[head::NONSKIPPED_NODE] == NONE {
+                    self.arena[head::NONSKIPPED_NODE] = caller;
+                    self.arena[head::NONSKIPPED_SITE] = site;
+                }
+            } else {
+                let at = self.arena[head::ARCS] as usize + arc as usize * ARC_WORDS;
+                self.arena[at + 3] += 1;
+                let a = self.active(f)?;
+                self.arena[a] += 1;
+                self.arena[head::NONSKIPPED_NODE] = NONE;
+            }
+            self.push(frame)?;
+        }
+        self.count_in(&yf)
+    }
+
+    /// Block `y` runs where the current counters have no room for it.
+    pub fn grow(&mut self, y: u64) -> Result<()> {
+        self.init()?;
+        let yf = self.facts_of(y)?;
+        if self.arena[head::COUNTING] == NONE {
+            return self.count_in(&yf);
+        }
+        self.grow_for(&yf)
+    }
+
+    /// Moves the counting node to counters with room for block `y`'s.
+    fn grow_for(&mut self, y: &Facts) -> Result<()> {
+        let id = self.arena[head::COUNTING];
+        let at = self.node_offset(id);
+        let n = self.arena[at + NODE_HEADER - 1] as usize;
+        let want = (y.index as usize + 1).max(2 * n).next_power_of_two();
+        let new = self.alloc(NODE_HEADER + want)?;
+        self.arena.copy_within(at..at + NODE_HEADER + n, new);
+        self.arena[new + NODE_HEADER - 1] = want as u64;
+        let table = self.arena[head::NODES] as usize;
+        self.arena[table + id as usize] = new as u64;
+        self.point_at(new);
+        Ok(())
+    }
+
+    /// The thread ended (or the process): every call still running
+    /// returns, its arc getting the inclusive cost so far.
+    pub fn finish(&mut self) {
+        if self.arena[head::USED] == 0 {
+            return;
+        }
+        while self.arena[head::DEPTH] > 0 {
+            self.pop();
+        }
+    }
+
+    /// Sets the arena up at the thread's first entry.
+    fn init(&mut self) -> Result<()> {
+        if self.arena[head::USED] != 0 {
+            return Ok(());
+        }
+        if self.arena.len() < 1 << 16 {
+            return Err(Error::ArenaFull);
+        }
+        self.arena[head::USED] = head::WORDS as u64;
+        self.arena[head::NODE] = NONE;
+        self.arena[head::COUNTING] = NONE;
+        self.arena[head::NONSKIPPED_NODE] = NONE;
+        for (off, cap, n) in [
+            (head::STACK, head::STACK_CAP, 64 * FRAME_WORDS),
+            (head::NODES, head::NODES_CAP, 256),
+            (head::NODE_INDEX, head::NODE_INDEX_CAP, 512),
+            (head::ARCS, head::ARCS_CAP, 256 * ARC_WORDS),
+            (head::ARC_INDEX, head::ARC_INDEX_CAP, 512),
+            (head::ACTIVE, head::ACTIVE_CAP, 256),
+        ] {
+            self.arena[off] = self.alloc(n)? as u64;
+            self.arena[cap] = n as u64;
+        }
+        self.arena[head::STACK_CAP] = 64;
+        Ok(())
+    }
+
+    fn facts_of(&self, y: u64) -> Result<Facts> {
+        let at = y as usize * FACT_WORDS;
+        self.facts
+            .get(at..at + FACT_WORDS)
+            .and_then(Facts::unpack)
+            .ok_or(Error::UnknownBlock(y))
+    }
+
+    /// `n` zeroed words.
+    fn alloc(&mut self, n: usize) -> Result<usize> {
+        let at = self.arena[head::USED] as usize;
+        if at + n > self.arena.len() {
+            return Err(Error::ArenaFull);
+        }
+        self.arena[head::USED] = (at + n) as u64;
+        Ok(at)
+    }
+
+    /// The vector at header words (`off`, `cap`), with room for `need`
+    /// words, moved to twice the room if full.
+    fn reserve(&mut self, off: usize, cap: usize, need: usize) -> Result<usize> {
+        let (at, n) = (self.arena[off] as usize, self.arena[cap] as usize);
+        if need <= n {
+            return Ok(at);
+        }
+        let m = need.max(2 * n);
+        let new = self.alloc(m)?;
+        self.arena.copy_within(at..at + n, new);
+        self.arena[off] = new as u64;
+        self.arena[cap] = m as u64;
+        Ok(new)
+    }
+
+    /// The word of function `f`'s active count.
+    fn active(&mut self, f: u32) -> Result<usize> {
+        let at = self.reserve(head::ACTIVE, head::ACTIVE_CAP, f as usize + 1)?;
+        Ok(at + f as usize)
+    }
+
+    fn node_offset(&self, id: u64) -> usize {
+        self.arena[self.arena[head::NODES] as usize + id as usize] as usize
+    }
+
+    /// The node of `kind` with `parent`, function `f`, `level` and
+    /// `site`, made if new.
+    fn node(&mut self, kind: u64, parent: u64, f: u32, level: u32, site: u64) -> Result<u64> {
+        let key = [
+            (parent & 0xffff_ffff) | u64::from(f) << 32,
+            u64::from(level) | kind << 32,
+            site,
+        ];
+        let h = hash(&key);
+        let (index, cap) = (
+            self.arena[head::NODE_INDEX] as usize,
+            self.arena[head::NODE_INDEX_CAP] as usize,
+        );
+        let table = self.arena[head::NODES] as usize;
+        let words = &*self.arena;
+        let found = find(&words[index..index + cap], h, |id| {
+            let at = words[table + id as usize] as usize;
+            words[at..at + 3] == key
+        });
+        let slot = match found {
+            Ok(id) => return Ok(id),
+            Err(slot) => slot,
+        };
+        let id = self.arena[head::NODES_LEN];
+        let at = self.alloc(NODE_HEADER + FIRST_COUNTERS)?;
+        self.arena[at..at + 3].copy_from_slice(&key);
+        self.arena[at + 3] = FIRST_COUNTERS as u64;
+        let table = self.reserve(head::NODES, head::NODES_CAP, id as usize + 1)?;
+        self.arena[table + id as usize] = at as u64;
+        self.arena[head::NODES_LEN] = id + 1;
+        self.arena[index + slot] = id + 1;
+        if 2 * (id as usize + 1) > cap {
+            self.rehash(
+                head::NODE_INDEX,
+                head::NODE_INDEX_CAP,
+                id as usize + 1,
+                |rt, i| {
+                    let at = rt.node_offset(i);
+                    hash(&rt.arena[at..at + 3])
+                },
+            )?;
+        }
+        Ok(id)
+    }
+
+    /// The arc from `caller` at `site` to `callee` entered at `target`,
+    /// made if new.
+    fn arc(&mut self, caller: u64, site: u64, callee: u64, target: u64) -> Result<u64> {
+        let key = [(caller & 0xffff_ffff) | callee << 32, site, target];
+        let h = hash(&key);
+        let (index, cap) = (
+            self.arena[head::ARC_INDEX] as usize,
+            self.arena[head::ARC_INDEX_CAP] as usize,
+        );
+        let arcs = self.arena[head::ARCS] as usize;
+        let words = &*self.arena;
+        let found = find(&words[index..index + cap], h, |id| {
+            let at = arcs + id as usize * ARC_WORDS;
+            words[at..at + 3] == key
+        });
+        let slot = match found {
+            Ok(id) => return Ok(id),
+            Err(slot) => slot,
+        };
+        let id = self.arena[head::ARCS_LEN];
+        let need = (id as usize + 1) * ARC_WORDS;
+        let arcs = self.reserve(head::ARCS, head::ARCS_CAP, need)?;
+        let at = arcs + id as usize * ARC_WORDS;
+        self.arena[at..at + 3].copy_from_slice(&key);
+        self.arena[at + 3] = 0;
+        self.arena[at + 4] = 0;
+        self.arena[head::ARCS_LEN] = id + 1;
+        self.arena[index + slot] = id + 1;
+        if 2 * (id as usize + 1) > cap {
+            self.rehash(
+                head::ARC_INDEX,
+                head::ARC_INDEX_CAP,
+                id as usize + 1,
+                |rt, i| {
+                    let at = rt.arena[head::ARCS] as usize + i as usize * ARC_WORDS;
+                    hash(&rt.arena[at..at + 3])
+                },
+            )?;
+        }
+        Ok(id)
+    }
+
+    /// The index at header words (`off`, `cap`) rebuilt at twice its
+    /// size for `len` ids hashed by `h`.
+    fn rehash(
+        &mut self,
+        off: usize,
+        cap: usize,
+        len: usize,
+        h: fn(&Runtime<'_>, u64) -> u64,
+    ) -> Result<()> {
+        let n = 2 * self.arena[cap] as usize;
+        let new = self.alloc(n)?;
+        for id in 0..len as u64 {
+            let key = h(self, id);
+            let slot = match find(&self.arena[new..new + n], key, |_| false) {
+                Ok(_) => unreachable!("nothing matches"),
+                Err(s) => s,
+            };
+            self.arena[new + slot] = id + 1;
+        }
+        self.arena[off] = new as u64;
+        self.arena[cap] = n as u64;
+        Ok(())
+    }
+
+    fn push(&mut self, frame: [u64; FRAME_WORDS]) -> Result<()> {
+        let depth = self.arena[head::DEPTH] as usize;
+        let cap = self.arena[head::STACK_CAP] as usize;
+        if depth == cap {
+            let (at, n) = (self.arena[head::STACK] as usize, cap * FRAME_WORDS);
+            let new = self.alloc(2 * n)?;
+            self.arena.copy_within(at..at + n, new);
+            self.arena[head::STACK] = new as u64;
+            self.arena[head::STACK_CAP] = 2 * cap as u64;
+        }
+        let at = self.frame_at(depth);
+        self.arena[at..at + FRAME_WORDS].copy_from_slice(&frame);
+        self.arena[head::DEPTH] = depth as u64 + 1;
+        Ok(())
+    }
+
+    fn frame_at(&self, i: usize) -> usize {
+        self.arena[head::STACK] as usize + i * FRAME_WORDS
+    }
+
+    /// Pops the top frame: its arc gets the call's inclusive Ir.
+    fn pop(&mut self) {
+        let depth = self.arena[head::DEPTH] as usize;
+        let Some(top) = depth.checked_sub(1) else {
+            return;
+        };
+        let at = self.frame_at(top);
+        let mut frame = [0; FRAME_WORDS];
+        frame.copy_from_slice(&self.arena[at..at + FRAME_WORDS]);
+        self.arena[head::DEPTH] = top as u64;
+        let [_, _, caller_f, arc, enter_ir, ns_node, ns_site] = frame;
+        if arc != NONE {
+            let a = self.arena[head::ARCS] as usize + arc as usize * ARC_WORDS;
+            self.arena[a + 4] += self.hot[hot::IR] - enter_ir;
+            let f = (caller_f >> 32) as usize;
+            let active = self.arena[head::ACTIVE] as usize + f;
+            self.arena[active] = self.arena[active].saturating_sub(1);
+        }
+        let caller = caller_f & 0xffff_ffff;
+        self.arena[head::NODE] = if caller == 0xffff_ffff { NONE } else { caller };
+        self.arena[head::NONSKIPPED_NODE] = ns_node;
+        self.arena[head::NONSKIPPED_SITE] = ns_site;
+    }
+
+    /// A return with no frame (Callgrind's `handleUnderflow`): the
+    /// function returned to becomes a root, with an arc to the returning
+    /// context carrying the thread's Ir so far.
+    fn underflow(&mut self, x: Option<&Flow>, y: &Flow, arc: bool) -> Result<()> {
+        let returning = self.arena[head::NODE];
+        if returning != NONE {
+            let at = self.node_offset(returning);
+            let f = (self.arena[at] >> 32) as u32;
+            let a = self.active(f)?;
+            self.arena[a] = self.arena[a].saturating_sub(1);
+        }
+        let a = self.active(y.function)?;
+        let mut active = self.arena[a] as u32;
+        let level = callrules::level(&mut active, false, self.separate_recs);
+        self.arena[a] = u64::from(active);
+        let root = self.node(CONTEXT, NONE, y.function, level, 0)?;
+        if returning != NONE && arc {
+            let target = x.map_or(y.start, |x| x.start);
+            let id = self.arc(root, y.start.wrapping_sub(1), returning, target)?;
+            let at = self.arena[head::ARCS] as usize + id as usize * ARC_WORDS;
+            self.arena[at + 3] += 1;
+            self.arena[at + 4] += self.hot[hot::IR];
+        }
+        self.arena[head::NODE] = root;
+        self.arena[head::NONSKIPPED_NODE] = NONE;
+        Ok(())
+    }
+
+    /// Points [`hot::CUR`] at the counters block `y` and the blocks after
+    /// it count in: the current context's, a skip node's in skipped code,
+    /// a foreign node's for another function's code.
+    fn count_in(&mut self, y: &Facts) -> Result<()> {
+        let f = y.flow.function;
+        let node = self.arena[head::NODE];
+        let ns = self.arena[head::NONSKIPPED_NODE];
+        let id = if ns != NONE {
+            let site = self.arena[head::NONSKIPPED_SITE];
+            self.node(SKIP, ns, f, 0, site)?
+        } else if node == NONE {
+            return Ok(());
+        } else if (self.arena[self.node_offset(node)] >> 32) as u32 == f {
+            node
+        } else {
+            self.node(FOREIGN, node, f, 0, 0)?
+        };
+        self.arena[head::COUNTING] = id;
+        let at = self.node_offset(id);
+        if y.index as usize >= self.arena[at + NODE_HEADER - 1] as usize {
+            return self.grow_for(y);
+        }
+        self.point_at(at);
+        Ok(())
+    }
+
+    /// Points [`hot::CUR`] at the counters of the node record at `at`.
+    fn point_at(&mut self, at: usize) {
+        self.hot[hot::CUR] = self.hot[hot::ARENA] + 8 * (at + NODE_HEADER) as u64;
+    }
+}
+
+/// The rules' view of the runtime's stack.
+struct Keeper<'r, 'a> {
+    rt: &'r mut Runtime<'a>,
+    /// The first error of an underflow (the rules cannot return one).
+    err: Option<Error>,
+}
+
+impl Calls for Keeper<'_, '_> {
+    fn depth(&self) -> usize {
+        self.rt.arena[head::DEPTH] as usize
+    }
+
+    fn bottom(&self) -> usize {
+        0
+    }
+
+    fn in_handler(&self) -> bool {
+        false
+    }
+
+    fn frame_sp(&self, i: usize) -> u64 {
+        self.rt.arena[self.rt.frame_at(i)]
+    }
+
+    fn frame_ret_addr(&self, i: usize) -> u64 {
+        self.rt.arena[self.rt.frame_at(i) + 1]
+    }
+
+    fn top_call_site(&self) -> Option<u64> {
+        let top = self.depth().checked_sub(1)?;
+        let arc = self.rt.arena[self.rt.frame_at(top) + 3];
+        if arc == NONE {
+            return None;
+        }
+        Some(self.rt.arena[self.rt.arena[head::ARCS] as usize + arc as usize * ARC_WORDS + 1])
+    }
+
+    fn pop(&mut self) {
+        self.rt.pop();
+    }
+
+    fn underflow(&mut self, from: Option<&Flow>, to: &Flow, arc: bool) {
+        if let Err(e) = self.rt.underflow(from, to, arc) {
+            self.err.get_or_insert(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::arena::{Arena, NodeKind};
+    use callrules::Exit;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// A client: blocks described by their facts, run as translated code
+    /// runs them (context entries through the runtime, counts inline).
+    struct Client {
+        hot: Vec<u64>,
+        arena: Vec<u64>,
+        facts: Vec<u64>,
+        recs: u32,
+    }
+
+    impl Client {
+        fn new() -> Client {
+            let mut hot = vec![0; hot::WORDS];
+            hot[hot::LAST] = NONE;
+            Client {
+                hot,
+                arena: vec![0; 1 << 18],
+                facts: Vec::new(),
+                recs: 2,
+            }
+        }
+
+        /// Describes block `id`: function `f`, its `index` in it, at
+        /// `start`, `instrs` long, left by `exit`.
+        fn block(&mut self, id: usize, f: u32, index: u32, start: u64, exit: Exit, entry: bool) {
+            let mut flow = Flow::new(start, start + 8, start + 10, exit);
+            (flow.function, flow.entry) = (f, entry);
+            let facts = Facts {
+                flow,
+                index,
+                instrs: 3,
+                sp_known: matches!(exit, Exit::Call | Exit::Return),
+            };
+            if self.facts.len() < (id + 1) * FACT_WORDS {
+                self.facts.resize((id + 1) * FACT_WORDS, 0);
+            }
+            self.facts[id * FACT_WORDS..][..FACT_WORDS].copy_from_slice(&facts.pack());
+        }
+
+        fn rt(&mut self) -> Runtime<'_> {
+            Runtime {
+                hot: &mut self.hot,
+                arena: &mut self.arena,
+                facts: &self.facts,
+                separate_recs: self.recs,
+            }
+        }
+
+        /// Block `y` runs, entered through its context entry if `context`
+        /// (with the stack pointer `sp`).
+        fn run(&mut self, y: u64, context: bool, sp: u64) {
+            if context {
+                self.rt().enter(y, sp).expect("room");
+            }
+            let f = Facts::unpack(&self.facts[y as usize * FACT_WORDS..][..FACT_WORDS]).unwrap();
+            let mut cur = self.hot[hot::CUR] as usize / 8;
+            if f.index as usize >= FIRST_COUNTERS && f.index as u64 >= self.arena[cur - 1] {
+                self.rt().grow(y).expect("room");
+                cur = self.hot[hot::CUR] as usize / 8;
+            }
+            self.arena[cur + f.index as usize] += u64::from(f.instrs);
+            self.hot[hot::IR] += u64::from(f.instrs);
+            // A block left by a call or return stores itself for the next
+            // context entry.
+            if matches!(f.flow.exit, Exit::Call | Exit::Return) {
+                self.hot[hot::LAST] = y;
+            }
+        }
+
+        fn finish(&mut self) -> Arena<'_> {
+            self.rt().finish();
+            Arena::new(&self.arena)
+        }
+    }
+
+    #[test]
+    fn calls_make_contexts_and_arcs_with_inclusive_costs() {
+        let mut c = Client::new();
+        // main (f0): block 0 calls f1 (block 1, which returns) twice, from
+        // two call sites (blocks 0 and 2), then ends in block 3.
+        c.block(0, 0, 0, 0x1000, Exit::Call, true);
+        c.block(1, 1, 0, 0x2000, Exit::Return, true);
+        c.block(2, 0, 1, 0x100a, Exit::Call, false);
+        c.block(3, 0, 2, 0x1014, Exit::Jump, false);
+        c.run(0, true, 0x8000);
+        c.run(1, true, 0x7ff8);
+        c.run(2, true, 0x8000); // entered by f1's return (ret_addr 0x100a)
+        c.run(1, true, 0x7ff8);
+        c.run(3, true, 0x8000);
+        let a = c.finish();
+        let nodes: Vec<_> = a.nodes().collect();
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(
+            (nodes[0].function, nodes[0].parent, nodes[0].level),
+            (0, NONE, 1)
+        );
+        assert_eq!(&nodes[0].counters[..3], &[3, 3, 3]);
+        assert_eq!((nodes[1].function, nodes[1].parent), (1, 0));
+        assert_eq!(nodes[1].counters[0], 6);
+        let arcs: Vec<_> = a.arcs().collect();
+        assert_eq!(arcs.len(), 2, "one per call site");
+        assert_eq!(
+            (arcs[0].site, arcs[0].calls, arcs[0].inclusive),
+            (0x1008, 1, 3)
+        );
+        assert_eq!(
+            (arcs[1].site, arcs[1].calls, arcs[1].inclusive),
+            (0x1012, 1, 3)
+        );
+    }
+
+    #[test]
+    fn recursion_levels_are_capped_and_running_calls_end_at_finish() {
+        let mut c = Client::new();
+        // f1 calls itself from block 1 three times, never returning.
+        c.block(0, 0, 0, 0x1000, Exit::Call, true);
+        c.block(1, 1, 0, 0x2000, Exit::Call, true);
+        c.run(0, true, 0x8000);
+        for i in 0..4 {
+            c.run(1, true, 0x7ff8 - 8 * i);
+        }
+        let a = c.finish();
+        let levels: Vec<_> = a.nodes().map(|n| (n.function, n.level)).collect();
+        // A context per depth (its parent differs), the level capped at 2.
+        assert_eq!(levels, [(0, 1), (1, 1), (1, 2), (1, 2), (1, 2)]);
+        let arcs: Vec<_> = a
+            .arcs()
+            .map(|a| (a.caller, a.callee, a.calls, a.inclusive))
+            .collect();
+        // Each call's inclusive Ir is what ran after it.
+        assert_eq!(
+            arcs,
+            [(0, 1, 1, 12), (1, 2, 1, 9), (2, 3, 1, 6), (3, 4, 1, 3)]
+        );
+    }
+
+    #[test]
+    fn skipped_code_counts_for_the_call_site_and_foreign_code_for_the_context() {
+        let mut c = Client::new();
+        c.block(0, 0, 0, 0x1000, Exit::Call, true);
+        // A PLT stub (f2, skipped, another domain) jumping into f3.
+        c.block(1, 2, 0, 0x3000, Exit::Jump, true);
+        let mut plt = Facts::unpack(&c.facts[FACT_WORDS..2 * FACT_WORDS]).unwrap();
+        (plt.flow.skip, plt.flow.domain) = (true, 1);
+        c.facts[FACT_WORDS..2 * FACT_WORDS].copy_from_slice(&plt.pack());
+        c.block(2, 3, 0, 0x4000, Exit::Jump, true);
+        // f3 jumps into the middle of f4 (its cold part) and back.
+        c.block(3, 4, 5, 0x5010, Exit::Jump, false);
+        c.block(4, 3, 1, 0x4010, Exit::Return, false);
+        c.run(0, true, 0x8000);
+        c.run(1, true, 0x7ff8);
+        c.hot[hot::LAST] = 1;
+        c.run(2, true, 0x7ff8);
+        c.hot[hot::LAST] = 2;
+        c.run(3, true, 0x7ff8);
+        c.hot[hot::LAST] = 3;
+        c.run(4, true, 0x7ff8);
+        let a = c.finish();
+        let nodes: Vec<_> = a
+            .nodes()
+            .map(|n| (n.kind, n.function, n.parent, n.site))
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                (NodeKind::Context, 0, NONE, 0),
+                (NodeKind::Skip, 2, 0, 0x1008),
+                (NodeKind::Context, 3, 0, 0),
+                (NodeKind::Context, 4, 2, 0),
+            ]
+        );
+        let counters: Vec<_> = a.nodes().map(|n| n.counters.iter().sum::<u64>()).collect();
+        assert_eq!(counters, [3, 3, 6, 3]);
+        let arcs: Vec<_> = a.arcs().map(|a| (a.caller, a.site, a.callee)).collect();
+        assert_eq!(
+            arcs,
+            [(0, 0x1008, 2)],
+            "the call from the PLT is the call site's"
+        );
+    }
+
+    #[test]
+    fn counters_grow_for_blocks_numbered_past_them() {
+        let mut c = Client::new();
+        c.block(0, 0, 0, 0x1000, Exit::Jump, true);
+        c.block(1, 0, 40, 0x1040, Exit::Jump, false);
+        c.run(0, true, 0x8000);
+        c.run(1, false, 0x8000);
+        c.run(1, false, 0x8000);
+        let a = c.finish();
+        let n = a.nodes().next().unwrap();
+        assert_eq!(n.counters.len(), 64);
+        assert_eq!((n.counters[0], n.counters[40]), (3, 6));
+    }
+}
