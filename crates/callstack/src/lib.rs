@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod classify;
+pub mod contexts;
 mod hot;
 mod index;
 mod memo;

@@ -71,13 +71,16 @@ pub enum NodeKind {
     Context,
     /// Skipped code called from a context's call site.
     Skip,
+    /// Code of another function run in a context without a call (a jump
+    /// into the middle of it, such as a `.cold` part).
+    Foreign,
 }
 
 /// A node as the tool reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeRecord<'a> {
-    /// The parent context ([`NONE`] for a root); for a skip node, the
-    /// context its code is charged to.
+    /// The parent context ([`NONE`] for a root); for a skip or foreign
+    /// node, the context its code is charged to.
     pub parent: u64,
     /// Its function.
     pub function: u32,
@@ -179,10 +182,10 @@ pub(crate) fn node_at(words: &[u64], at: usize) -> NodeRecord<'_> {
         parent: if parent == 0xffff_ffff { NONE } else { parent },
         function: (w[0] >> 32) as u32,
         level: (w[1] & 0xffff_ffff) as u32,
-        kind: if w[1] >> 32 == 1 {
-            NodeKind::Skip
-        } else {
-            NodeKind::Context
+        kind: match w[1] >> 32 {
+            0 => NodeKind::Context,
+            1 => NodeKind::Skip,
+            _ => NodeKind::Foreign,
         },
         site: w[2],
         counters: &words[at + NODE_HEADER..at + NODE_HEADER + n],

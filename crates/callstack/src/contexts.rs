@@ -1,0 +1,439 @@
+//! Calling contexts the client kept itself (`ctxrt`, see
+//! `docs/client-contexts.md`), folded into the tree: the runtime's
+//! contexts are Callgrind's (parent, function, recursion level) as the
+//! call tool makes them, its arcs carry their calls and inclusive Ir, and
+//! its counters hold each block's Ir per context (skipped code's per call
+//! site, another function's code run without a call per context).
+
+use crate::tree::{FnId, NodeId, Tree, NO_NODE};
+use ctxrt::{Arena, NodeKind, NONE};
+
+/// Folds one thread's arena into `tree` as thread `thread`. `block`
+/// gives the block id and instruction count of a function's block by its
+/// number in the function; counters of blocks it does not know are an
+/// error (the translator numbered every block it made).
+pub fn fold(
+    tree: &mut Tree,
+    arena: &Arena,
+    thread: u32,
+    block: impl Fn(FnId, u32) -> Option<(u32, u32)>,
+) -> Result<(), String> {
+    let mut nodes: Vec<NodeId> = Vec::new();
+    let node = |nodes: &[NodeId], id: u64| -> Result<NodeId, String> {
+        if id == NONE {
+            return Ok(NO_NODE);
+        }
+        nodes
+            .get(id as usize)
+            .copied()
+            .filter(|&n| n != NO_NODE)
+            .ok_or_else(|| format!("context {id} is named before it is made"))
+    };
+    for n in arena.nodes() {
+        let parent = node(&nodes, n.parent)?;
+        let own = match n.kind {
+            NodeKind::Context => tree.child(parent, n.function, n.level, thread),
+            NodeKind::Skip | NodeKind::Foreign => NO_NODE,
+        };
+        nodes.push(own);
+        for (i, &ir) in n.counters.iter().enumerate().filter(|(_, &ir)| ir > 0) {
+            let (id, instrs) = block(n.function, i as u32)
+                .ok_or_else(|| format!("no block {i} of function {}", n.function))?;
+            match n.kind {
+                NodeKind::Skip => *tree.extra.at(parent, n.site) += ir,
+                NodeKind::Context | NodeKind::Foreign => {
+                    let at = if own == NO_NODE { parent } else { own };
+                    let instrs = u64::from(instrs.max(1));
+                    if ir % instrs != 0 {
+                        return Err(format!("block {id} counted {ir} Ir in runs of {instrs}"));
+                    }
+                    let slot = tree.run_slot(at, id) as usize;
+                    tree.runs[slot] += ir / instrs;
+                }
+            }
+        }
+    }
+    for a in arena.arcs() {
+        let (caller, callee) = (node(&nodes, a.caller)?, node(&nodes, a.callee)?);
+        let i = tree.arc(caller, a.site, callee, a.target) as usize;
+        tree.arcs[i].calls += a.calls;
+        tree.arcs[i].inclusive += a.inclusive;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::{Classify, CodeClass, Section};
+    use crate::tool::CallTool;
+    use crate::CallOptions;
+    use callrules::{Exit, Flow};
+    use ctxrt::{hot, Facts, Runtime, FACT_WORDS};
+    use events::{BlockId, BlockInfo, Terminator, Tool};
+    use rustc_hash::FxHashMap;
+
+    /// A function of the random program.
+    #[derive(Clone)]
+    struct Function {
+        name: String,
+        object: &'static str,
+        section: Section,
+        /// Its blocks' ids.
+        blocks: Vec<usize>,
+    }
+
+    /// A block of the random program.
+    #[derive(Clone)]
+    struct Block {
+        function: usize,
+        index: usize,
+        start: u64,
+        instrs: u64,
+        term: Terminator,
+    }
+
+    #[derive(Clone)]
+    struct Program {
+        functions: Vec<Function>,
+        blocks: Vec<Block>,
+    }
+
+    impl Program {
+        fn at(&self, addr: u64) -> usize {
+            self.blocks
+                .iter()
+                .position(|b| b.start == addr)
+                .expect("a block")
+        }
+
+        fn domain(&self, f: usize) -> u32 {
+            let f = &self.functions[f];
+            let object = u32::from(f.object == "lib");
+            object * 3 + f.section as u32
+        }
+
+        fn facts(&self, b: usize) -> Facts {
+            let blk = &self.blocks[b];
+            let exit = match blk.term {
+                Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
+                Terminator::Return => Exit::Return,
+                Terminator::FallThrough => Exit::FallThrough,
+                _ => Exit::Jump,
+            };
+            let end = blk.start + blk.instrs;
+            let mut flow = Flow::new(blk.start, end - 1, end, exit);
+            flow.function = blk.function as u32;
+            flow.domain = self.domain(blk.function);
+            flow.entry = blk.index == 0;
+            flow.skip = self.functions[blk.function].section == Section::Plt;
+            Facts {
+                flow,
+                index: blk.index as u32,
+                instrs: blk.instrs as u32,
+                sp_known: matches!(
+                    blk.term,
+                    Terminator::Call { .. }
+                        | Terminator::IndirectCall
+                        | Terminator::Return
+                        | Terminator::IndirectJump
+                ),
+            }
+        }
+    }
+
+    impl Classify for Program {
+        fn classify(&mut self, info: &BlockInfo) -> CodeClass {
+            let b = &self.blocks[self.at(info.start())];
+            let f = &self.functions[b.function];
+            CodeClass {
+                object: f.object.into(),
+                file: "f.c".into(),
+                function: f.name.as_str().into(),
+                entry: b.index == 0,
+                section: f.section,
+                config: Default::default(),
+            }
+        }
+
+        fn fork(&self) -> Box<dyn Classify> {
+            Box::new(self.clone())
+        }
+    }
+
+    /// xorshift64*.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+        }
+    }
+
+    /// Six functions of the executable, a PLT stub jumping into one of two
+    /// library functions; blocks laid out one after another, each ending
+    /// in a random terminator.
+    fn program(rng: &mut Rng) -> Program {
+        let mut functions = Vec::new();
+        for k in 0..6 {
+            functions.push(("exe", Section::Text, format!("f{k}"), 2 + rng.below(5)));
+        }
+        functions.push(("exe", Section::Plt, "0x8000 [PLT]".into(), 1));
+        functions.push(("lib", Section::Text, "lib0".into(), 2 + rng.below(3)));
+        functions.push(("lib", Section::Text, "lib1".into(), 2 + rng.below(3)));
+        let mut p = Program {
+            functions: Vec::new(),
+            blocks: Vec::new(),
+        };
+        for (k, (object, section, name, n)) in functions.into_iter().enumerate() {
+            let mut start = 0x1000 * (k as u64 + 1);
+            let mut blocks = Vec::new();
+            for index in 0..n {
+                let instrs = 1 + rng.below(3) as u64;
+                blocks.push(p.blocks.len());
+                p.blocks.push(Block {
+                    function: k,
+                    index,
+                    start,
+                    instrs,
+                    term: Terminator::Return,
+                });
+                start += instrs;
+            }
+            p.functions.push(Function {
+                name,
+                object,
+                section,
+                blocks,
+            });
+        }
+        let entry = |p: &Program, f: usize| p.blocks[p.functions[f].blocks[0]].start;
+        for b in 0..p.blocks.len() {
+            let (f, index) = (p.blocks[b].function, p.blocks[b].index);
+            let fb = p.functions[f].blocks.clone();
+            let last = index + 1 == fb.len();
+            let lib = p.functions[f].object == "lib";
+            p.blocks[b].term = if p.functions[f].section == Section::Plt {
+                Terminator::IndirectJump
+            } else if last {
+                Terminator::Return
+            } else {
+                match rng.below(20) {
+                    0..=5 => Terminator::CondJump {
+                        target: p.blocks[fb[1 + rng.below(fb.len() - 1)]].start,
+                    },
+                    6..=10 if !lib => Terminator::Call {
+                        target: entry(&p, rng.below(7)),
+                    },
+                    11 if !lib => Terminator::Jump {
+                        target: entry(&p, rng.below(6)),
+                    },
+                    12 if !lib => {
+                        let g = rng.below(6);
+                        let gb = &p.functions[g].blocks;
+                        Terminator::Jump {
+                            target: p.blocks[gb[rng.below(gb.len())]].start,
+                        }
+                    }
+                    13 | 14 => Terminator::IndirectJump,
+                    15 => Terminator::Return,
+                    _ => Terminator::FallThrough,
+                }
+            };
+        }
+        p
+    }
+
+    /// Runs `p` for up to `steps` blocks from f0, feeding each block to the
+    /// call tool and, as translated code would, to the client runtime;
+    /// returns both trees' self Ir per context and arcs, by names.
+    fn run_both(
+        p: &Program,
+        rng: &mut Rng,
+        steps: usize,
+    ) -> [Results; 2] {
+        let mut tool = CallTool::new(CallOptions::default(), Box::new(p.clone()));
+        let mut facts = vec![0u64; p.blocks.len() * FACT_WORDS];
+        for b in 0..p.blocks.len() {
+            facts[b * FACT_WORDS..][..FACT_WORDS].copy_from_slice(&p.facts(b).pack());
+        }
+        let mut hot = vec![0u64; hot::WORDS];
+        hot[hot::LAST] = NONE;
+        let mut arena = vec![0u64; 1 << 20];
+        let mut described = vec![false; p.blocks.len()];
+        // (return block, stack pointer after the return)
+        let mut frames: Vec<(usize, u64)> = Vec::new();
+        let (mut b, mut sp, mut last): (usize, u64, Option<usize>) = (0, 0x10_0000, None);
+        for _ in 0..steps {
+            let blk = &p.blocks[b];
+            // The client: a context entry unless control stays plainly.
+            let y = p.facts(b);
+            let plain = last.is_some_and(|x| {
+                let x = p.facts(x);
+                !x.sp_known
+                    && !y.flow.entry
+                    && x.flow.domain == y.flow.domain
+                    && x.flow.function == y.flow.function
+            });
+            let mut rt = Runtime {
+                hot: &mut hot,
+                arena: &mut arena,
+                facts: &facts,
+                separate_recs: 2,
+            };
+            if !plain {
+                rt.hot[hot::LAST] = last.map_or(NONE, |x| x as u64);
+                rt.enter(b as u64, sp).expect("room");
+            }
+            let mut cur = rt.hot[hot::CUR] as usize / 8;
+            if y.index as u64 >= rt.arena[cur - 1] {
+                rt.grow(b as u64).expect("room");
+                cur = rt.hot[hot::CUR] as usize / 8;
+            }
+            rt.arena[cur + y.index as usize] += blk.instrs;
+            rt.hot[hot::IR] += blk.instrs;
+            // The call tool.
+            let mut info = BlockInfo::new(blk.start, blk.term);
+            for i in 0..blk.instrs {
+                info.push(blk.start + i, 1, &[]);
+            }
+            if !described[b] {
+                tool.block(BlockId(b as u32), &info);
+                described[b] = true;
+            }
+            tool.block_run(BlockId(b as u32), &info, &[]);
+            // The machine.
+            let end = blk.start + blk.instrs;
+            let next_in_fn = || p.at(end);
+            let next = match blk.term {
+                Terminator::Call { target } => {
+                    tool.stack_pointer(sp);
+                    frames.push((next_in_fn(), sp));
+                    sp -= 8;
+                    p.at(target)
+                }
+                Terminator::Return => {
+                    tool.stack_pointer(sp);
+                    // With no frame left, a return underflows: the machine
+                    // goes on in f0 as if f0 had called it.
+                    let (ret, after) = frames.pop().unwrap_or((0, sp + 8));
+                    sp = after;
+                    ret
+                }
+                Terminator::IndirectJump => {
+                    let to = if p.functions[blk.function].section == Section::Plt {
+                        let lib = 7 + rng.below(2);
+                        p.functions[lib].blocks[0]
+                    } else if frames.len() >= 2 && rng.below(2) == 0 {
+                        // longjmp to an older frame's return site.
+                        let k = rng.below(frames.len() - 1);
+                        let (ret, after) = frames[k];
+                        frames.truncate(k);
+                        sp = after;
+                        ret
+                    } else {
+                        next_in_fn()
+                    };
+                    tool.stack_pointer(sp);
+                    to
+                }
+                Terminator::CondJump { target } => {
+                    if rng.below(2) == 0 {
+                        p.at(target)
+                    } else {
+                        next_in_fn()
+                    }
+                }
+                Terminator::Jump { target } => p.at(target),
+                _ => next_in_fn(),
+            };
+            last = Some(b);
+            b = next;
+        }
+        tool.finish();
+        Runtime {
+            hot: &mut hot,
+            arena: &mut arena,
+            facts: &facts,
+            separate_recs: 2,
+        }
+        .finish();
+        // The client's, folded.
+        let mut tree = Tree::default();
+        let by_index = |f: FnId, i: u32| {
+            let b = *p.functions.get(f as usize)?.blocks.get(i as usize)?;
+            Some((b as u32, p.blocks[b].instrs as u32))
+        };
+        fold(&mut tree, &Arena::new(&arena), 1, by_index).expect("folds");
+        let client = results(
+            &tree,
+            |f| p.functions[f as usize].name.clone(),
+            |b| p.blocks[b as usize].instrs,
+        );
+        let names = |f: FnId| tool.functions[f as usize].class.function.to_string();
+        let instrs = |b: u32| tool.block_state(b).instrs.len() as u64;
+        let stream = results(&tool.tree, names, instrs);
+        [stream, client]
+    }
+
+    /// Self Ir per context (named by its stack of functions) and arcs
+    /// with their counts and inclusive Ir, as text.
+    type Results = (Vec<(String, u64)>, Vec<String>);
+
+    /// A tree's [`Results`].
+    fn results(
+        tree: &Tree,
+        name: impl Fn(FnId) -> String,
+        instrs: impl Fn(u32) -> u64,
+    ) -> Results {
+        let path = |mut n: NodeId| {
+            let mut s = String::new();
+            while n != NO_NODE {
+                let node = tree.nodes[n as usize];
+                s = format!("{}'{}/{s}", name(node.function), node.level);
+                n = node.parent;
+            }
+            s
+        };
+        let mut selfs: FxHashMap<String, u64> = FxHashMap::default();
+        for (&(n, b), &runs) in tree.run_keys.iter().zip(&tree.runs) {
+            *selfs.entry(path(n)).or_default() += runs * instrs(b);
+        }
+        for (&(n, site), &ir) in tree.extra.iter() {
+            *selfs.entry(format!("{} @{site:#x}", path(n))).or_default() += ir;
+        }
+        let mut selfs: Vec<_> = selfs.into_iter().filter(|e| e.1 > 0).collect();
+        selfs.sort();
+        let mut arcs: Vec<_> = tree
+            .arcs
+            .iter()
+            .filter(|a| a.calls > 0 || a.inclusive > 0)
+            .map(|a| {
+                format!(
+                    "{} @{:#x} -> {} @{:#x}: {} calls, {} Ir",
+                    path(a.caller),
+                    a.call_site,
+                    path(a.callee),
+                    a.target,
+                    a.calls,
+                    a.inclusive
+                )
+            })
+            .collect();
+        arcs.sort();
+        (selfs, arcs)
+    }
+
+    #[test]
+    fn the_client_runtime_keeps_the_call_tools_contexts_on_random_programs() {
+        for seed in 1..=300u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let p = program(&mut rng);
+            let [stream, client] = run_both(&p, &mut rng, 400);
+            assert_eq!(client, stream, "seed {seed}");
+        }
+    }
+}
