@@ -43,6 +43,7 @@ mod handoff;
 mod ibtable;
 mod layout;
 mod memrefs;
+mod runtime;
 mod space;
 mod stream;
 mod sys;

@@ -810,3 +810,35 @@ impl Drop for SharedMap {
         }
     }
 }
+
+/// Runs the calling-context runtime's blob in this process (the tests'
+/// check that the bytes the client maps do what `ctxrt` does): the image
+/// mapped executable at an address of the kernel's choice, relocated
+/// there by `relocate`, then `cs_runtime(args)` called at `entry`.
+#[cfg(test)]
+pub fn call_blob(relocate: impl Fn(u64) -> Vec<u8>, entry: u64, args: [u64; 5]) -> u64 {
+    let len = relocate(0).len().next_multiple_of(4096);
+    // SAFETY: a fresh private anonymous mapping, written before it is made
+    // executable; the call follows the blob's System V signature, whose
+    // pointer arguments the caller made valid (its own buffers), and the
+    // mapping is removed after.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let image = relocate(p as u64);
+        std::ptr::copy_nonoverlapping(image.as_ptr(), p.cast::<u8>(), image.len());
+        assert_eq!(libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC), 0);
+        let f: unsafe extern "sysv64" fn(u64, u64, u64, u64, u64) -> u64 =
+            std::mem::transmute(p.cast::<u8>().add(entry as usize));
+        let r = f(args[0], args[1], args[2], args[3], args[4]);
+        libc::munmap(p, len);
+        r
+    }
+}
