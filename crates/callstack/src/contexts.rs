@@ -250,11 +250,7 @@ mod tests {
     /// Runs `p` for up to `steps` blocks from f0, feeding each block to the
     /// call tool and, as translated code would, to the client runtime;
     /// returns both trees' self Ir per context and arcs, by names.
-    fn run_both(
-        p: &Program,
-        rng: &mut Rng,
-        steps: usize,
-    ) -> [Results; 2] {
+    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> [Results; 2] {
         let mut tool = CallTool::new(CallOptions::default(), Box::new(p.clone()));
         let mut facts = vec![0u64; p.blocks.len() * FACT_WORDS];
         for b in 0..p.blocks.len() {
@@ -384,11 +380,7 @@ mod tests {
     type Results = (Vec<(String, u64)>, Vec<String>);
 
     /// A tree's [`Results`].
-    fn results(
-        tree: &Tree,
-        name: impl Fn(FnId) -> String,
-        instrs: impl Fn(u32) -> u64,
-    ) -> Results {
+    fn results(tree: &Tree, name: impl Fn(FnId) -> String, instrs: impl Fn(u32) -> u64) -> Results {
         let path = |mut n: NodeId| {
             let mut s = String::new();
             while n != NO_NODE {

@@ -33,4 +33,4 @@ mod table;
 
 pub use arena::{ArcRecord, Arena, NodeKind, NodeRecord, NONE};
 pub use facts::{Facts, FACT_WORDS};
-pub use runtime::{Error, Runtime};
+pub use runtime::{fresh_thread, Error, Runtime, FIRST_COUNTERS};

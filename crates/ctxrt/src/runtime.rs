@@ -21,6 +21,28 @@ pub enum Error {
 /// for blocks numbered past it).
 pub const FIRST_COUNTERS: usize = 16;
 
+/// Where a fresh thread counts until its first context entry (a thread
+/// made by `clone` goes on in the block that made it): a record after the
+/// header, never folded.
+const SINK: usize = head::WORDS;
+
+/// The words a thread's arena at `arena` (client address), `words` long,
+/// starts with: writes to the arena (word index, value) and the thread's
+/// hot words. The rest of the arena may hold anything (a reused thread
+/// area's old contents): the runtime zeroes what it allocates.
+pub fn fresh_thread(arena: u64, words: u64) -> ([(usize, u64); 2], [u64; hot::WORDS]) {
+    let mut h = [0; hot::WORDS];
+    h[hot::CUR] = arena + 8 * (SINK + NODE_HEADER) as u64;
+    h[hot::LAST] = NONE;
+    h[hot::ARENA] = arena;
+    h[hot::ARENA_WORDS] = words;
+    let writes = [
+        (head::USED, 0),
+        (SINK + NODE_HEADER - 1, FIRST_COUNTERS as u64),
+    ];
+    (writes, h)
+}
+
 /// Node kinds as stored.
 const CONTEXT: u64 = 0;
 const SKIP: u64 = 1;
@@ -146,7 +168,12 @@ impl Runtime<'_> {
         self.init()?;
         let yf = self.facts_of(y)?;
         if self.arena[head::COUNTING] == NONE {
-            return self.count_in(&yf);
+            // Counting in the sink still (or again): a bigger one.
+            let n = (yf.index as usize + 1).next_power_of_two();
+            let at = self.alloc(NODE_HEADER + n)?;
+            self.arena[at + NODE_HEADER - 1] = n as u64;
+            self.point_at(at);
+            return Ok(());
         }
         self.grow_for(&yf)
     }
@@ -185,7 +212,8 @@ impl Runtime<'_> {
         if self.arena.len() < 1 << 16 {
             return Err(Error::ArenaFull);
         }
-        self.arena[head::USED] = head::WORDS as u64;
+        self.arena[1..head::WORDS].fill(0);
+        self.arena[head::USED] = (SINK + NODE_HEADER + FIRST_COUNTERS) as u64;
         self.arena[head::NODE] = NONE;
         self.arena[head::COUNTING] = NONE;
         self.arena[head::NONSKIPPED_NODE] = NONE;
@@ -219,6 +247,7 @@ impl Runtime<'_> {
             return Err(Error::ArenaFull);
         }
         self.arena[head::USED] = (at + n) as u64;
+        self.arena[at..at + n].fill(0);
         Ok(at)
     }
 
@@ -686,7 +715,7 @@ mod tests {
                 (NodeKind::Context, 0, NONE, 0),
                 (NodeKind::Skip, 2, 0, 0x1008),
                 (NodeKind::Context, 3, 0, 0),
-                (NodeKind::Context, 4, 2, 0),
+                (NodeKind::Foreign, 4, 2, 0),
             ]
         );
         let counters: Vec<_> = a.nodes().map(|n| n.counters.iter().sum::<u64>()).collect();

@@ -7,6 +7,8 @@
 //! they have a fixed size and a known address), and branches inside a
 //! sequence go to [`Label`]s resolved when the label is bound.
 
+mod contexts;
+pub use contexts::CONTEXT_ENTRY_BYTES;
 mod signals;
 mod smc;
 mod trace;

@@ -51,8 +51,9 @@ pub const BUCKET_NEXT: u64 = BUCKET_WAYS * 16;
 /// Overflow buckets after the home buckets (chained when a home bucket
 /// is full, so that aliasing targets never evict each other).
 pub const HTAB_OVERFLOW_BUCKETS: u64 = 0x4_0000;
-/// Size of one thread area (address space only; pages are touched as used).
-pub const AREA_SIZE: u64 = 32 << 20;
+/// Size of one thread area (address space only; pages are touched as used):
+/// the calling-context runtime's arena is its part past [`AREA_ARENA`].
+pub const AREA_SIZE: u64 = 1 << 30;
 /// Where thread areas are asked to go (a hint): well away from the code,
 /// whose neighbourhood the code-cache chunks need.
 pub const AREA_HINT: u64 = 0x10_0000_0000;
@@ -219,6 +220,32 @@ pub const MAGIC_REQUEST: u32 = MAGIC_LO + 5;
 pub const MAGIC_SMC: u32 = MAGIC_LO + 6;
 /// Exit: a native client call returned (see [`CALL_RETURN_STUB`]).
 pub const MAGIC_CALL_RETURN: u32 = MAGIC_LO + 7;
+/// Exit: the calling-context runtime failed (its error code in RAX, the
+/// client's in `S_RAX`).
+pub const MAGIC_RUNTIME: u32 = MAGIC_LO + 8;
+
+/// Thread-area offset of the calling-context runtime's hot words
+/// (`ctxrt::hot`: the current context's counters, the running Ir, the
+/// block a context-changing transfer left, the arena). Outside the spill
+/// slots.
+pub const S_CONTEXT_HOT: u32 = 0x180;
+/// Offset in a thread area of the runtime's arena (contexts mode), up to
+/// the area's end.
+pub const AREA_ARENA: u64 = 32 << 20;
+/// Offset in the core region of the runtime's configuration words (the
+/// facts table's address and length in words, `--separate-recs`).
+pub const RT_CONFIG: u64 = 0x2_0000;
+/// Offset in the core region of the word holding the runtime stub's
+/// address (translated code calls through it: chunks may lie beyond
+/// rel32 reach of the core region).
+pub const RT_STUB_PTR: u64 = 0x2_0020;
+/// Offset in the core region of the word holding the blob's entry's
+/// address.
+pub const RT_ENTRY_PTR: u64 = 0x2_0028;
+/// Offset in the core region of the runtime stub.
+pub const RT_STUB: u64 = 0x2_1000;
+/// Offset in the core region of the runtime blob (up to [`HTAB`]).
+pub const RT_BLOB: u64 = 0x3_0000;
 
 /// Size of one code-cache chunk (reserved address space; pages are only
 /// touched as they are used).

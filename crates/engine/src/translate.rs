@@ -23,8 +23,11 @@
 //! processor with TSX, `xbegin` takes its abort path (always a legal
 //! outcome: the engine cannot run a transaction).
 
+mod contexts;
 mod smc;
 mod traced;
+
+pub use contexts::ContextBlock;
 
 #[cfg(test)]
 pub(crate) use traced::RepString;
@@ -94,6 +97,21 @@ pub trait TransCtx {
     /// (`--smc-check`; see `translate::smc`).
     fn smc_stub(&self) -> Option<u64> {
         None
+    }
+
+    /// Contexts mode: the id and number in its function of the block about
+    /// to be translated at `guest` (`None`: not contexts mode).
+    fn contexts(&mut self, guest: u64) -> Option<ContextBlock> {
+        let _ = guest;
+        None
+    }
+
+    /// Contexts mode: whether a jump or fall-through from the block being
+    /// translated to `target` keeps the calling context (same function,
+    /// object and section kind, not the function's start).
+    fn same_context(&mut self, target: u64) -> bool {
+        let _ = target;
+        false
     }
 
     /// Up to `len` bytes of the guest code at `guest`, if it is there to
@@ -261,6 +279,9 @@ pub struct Translation {
     pub meta: Option<BlockMeta>,
     /// Trace mode: where its buffer checks resume after a flush.
     pub flush_sites: Vec<FlushSite>,
+    /// Contexts mode: the rel32 fields of exits whose transfer keeps the
+    /// context, linked past their target's context entry.
+    pub plain_exits: Vec<u64>,
 }
 
 impl Translation {
@@ -592,6 +613,11 @@ struct Builder<'a> {
     /// The branch word the block's indirect jump or call writes, if any
     /// (counted executions with branch simulation).
     indirect_word: Option<IndirectWord>,
+    /// Contexts mode: exits that keep the context are marked plain.
+    contexts: bool,
+    /// Contexts mode: the terminator being translated leaves the context
+    /// whatever its target (a call).
+    leaving: bool,
 }
 
 /// What a block's indirect jump or call writes to the branch stream.
@@ -617,6 +643,21 @@ impl<'a> Builder<'a> {
         code: &[u8],
         guest: u64,
     ) -> Builder<'a> {
+        Builder::start_with(ctx, host, counter, items, code, guest, |_| {})
+    }
+
+    /// [`Builder::start`] with `entry` emitting code at the body's start,
+    /// before the self-modifying-code check (contexts mode's context
+    /// entry).
+    fn start_with(
+        ctx: &'a mut dyn TransCtx,
+        host: u64,
+        counter: u32,
+        items: &[Item],
+        code: &[u8],
+        guest: u64,
+        entry: impl FnOnce(&mut Emitter),
+    ) -> Builder<'a> {
         let mut b = Builder {
             e: Emitter::new(host),
             t: Translation {
@@ -628,6 +669,8 @@ impl<'a> Builder<'a> {
             tail_jmp: None,
             regs: SiteRegs::Guest,
             indirect_word: None,
+            contexts: false,
+            leaving: false,
         };
         if b.ctx.smc_stub().is_some() {
             // Code that may change gets retired while other threads run it:
@@ -636,6 +679,7 @@ impl<'a> Builder<'a> {
             b.e.align_span(8);
         }
         b.t.body = b.e.here();
+        entry(&mut b.e);
         b.point(guest, PointKind::Clean);
         b.smc_check(items, code, guest);
         b
@@ -696,6 +740,7 @@ impl Builder<'_> {
         let at = self.e.bytes.len();
         let site = self.e.jmp(self.e.here());
         self.t.exits.push((site, guest_target));
+        self.mark_plain(site, guest_target);
         self.t.successors.push(guest_target);
         self.tail_jmp = Some((at, self.e.here(), guest_target));
     }
@@ -706,7 +751,16 @@ impl Builder<'_> {
         self.point(ip, PointKind::Clean);
         let site = self.e.jcc(cc, self.e.here());
         self.t.exits.push((site, guest_target));
+        self.mark_plain(site, guest_target);
         self.t.branch_targets.push(guest_target);
+    }
+
+    /// Contexts mode: marks the exit at `site` plain if the transfer to
+    /// `target` keeps the context.
+    fn mark_plain(&mut self, site: u64, target: u64) {
+        if self.contexts && !self.leaving && self.ctx.same_context(target) {
+            self.t.plain_exits.push(site);
+        }
     }
 
     /// The branch word of the indirect jump or call at `ip` (its target
@@ -834,7 +888,9 @@ impl Builder<'_> {
                 self.site(i.ip(), self.regs);
                 self.push_literal(next);
                 self.t.call_returns.push(next);
+                self.leaving = true;
                 self.exit_jmp(i.near_branch_target());
+                self.leaving = false;
             }
             FlowControl::IndirectCall => {
                 self.e.spill_rax_rcx();
@@ -976,6 +1032,9 @@ pub fn translate(
     ctx: &mut dyn TransCtx,
 ) -> Result<Translation, TransError> {
     let instrumented = ctx.instrumented();
+    if let Some(cb) = ctx.contexts(guest).filter(|_| instrumented) {
+        return contexts::translate_contexts(code, guest, host, ctx, cb);
+    }
     if let Some(mode) = ctx.trace().filter(|_| instrumented) {
         // Trace mode keeps no clean points: its records of a block are
         // written as it goes, and cannot be taken back part-way.
@@ -1471,6 +1530,8 @@ mod tests {
             tail_jmp: None,
             regs: SiteRegs::Guest,
             indirect_word: None,
+            contexts: false,
+            leaving: false,
         };
         // xbegin +0x10
         let i = Decoder::with_ip(

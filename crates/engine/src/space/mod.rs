@@ -715,7 +715,7 @@ impl TransCtx for Ctx<'_> {
         // there.
         let end = match self.tracing {
             Some(_) => layout::TRACE_COUNTERS_END,
-            None => layout::AREA_SIZE,
+            None => layout::AREA_ARENA,
         };
         self.areas.alloc_counter(end).ok_or_else(|| {
             TransError(format!(

@@ -1,0 +1,191 @@
+//! Contexts mode (`docs/client-contexts.md`): what translated code adds
+//! so that the client keeps its own calling contexts. A block's *context
+//! entry* calls the runtime (`ctxrt`, in the core region) before its
+//! body; its body counts its Ir into the current context's counters and
+//! the thread's running Ir; a block leaving by a transfer that may change
+//! the context stores its id for the runtime.
+
+use super::{based, gs, Emitter, Label};
+use crate::layout;
+use ctxrt::hot;
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+
+/// Thread-area offset of hot word `i`.
+fn hot_word(i: usize) -> u32 {
+    layout::S_CONTEXT_HOT + 8 * i as u32
+}
+
+/// An absolute 32-bit address (the core region lies below 2 GiB).
+fn absolute(addr: u64) -> MemoryOperand {
+    MemoryOperand::with_base_displ_size(Register::None, addr as i64, 4)
+}
+
+/// Bytes of a block's context entry ([`Emitter::context_entry`]): its
+/// body starts this far past it.
+pub const CONTEXT_ENTRY_BYTES: u64 = 25;
+
+/// Counters every context has (the runtime's first allocation): a block
+/// numbered below it needs no bounds check.
+pub const UNCHECKED: u32 = ctxrt::FIRST_COUNTERS as u32;
+
+impl Emitter {
+    /// A call of the runtime stub with `arg` (a block id to enter, or the
+    /// complement of one whose counters must grow) above the red zone:
+    /// `lea rsp, [rsp-128]; push arg; call [stub]; lea rsp, [rsp+136]`.
+    /// Flags and registers survive (the stub keeps them).
+    fn call_runtime(&mut self, core: u64, arg: i32) {
+        self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, -128)));
+        self.insn(Instruction::with1(Code::Pushq_imm32, arg));
+        self.insn(Instruction::with1(Code::Call_rm64, absolute(core + layout::RT_STUB_PTR)));
+        self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, 136)));
+    }
+
+    /// A block's context entry: the runtime enters block `id`.
+    pub fn context_entry(&mut self, core: u64, id: u32) {
+        self.call_runtime(core, id as i32);
+    }
+
+    /// `lea rsp, [rsp-128]; pushfq` (`keep`) or `popfq; lea rsp,
+    /// [rsp+128]`: the flags kept on the stack, below the red zone, around
+    /// a count where they are live.
+    pub fn keep_flags_on_stack(&mut self, keep: bool) {
+        if keep {
+            self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, -128)));
+            self.insn(Ok(Instruction::with(Code::Pushfq)));
+        } else {
+            self.insn(Ok(Instruction::with(Code::Popfq)));
+            self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, 128)));
+        }
+    }
+
+    /// `mov qword gs:[LAST], id`: the block leaves by a transfer that may
+    /// change the context (flag-free).
+    pub fn store_last(&mut self, id: u32) {
+        self.insn(Instruction::with2(Code::Mov_rm64_imm32, gs(hot_word(hot::LAST)), id as i32));
+    }
+
+    /// Counts an execution of block `id` (number `index` in its function,
+    /// `instrs` instructions) through register `r`, with the flags dead:
+    /// `mov r, gs:[CUR]`, a bounds check for blocks numbered past
+    /// [`UNCHECKED`] (out of line, the runtime grows the counters and the
+    /// count goes on), then `add [r + 8*index], instrs; add gs:[IR], instrs`.
+    /// Returns the label of the out-of-line growth, to be bound by
+    /// [`Emitter::context_grow`] after the block's code, if any.
+    pub fn context_count(
+        &mut self,
+        r: Register,
+        id: u32,
+        index: u32,
+        instrs: u32,
+    ) -> Option<(Label, Label, u32)> {
+        let cur = hot_word(hot::CUR);
+        self.load_gs(r, cur);
+        let mut grow = None;
+        let back = self.new_label();
+        if index >= UNCHECKED {
+            self.insn(Instruction::with2(Code::Cmp_rm64_imm32, based(r, -8), index as i32));
+            let l = self.new_label();
+            self.jcc_label(6, l); // jbe: the counters end at or before it
+            grow = Some((l, back, id));
+        }
+        self.bind(back);
+        let counter = MemoryOperand::with_base_displ(r, 8 * i64::from(index));
+        self.insn(Instruction::with2(Code::Add_rm64_imm32, counter, instrs as i32));
+        self.insn(Instruction::with2(Code::Add_rm64_imm32, gs(hot_word(hot::IR)), instrs as i32));
+        grow
+    }
+
+    /// The out-of-line growth of [`Emitter::context_count`]: the runtime
+    /// grows the counters for block `id`, `r` is loaded again, and the
+    /// count goes on at `back`.
+    pub fn context_grow(&mut self, core: u64, grow: Label, back: Label, r: Register, id: u32) {
+        self.bind(grow);
+        self.call_runtime(core, !(id as i32));
+        self.load_gs(r, hot_word(hot::CUR));
+        self.jmp_label(back);
+    }
+
+    /// The runtime stub (at `core + RT_STUB`): entered by
+    /// [`Emitter::call_runtime`] with the argument above the return
+    /// address, it keeps the flags, the caller-saved general registers and
+    /// the XMM registers in `xmm` (those the runtime's code uses), aligns
+    /// the stack, and calls `cs_runtime(op, hot, config, block, sp)` with
+    /// the thread's hot words (GS base plus their offset) and the client's
+    /// stack pointer at the entry. A runtime error exits to the tool
+    /// ([`layout::MAGIC_RUNTIME`], the code in RAX).
+    pub fn runtime_stub(&mut self, core: u64, xmm: &[Register]) {
+        const SAVED: [Register; 10] = [
+            Register::RAX,
+            Register::RCX,
+            Register::RDX,
+            Register::RSI,
+            Register::RDI,
+            Register::R8,
+            Register::R9,
+            Register::R10,
+            Register::R11,
+            Register::RBX,
+        ];
+        self.insn(Ok(Instruction::with(Code::Pushfq)));
+        for r in SAVED {
+            self.insn(Instruction::with1(Code::Push_r64, r));
+        }
+        // RBX (kept by the callee) holds the stack pointer past the saves.
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP));
+        self.insn(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16));
+        let area = 16 * xmm.len() as i32;
+        if area > 0 {
+            self.insn(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, area));
+        }
+        for (i, &x) in xmm.iter().enumerate() {
+            let slot = based(Register::RSP, 16 * i as i32);
+            self.insn(Instruction::with2(Code::Movdqu_xmmm128_xmm, slot, x));
+        }
+        // Above RBX: the saves (11 words with the flags), the return
+        // address, the argument, then the 128 bytes skipped.
+        let saves = 8 * (SAVED.len() as i32 + 1);
+        let arg = based(Register::RBX, saves + 8);
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RCX, arg));
+        // op: 1 (grow) for a complemented id, else 0.
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RCX));
+        self.insn(Instruction::with2(Code::Shr_rm64_imm8, Register::RDI, 63));
+        // block: the id either way (`rcx ^ (0 - op)`, i.e. not for grow).
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, Register::RDI));
+        self.insn(Instruction::with1(Code::Neg_rm64, Register::RAX));
+        self.insn(Instruction::with2(Code::Xor_r64_rm64, Register::RCX, Register::RAX));
+        self.insn(Instruction::with1(Code::Rdgsbase_r64, Register::RSI));
+        self.insn(Instruction::with2(Code::Add_rm64_imm32, Register::RSI, layout::S_CONTEXT_HOT as i32));
+        self.insn(Instruction::with2(Code::Mov_r32_imm32, Register::EDX, (core + layout::RT_CONFIG) as u32));
+        self.insn(Instruction::with2(Code::Lea_r64_m, Register::R8, based(Register::RBX, saves + 16 + 128)));
+        self.insn(Instruction::with1(Code::Call_rm64, absolute(core + layout::RT_ENTRY_PTR)));
+        let fail = self.new_label();
+        self.insn(Instruction::with2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
+        self.jcc_label(5, fail); // jne
+        for (i, &x) in xmm.iter().enumerate() {
+            let slot = based(Register::RSP, 16 * i as i32);
+            self.insn(Instruction::with2(Code::Movdqu_xmm_xmmm128, x, slot));
+        }
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX));
+        for r in SAVED.iter().rev() {
+            self.insn(Instruction::with1(Code::Pop_r64, *r));
+        }
+        self.insn(Ok(Instruction::with(Code::Popfq)));
+        self.insn(Ok(Instruction::with(Code::Retnq)));
+        self.bind(fail);
+        self.insn(Instruction::with2(Code::Mov_rm64_r64, gs(layout::S_TARGET), Register::RAX));
+        self.magic_syscall(layout::MAGIC_RUNTIME);
+        self.insn(Ok(Instruction::with(Code::Ud2)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_entry_is_as_long_as_said() {
+        let mut e = Emitter::new(0x5555_0000_0000);
+        e.context_entry(0x7000_0000, 123_456);
+        assert_eq!(e.bytes.len() as u64, CONTEXT_ENTRY_BYTES);
+    }
+}

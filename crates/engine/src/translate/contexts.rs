@@ -1,0 +1,108 @@
+//! Contexts mode (`docs/client-contexts.md`): a block that keeps the
+//! client's calling contexts instead of a counter. Its translation starts
+//! with its *context entry* (a call of the runtime, which decides what the
+//! transfer that came here was), then its body: the guest code, its Ir
+//! added to the current context's counter for it and to the thread's
+//! running Ir, and, before it leaves, its id stored as the block run last.
+//! Transfers that keep the context (a direct jump, conditional branch or
+//! fall-through within one function, not to its start) are linked past
+//! the target's context entry ([`Translation::plain_exits`]).
+
+use super::*;
+use crate::emit::CONTEXT_ENTRY_BYTES;
+
+/// What the translator needs to know of a block in contexts mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextBlock {
+    /// Its id (its facts' index in the process's table).
+    pub id: u32,
+    /// Its number among its function's blocks (its counter's).
+    pub index: u32,
+}
+
+/// Translates the block at `guest` in contexts mode.
+pub(super) fn translate_contexts(
+    code: &[u8],
+    guest: u64,
+    host: u64,
+    ctx: &mut dyn TransCtx,
+    cb: ContextBlock,
+) -> Result<Translation, TransError> {
+    let (items, stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
+    let core = ctx.core();
+    let mut b = Builder::start_with(ctx, host, 0, &items, code, guest, |e| {
+        e.context_entry(core, cb.id);
+    });
+    debug_assert_eq!(b.e.here() - b.t.body, CONTEXT_ENTRY_BYTES);
+    b.contexts = true;
+    let instrs = items.len() as u32;
+    let mut grows = Vec::new();
+    let count = |b: &mut Builder, r: Option<Register>, grows: &mut Vec<_>| {
+        let r = r.unwrap_or(Register::RAX);
+        if let Some(g) = b.e.context_count(r, cb.id, cb.index, instrs) {
+            grows.push((g, r));
+        }
+    };
+    let mut info = InstructionInfoFactory::new();
+    let placement = counter_position(&items);
+    let spilled = |b: &mut Builder| b.e.store_gs(Register::RAX, layout::S_RAX);
+    let unspill = |b: &mut Builder| b.e.load_gs(Register::RAX, layout::S_RAX);
+    if !matches!(placement, Placement::DeadFlags(_)) {
+        // Flags live everywhere: kept on the stack below the red zone.
+        b.e.keep_flags_on_stack(true);
+        spilled(&mut b);
+        count(&mut b, None, &mut grows);
+        unspill(&mut b);
+        b.e.keep_flags_on_stack(false);
+    }
+    let mut end = guest;
+    for (n, item) in items.iter().enumerate() {
+        if let (Placement::DeadFlags(at), Item::Insn(i)) = (placement, item) {
+            if at == n {
+                match dead_register(i, &mut info) {
+                    Some(r) => count(&mut b, Some(r), &mut grows),
+                    None => {
+                        spilled(&mut b);
+                        count(&mut b, None, &mut grows);
+                        unspill(&mut b);
+                    }
+                }
+            }
+        }
+        match item {
+            Item::ClientRequest(ip) => {
+                b.t.counted.push(*ip);
+                end = ip + 19;
+                b.e.store_last(cb.id);
+                b.client_request(end);
+            }
+            Item::Illegal(ip, len) => {
+                b.t.counted.push(*ip);
+                end = ip + u64::from(*len);
+                b.illegal(*ip);
+            }
+            Item::Insn(i) => {
+                end = i.next_ip();
+                b.t.counted.push(i.ip());
+                if i.flow_control() == FlowControl::Next && !is_rep(i) {
+                    b.copy(i, code, guest)?;
+                } else if is_rep(i) {
+                    b.copy(i, code, guest)?;
+                } else {
+                    b.e.store_last(cb.id);
+                    b.terminator(i, code, guest)?;
+                }
+            }
+        }
+    }
+    if let Stop::Continue(next) = stop {
+        b.e.store_last(cb.id);
+        b.exit_jmp_next(next, PointKind::Clean);
+    }
+    for ((grow, back, id), r) in grows {
+        b.e.context_grow(core, grow, back, r, id);
+    }
+    b.seal(end);
+    b.t.points.clear();
+    Ok(b.t)
+}
