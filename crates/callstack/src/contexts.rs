@@ -5,19 +5,87 @@
 //! its counters hold each block's Ir per context (skipped code's per call
 //! site, another function's code run without a call per context).
 
+use crate::tool::{CallOptions, CallTool};
 use crate::tree::{FnId, NodeId, Tree, NO_NODE};
-use ctxrt::{Arena, NodeKind, NONE};
+use crate::Classify;
+use ctxrt::{hot, Arena, NodeKind, Runtime, NONE};
+use events::{BlockId, BlockInfo, Tool};
+use rustc_hash::FxHashMap;
+
+/// One thread's contexts as the client left them.
+pub struct ThreadArena<'a> {
+    /// Valgrind's thread number.
+    pub thread: u32,
+    /// Its hot words.
+    pub hot: &'a [u64],
+    /// Its arena's used words.
+    pub arena: &'a [u64],
+}
+
+/// The call tool holding what a process's threads kept in contexts mode:
+/// `blocks` (each block id's description, with the function and number
+/// the engine's classification gave it) are described to the tool with
+/// `classify`, and each thread's arena, its running calls ended, folded
+/// into its tree. The tool then writes Callgrind's files as after a
+/// stream run.
+pub fn into_tool(
+    options: CallOptions,
+    classify: Box<dyn Classify>,
+    blocks: &[Option<(BlockInfo, FnId, u32)>],
+    threads: &[ThreadArena],
+) -> Result<CallTool, String> {
+    let mut tool = CallTool::new(options.clone(), classify);
+    // The client's function numbers to the tool's, and each (function,
+    // number) to its block.
+    let mut functions: FxHashMap<FnId, FnId> = FxHashMap::default();
+    let mut by_index: FxHashMap<(FnId, u32), (u32, u32)> = FxHashMap::default();
+    for (id, b) in blocks.iter().enumerate() {
+        let Some((info, f, index)) = b else { continue };
+        tool.block(BlockId(id as u32), info);
+        let mine = tool.function_of_block(id as u32).expect("just described");
+        if *functions.entry(*f).or_insert(mine) != mine {
+            return Err(format!("function {f} names two of the tool's"));
+        }
+        by_index.insert((*f, *index), (id as u32, info.instrs().len() as u32));
+    }
+    for t in threads {
+        let mut arena = t.arena.to_vec();
+        let mut hot_words = t.hot.to_vec();
+        if arena.is_empty() || hot_words.len() < hot::WORDS {
+            continue;
+        }
+        // Calls still running end now (their inclusive costs so far).
+        Runtime {
+            hot: &mut hot_words,
+            arena: &mut arena,
+            facts: &[],
+            separate_recs: options.separate_recs,
+        }
+        .finish();
+        let block = |f: FnId, i: u32| by_index.get(&(f, i)).copied();
+        let runs = fold(&mut tool.tree, &Arena::new(&arena), t.thread, block, |f| {
+            functions.get(&f).copied()
+        })?;
+        tool.block_runs += runs;
+        tool.adopt_thread(t.thread, hot_words[hot::IR]);
+    }
+    Ok(tool)
+}
 
 /// Folds one thread's arena into `tree` as thread `thread`. `block`
 /// gives the block id and instruction count of a function's block by its
 /// number in the function; counters of blocks it does not know are an
-/// error (the translator numbered every block it made).
+/// error (the translator numbered every block it made). `function` maps
+/// the client's function numbers to the tree's. Returns the block
+/// executions folded.
 pub fn fold(
     tree: &mut Tree,
     arena: &Arena,
     thread: u32,
     block: impl Fn(FnId, u32) -> Option<(u32, u32)>,
-) -> Result<(), String> {
+    function: impl Fn(FnId) -> Option<FnId>,
+) -> Result<u64, String> {
+    let mut runs_folded = 0;
     let mut nodes: Vec<NodeId> = Vec::new();
     let node = |nodes: &[NodeId], id: u64| -> Result<NodeId, String> {
         if id == NONE {
@@ -32,7 +100,11 @@ pub fn fold(
     for n in arena.nodes() {
         let parent = node(&nodes, n.parent)?;
         let own = match n.kind {
-            NodeKind::Context => tree.child(parent, n.function, n.level, thread),
+            NodeKind::Context => {
+                let f = function(n.function)
+                    .ok_or_else(|| format!("a context of unknown function {}", n.function))?;
+                tree.child(parent, f, n.level, thread)
+            }
             NodeKind::Skip | NodeKind::Foreign => NO_NODE,
         };
         nodes.push(own);
@@ -49,6 +121,7 @@ pub fn fold(
                     }
                     let slot = tree.run_slot(at, id) as usize;
                     tree.runs[slot] += ir / instrs;
+                    runs_folded += ir / instrs;
                 }
             }
         }
@@ -59,19 +132,16 @@ pub fn fold(
         tree.arcs[i].calls += a.calls;
         tree.arcs[i].inclusive += a.inclusive;
     }
-    Ok(())
+    Ok(runs_folded)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::classify::{Classify, CodeClass, Section};
-    use crate::tool::CallTool;
-    use crate::CallOptions;
     use callrules::{Exit, Flow};
-    use ctxrt::{hot, Facts, Runtime, FACT_WORDS};
-    use events::{BlockId, BlockInfo, Terminator, Tool};
-    use rustc_hash::FxHashMap;
+    use ctxrt::{Facts, FACT_WORDS};
+    use events::Terminator;
 
     /// A function of the random program.
     #[derive(Clone)]
@@ -363,7 +433,7 @@ mod tests {
             let b = *p.functions.get(f as usize)?.blocks.get(i as usize)?;
             Some((b as u32, p.blocks[b].instrs as u32))
         };
-        fold(&mut tree, &Arena::new(&arena), 1, by_index).expect("folds");
+        fold(&mut tree, &Arena::new(&arena), 1, by_index, Some).expect("folds");
         let client = results(
             &tree,
             |f| p.functions[f as usize].name.clone(),

@@ -20,6 +20,7 @@
 
 mod classify;
 pub mod contexts;
+mod functions;
 mod hot;
 mod index;
 mod memo;
@@ -29,6 +30,7 @@ mod tool;
 mod tree;
 
 pub use classify::{Classify, CodeClass, FnConfig, Section};
+pub use functions::Functions;
 pub use output::{Locate, OutputOptions};
 pub use stacks::Place;
 pub use tool::{CallOptions, CallTool, Dump};

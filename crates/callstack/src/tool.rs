@@ -27,14 +27,14 @@
 //! ending in a call, return or indirect jump (Callgrind checks it at every
 //! block; a frame left by a direct jump is unwound at the next such block).
 
-use crate::classify::{Classify, CodeClass, Section};
+use crate::classify::Classify;
+use crate::functions::Functions;
 use crate::hot::{lookup, Hot, NO_SLOT, SLOW_FROM};
 use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
 use callrules::{Calls, Exit, Flow, Step};
 use costs::{BlockSim, Charge};
-use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Terminator, Tool};
+use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Tool};
 use rustc_hash::FxHashMap;
-use std::sync::Arc;
 
 /// Callgrind's options that shape the call graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,20 +55,6 @@ impl Default for CallOptions {
             collect_atstart: true,
         }
     }
-}
-
-/// A function as the tool knows it.
-#[derive(Debug, Clone)]
-pub(crate) struct Function {
-    /// Its name, file and object.
-    pub class: CodeClass,
-    /// Calls to it push no context (`--skip-plt`).
-    skip: bool,
-    /// A jump out of it first returns from it (`_dl_runtime_resolve`,
-    /// which ends by jumping to the function it resolved).
-    pop_on_jump: bool,
-    /// Entering or leaving it toggles, dumps or zeroes.
-    notify: bool,
 }
 
 /// What the tool keeps of each block besides its [`Flow`] and [`Hot`].
@@ -265,9 +251,7 @@ impl ThreadState {
 pub struct CallTool {
     options: CallOptions,
     classify: Box<dyn Classify>,
-    pub(crate) functions: Vec<Function>,
-    function_index: FxHashMap<CodeClassKey, FnId>,
-    objects: FxHashMap<Arc<str>, u32>,
+    pub(crate) functions: Functions,
     pub(crate) blocks: Vec<Option<BlockState>>,
     /// What the per-block fast path needs of each block (`hot`).
     hot: Vec<Hot>,
@@ -299,18 +283,13 @@ pub struct Dump {
     pub costs: Snapshot,
 }
 
-/// A function's identity: object, file, name.
-type CodeClassKey = (Arc<str>, Arc<str>, Arc<str>);
-
 impl CallTool {
     /// A tool naming functions with `classify`.
     pub fn new(options: CallOptions, classify: Box<dyn Classify>) -> CallTool {
         CallTool {
+            functions: Functions::new(&options),
             options,
             classify,
-            functions: Vec::new(),
-            function_index: FxHashMap::default(),
-            objects: FxHashMap::default(),
             blocks: Vec::new(),
             hot: Vec::new(),
             flows: Vec::new(),
@@ -349,8 +328,6 @@ impl CallTool {
             options: self.options.clone(),
             classify: self.classify.fork(),
             functions: self.functions.clone(),
-            function_index: self.function_index.clone(),
-            objects: self.objects.clone(),
             blocks: self.blocks.clone(),
             hot: self.hot.clone(),
             flows: self.flows.clone(),
@@ -378,6 +355,23 @@ impl CallTool {
         self.tree.release_lookups();
     }
 
+    /// Contexts mode: thread `tid`, which ran `cost` Ir, ended; its
+    /// contexts are in the tree already.
+    pub(crate) fn adopt_thread(&mut self, tid: u32, cost: u64) {
+        let mut t = ThreadState::new(tid, self.options.collect_atstart, self.tree.width);
+        t.cost = cost;
+        t.ended = true;
+        self.threads.push(t);
+    }
+
+    /// The function the call tool gave block `id` (described).
+    pub(crate) fn function_of_block(&self, id: u32) -> Option<FnId> {
+        self.flows
+            .get(id as usize)
+            .filter(|f| f.described())
+            .map(|f| f.function)
+    }
+
     /// All Ir charged so far.
     pub fn total(&self) -> u64 {
         let runs: u64 = self
@@ -396,39 +390,9 @@ impl CallTool {
             .expect("runs only of described blocks")
     }
 
-    fn function_of(&mut self, class: CodeClass) -> FnId {
-        let key = (
-            class.object.clone(),
-            class.file.clone(),
-            class.function.clone(),
-        );
-        if let Some(&f) = self.function_index.get(&key) {
-            return f;
-        }
-        let f = self.functions.len() as FnId;
-        let c = class.config;
-        self.functions.push(Function {
-            skip: (class.section == Section::Plt && self.options.skip_plt) || c.skip,
-            pop_on_jump: class.function.starts_with("_dl_runtime_resolve"),
-            notify: c.toggle_collect || c.dump_before || c.dump_after || c.zero_before,
-            class,
-        });
-        self.function_index.insert(key, f);
-        f
-    }
-
     fn describe(&mut self, id: BlockId, info: &BlockInfo) {
         let class = self.classify.classify(info);
-        let next = self.objects.len() as u32;
-        let object = *self.objects.entry(class.object.clone()).or_insert(next);
-        let (section, entry) = (class.section, class.entry);
-        let function = self.function_of(class);
-        let exit = match info.terminator() {
-            Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
-            Terminator::Return => Exit::Return,
-            Terminator::FallThrough => Exit::FallThrough,
-            _ => Exit::Jump,
-        };
+        let flow = self.functions.flow(class, info);
         let i = id.0 as usize;
         if self.blocks.len() <= i {
             self.blocks.resize(i + 1, None);
@@ -448,15 +412,8 @@ impl CallTool {
             instrs: info.instrs().iter().map(|i| i.addr).collect(),
             accesses,
         });
-        let domain = object * 3 + section as u32;
-        let call_site = info.instrs().last().map_or(info.start(), |l| l.addr);
-        let f = &self.functions[function as usize];
-        let mut flow = Flow::new(info.start(), call_site, info.end(), exit);
-        (flow.function, flow.domain, flow.entry) = (function, domain, entry);
-        (flow.skip, flow.pop_on_jump, flow.notify) = (f.skip, f.pop_on_jump, f.notify);
-
         let n = info.instrs().len() as u32;
-        self.hot[i] = Hot::new(n, domain, exit, entry);
+        self.hot[i] = Hot::new(n, flow.domain, flow.exit, flow.entry);
         self.flows[i] = flow;
         // A thread whose last block had this id must decide afresh.
         self.unsettle();
@@ -1292,6 +1249,8 @@ impl Tool for CallTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::{CodeClass, Section};
+    use events::Terminator;
 
     /// Functions by address range: (start, end, name, object, section).
     #[derive(Clone)]
@@ -1478,7 +1437,11 @@ mod tests {
         assert_eq!(main_site, [0x1001]);
         // With --skip-plt=no the stub is a function of its own.
         let mut r = Run::new();
-        r.tool.options.skip_plt = false;
+        let options = CallOptions {
+            skip_plt: false,
+            ..CallOptions::default()
+        };
+        r.tool = CallTool::new(options, Box::new(program()));
         r.block(0x1000, 2, Terminator::Call { target: 0x5000 }, Some(0x8000));
         r.block(0x5000, 1, Terminator::IndirectJump, Some(0x7ff8));
         r.block(0x9000, 5, Terminator::Return, Some(0x7ff8));

@@ -259,3 +259,12 @@ pub const MAX_BLOCK_BYTES: u64 = 16 << 10;
 pub const MAX_BLOCK_GUEST_BYTES: u64 = 64 * 19;
 /// Most guest instructions per translated block.
 pub const MAX_BLOCK_INSNS: usize = 64;
+
+/// Valgrind's number for the thread whose area is `area`: 1 for the first
+/// thread, then in the order areas were mapped (an exited thread's number
+/// is reused, as Valgrind reuses its thread slots).
+pub fn valgrind_thread_id(area: u64) -> u64 {
+    area.checked_sub(AREA_HINT)
+        .filter(|off| off % AREA_SIZE == 0)
+        .map_or(1, |off| off / AREA_SIZE + 1)
+}

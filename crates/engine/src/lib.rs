@@ -56,6 +56,7 @@ pub use stream::{BranchStream, Decoder, FinishedTool, StreamTool, ToolFactory};
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Not an API: the per-instruction data-access rules (the private
 /// `memrefs` module), for the engine's own integration tests
@@ -92,6 +93,54 @@ pub struct LaunchConfig {
     /// `--smc-check`: which translated blocks check, each time they run,
     /// that their guest code has not changed since it was translated.
     pub smc_check: SmcCheck,
+    /// Contexts mode (`docs/client-contexts.md`): the client keeps its own
+    /// calling contexts with Callgrind's rules, instead of counting or
+    /// tracing; each process's arenas come back in its
+    /// [`ProcessProfile::contexts`].
+    pub contexts: Option<ContextsConfig>,
+}
+
+/// What contexts mode needs: how code is classified, and Callgrind's
+/// options the runtime applies.
+#[derive(Clone)]
+pub struct ContextsConfig {
+    /// A classifier for each process image.
+    pub classifier: Arc<dyn Fn() -> Box<dyn ContextClassifier> + Send + Sync>,
+    /// `--separate-recs`.
+    pub separate_recs: u32,
+}
+
+/// Names the code a block starts with for Callgrind's rules, as the call
+/// tool would (`callrules::Flow`'s function, domain, entry, skip,
+/// pop-on-jump and notify facts; the engine fills in the addresses and
+/// the exit).
+pub trait ContextClassifier: Send {
+    /// The facts of the code at `info.start()` (the block's instructions
+    /// may be missing; its origin is there when the code is a file's).
+    fn classify(&mut self, info: &events::BlockInfo) -> callrules::Flow;
+    /// A copy for a forked child.
+    fn fork(&self) -> Box<dyn ContextClassifier>;
+}
+
+/// One thread's calling contexts as its runtime left them.
+#[derive(Debug, Clone)]
+pub struct ThreadContexts {
+    /// Valgrind's thread number.
+    pub thread: u32,
+    /// Its hot words (`ctxrt::hot`).
+    pub hot: Vec<u64>,
+    /// Its arena's used words (`ctxrt::Arena`).
+    pub arena: Vec<u64>,
+}
+
+/// A process's calling contexts (contexts mode).
+#[derive(Debug, Clone, Default)]
+pub struct ContextsProfile {
+    /// Each thread's, by thread number.
+    pub threads: Vec<ThreadContexts>,
+    /// Each block id's description (origin set), function and number in
+    /// it; `None` for an id whose translation failed.
+    pub blocks: Vec<Option<(events::BlockInfo, callrules::FnId, u32)>>,
 }
 
 /// Valgrind's `--smc-check`: which code gets self-modifying-code checks
@@ -139,6 +188,7 @@ impl std::fmt::Debug for LaunchConfig {
             .field("tool", &self.tool.is_some())
             .field("requests", &self.requests)
             .field("smc_check", &self.smc_check)
+            .field("contexts", &self.contexts.is_some())
             .finish()
     }
 }
@@ -322,6 +372,8 @@ pub struct ProcessProfile {
     /// In trace mode, the process's tool with everything it was fed
     /// (`instr_counts` is then empty: the tool counted).
     pub tool: Option<FinishedTool>,
+    /// In contexts mode, the calling contexts its threads kept.
+    pub contexts: Option<ContextsProfile>,
 }
 
 /// Counts of instructions from one mapping that went away before exit.

@@ -101,9 +101,9 @@ pub trait TransCtx {
 
     /// Contexts mode: the id and number in its function of the block about
     /// to be translated at `guest` (`None`: not contexts mode).
-    fn contexts(&mut self, guest: u64) -> Option<ContextBlock> {
+    fn contexts(&mut self, guest: u64) -> Result<Option<ContextBlock>, TransError> {
         let _ = guest;
-        None
+        Ok(None)
     }
 
     /// Contexts mode: whether a jump or fall-through from the block being
@@ -282,6 +282,8 @@ pub struct Translation {
     /// Contexts mode: the rel32 fields of exits whose transfer keeps the
     /// context, linked past their target's context entry.
     pub plain_exits: Vec<u64>,
+    /// Contexts mode: the block as the tool sees it (no origin yet).
+    pub info: Option<events::BlockInfo>,
 }
 
 impl Translation {
@@ -1032,7 +1034,7 @@ pub fn translate(
     ctx: &mut dyn TransCtx,
 ) -> Result<Translation, TransError> {
     let instrumented = ctx.instrumented();
-    if let Some(cb) = ctx.contexts(guest).filter(|_| instrumented) {
+    if let Some(cb) = ctx.contexts(guest)?.filter(|_| instrumented) {
         return contexts::translate_contexts(code, guest, host, ctx, cb);
     }
     if let Some(mode) = ctx.trace().filter(|_| instrumented) {

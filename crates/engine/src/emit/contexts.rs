@@ -34,10 +34,21 @@ impl Emitter {
     /// `lea rsp, [rsp-128]; push arg; call [stub]; lea rsp, [rsp+136]`.
     /// Flags and registers survive (the stub keeps them).
     fn call_runtime(&mut self, core: u64, arg: i32) {
-        self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, -128)));
+        self.insn(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            based(Register::RSP, -128),
+        ));
         self.insn(Instruction::with1(Code::Pushq_imm32, arg));
-        self.insn(Instruction::with1(Code::Call_rm64, absolute(core + layout::RT_STUB_PTR)));
-        self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, 136)));
+        self.insn(Instruction::with1(
+            Code::Call_rm64,
+            absolute(core + layout::RT_STUB_PTR),
+        ));
+        self.insn(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            based(Register::RSP, 136),
+        ));
     }
 
     /// A block's context entry: the runtime enters block `id`.
@@ -50,18 +61,30 @@ impl Emitter {
     /// a count where they are live.
     pub fn keep_flags_on_stack(&mut self, keep: bool) {
         if keep {
-            self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, -128)));
+            self.insn(Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSP,
+                based(Register::RSP, -128),
+            ));
             self.insn(Ok(Instruction::with(Code::Pushfq)));
         } else {
             self.insn(Ok(Instruction::with(Code::Popfq)));
-            self.insn(Instruction::with2(Code::Lea_r64_m, Register::RSP, based(Register::RSP, 128)));
+            self.insn(Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSP,
+                based(Register::RSP, 128),
+            ));
         }
     }
 
     /// `mov qword gs:[LAST], id`: the block leaves by a transfer that may
     /// change the context (flag-free).
     pub fn store_last(&mut self, id: u32) {
-        self.insn(Instruction::with2(Code::Mov_rm64_imm32, gs(hot_word(hot::LAST)), id as i32));
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_imm32,
+            gs(hot_word(hot::LAST)),
+            id as i32,
+        ));
     }
 
     /// Counts an execution of block `id` (number `index` in its function,
@@ -83,15 +106,27 @@ impl Emitter {
         let mut grow = None;
         let back = self.new_label();
         if index >= UNCHECKED {
-            self.insn(Instruction::with2(Code::Cmp_rm64_imm32, based(r, -8), index as i32));
+            self.insn(Instruction::with2(
+                Code::Cmp_rm64_imm32,
+                based(r, -8),
+                index as i32,
+            ));
             let l = self.new_label();
             self.jcc_label(6, l); // jbe: the counters end at or before it
             grow = Some((l, back, id));
         }
         self.bind(back);
         let counter = MemoryOperand::with_base_displ(r, 8 * i64::from(index));
-        self.insn(Instruction::with2(Code::Add_rm64_imm32, counter, instrs as i32));
-        self.insn(Instruction::with2(Code::Add_rm64_imm32, gs(hot_word(hot::IR)), instrs as i32));
+        self.insn(Instruction::with2(
+            Code::Add_rm64_imm32,
+            counter,
+            instrs as i32,
+        ));
+        self.insn(Instruction::with2(
+            Code::Add_rm64_imm32,
+            gs(hot_word(hot::IR)),
+            instrs as i32,
+        ));
         grow
     }
 
@@ -131,11 +166,19 @@ impl Emitter {
             self.insn(Instruction::with1(Code::Push_r64, r));
         }
         // RBX (kept by the callee) holds the stack pointer past the saves.
-        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP));
+        self.insn(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::RBX,
+            Register::RSP,
+        ));
         self.insn(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16));
         let area = 16 * xmm.len() as i32;
         if area > 0 {
-            self.insn(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, area));
+            self.insn(Instruction::with2(
+                Code::Sub_rm64_imm32,
+                Register::RSP,
+                area,
+            ));
         }
         for (i, &x) in xmm.iter().enumerate() {
             let slot = based(Register::RSP, 16 * i as i32);
@@ -147,32 +190,71 @@ impl Emitter {
         let arg = based(Register::RBX, saves + 8);
         self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RCX, arg));
         // op: 1 (grow) for a complemented id, else 0.
-        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RDI, Register::RCX));
+        self.insn(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::RDI,
+            Register::RCX,
+        ));
         self.insn(Instruction::with2(Code::Shr_rm64_imm8, Register::RDI, 63));
         // block: the id either way (`rcx ^ (0 - op)`, i.e. not for grow).
-        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, Register::RDI));
+        self.insn(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::RAX,
+            Register::RDI,
+        ));
         self.insn(Instruction::with1(Code::Neg_rm64, Register::RAX));
-        self.insn(Instruction::with2(Code::Xor_r64_rm64, Register::RCX, Register::RAX));
+        self.insn(Instruction::with2(
+            Code::Xor_r64_rm64,
+            Register::RCX,
+            Register::RAX,
+        ));
         self.insn(Instruction::with1(Code::Rdgsbase_r64, Register::RSI));
-        self.insn(Instruction::with2(Code::Add_rm64_imm32, Register::RSI, layout::S_CONTEXT_HOT as i32));
-        self.insn(Instruction::with2(Code::Mov_r32_imm32, Register::EDX, (core + layout::RT_CONFIG) as u32));
-        self.insn(Instruction::with2(Code::Lea_r64_m, Register::R8, based(Register::RBX, saves + 16 + 128)));
-        self.insn(Instruction::with1(Code::Call_rm64, absolute(core + layout::RT_ENTRY_PTR)));
+        self.insn(Instruction::with2(
+            Code::Add_rm64_imm32,
+            Register::RSI,
+            layout::S_CONTEXT_HOT as i32,
+        ));
+        self.insn(Instruction::with2(
+            Code::Mov_r32_imm32,
+            Register::EDX,
+            (core + layout::RT_CONFIG) as u32,
+        ));
+        self.insn(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::R8,
+            based(Register::RBX, saves + 16 + 128),
+        ));
+        self.insn(Instruction::with1(
+            Code::Call_rm64,
+            absolute(core + layout::RT_ENTRY_PTR),
+        ));
         let fail = self.new_label();
-        self.insn(Instruction::with2(Code::Test_rm64_r64, Register::RAX, Register::RAX));
+        self.insn(Instruction::with2(
+            Code::Test_rm64_r64,
+            Register::RAX,
+            Register::RAX,
+        ));
         self.jcc_label(5, fail); // jne
         for (i, &x) in xmm.iter().enumerate() {
             let slot = based(Register::RSP, 16 * i as i32);
             self.insn(Instruction::with2(Code::Movdqu_xmm_xmmm128, x, slot));
         }
-        self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX));
+        self.insn(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::RSP,
+            Register::RBX,
+        ));
         for r in SAVED.iter().rev() {
             self.insn(Instruction::with1(Code::Pop_r64, *r));
         }
         self.insn(Ok(Instruction::with(Code::Popfq)));
         self.insn(Ok(Instruction::with(Code::Retnq)));
         self.bind(fail);
-        self.insn(Instruction::with2(Code::Mov_rm64_r64, gs(layout::S_TARGET), Register::RAX));
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_r64,
+            gs(layout::S_TARGET),
+            Register::RAX,
+        ));
         self.magic_syscall(layout::MAGIC_RUNTIME);
         self.insn(Ok(Instruction::with(Code::Ud2)));
     }

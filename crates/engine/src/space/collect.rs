@@ -26,6 +26,13 @@ impl Space {
         // thread's were handed over as it exited); its tool has the counts,
         // or gets them now.
         self.hand_over_runs();
+        let live: Vec<(u64, u32)> = self
+            .areas
+            .live_areas()
+            .into_iter()
+            .map(|a| (a, crate::layout::valgrind_thread_id(a) as u32))
+            .collect();
+        let contexts = self.contexts_profile(&live);
         let traced = self.tracing.as_ref().map(|t| (t.link.finish(), t.stats));
         if let Some((tool, trace)) = traced {
             let tool_time = tool.as_ref().map(|(_, busy)| *busy).unwrap_or_default();
@@ -39,6 +46,7 @@ impl Space {
                 modules: self.modules.records().to_vec(),
                 unmapped: Vec::new(),
                 tool: tool.map(|(tool, _)| crate::FinishedTool(tool)),
+                contexts,
             };
         }
         let counts = self.areas.counts(&mut *self.mem);
@@ -93,6 +101,7 @@ impl Space {
             modules: modules.to_vec(),
             unmapped,
             tool: None,
+            contexts,
         }
     }
 

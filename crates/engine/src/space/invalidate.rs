@@ -188,7 +188,7 @@ mod tests {
         // The old body now exits to the tool for its guest address.
         let jmp = &insns_at(&fake, old, 1)[0];
         assert!(jmp.starts_with("jmp "), "{jmp}");
-        assert_eq!(sp.stub_target(stub_stop(addr_in(jmp))), Some(LIB));
+        assert_eq!(sp.stub_target(stub_stop(addr_in(jmp))), Some((LIB, 0)));
         // Withdrawn from the table: its way holds a tombstone.
         assert_eq!(published(&fake, LIB), None);
         assert_eq!(fake.u64_at(home_way0), u64::MAX);
@@ -238,7 +238,7 @@ mod tests {
         // The old body exits to the tool, which translates it anew,
         // uncounted; the table entry follows the new translation.
         let jmp = &insns_at(&fake, old, 1)[0];
-        assert_eq!(sp.stub_target(stub_stop(addr_in(jmp))), Some(LIB));
+        assert_eq!(sp.stub_target(stub_stop(addr_in(jmp))), Some((LIB, 0)));
         let new = sp.ensure(LIB, &mut mmap_as_asked).unwrap();
         assert_eq!(sp.blocks.get(LIB).unwrap().counter, 0);
         assert!(sp.blocks.get(LIB).unwrap().counted.is_empty());
@@ -363,7 +363,7 @@ mod tests {
         // A thread that traps there goes to a stub that translates LIB,
         // then, once it is translated again, to the new body.
         let stub = sp.entry_trap(body).expect("a trap");
-        assert_eq!(sp.stub_target(stub_stop(stub)), Some(LIB));
+        assert_eq!(sp.stub_target(stub_stop(stub)), Some((LIB, 0)));
         let new = sp.ensure(LIB, &mut mmap_as_asked).unwrap();
         assert_ne!(new, body);
         assert_eq!(sp.entry_trap(body), Some(new));

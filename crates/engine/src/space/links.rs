@@ -13,9 +13,14 @@
 //! body reach the new one.
 
 use super::Space;
-use crate::emit::rel32;
+use crate::emit::{rel32, CONTEXT_ENTRY_BYTES};
 use crate::translate::Translation;
 use rustc_hash::FxHashMap as HashMap;
+
+/// Marks a waiting field (contexts mode) whose transfer keeps the
+/// context: it is linked past its target's context entry. (Host addresses
+/// never have the top bit.)
+pub(super) const PLAIN: u64 = 1 << 63;
 
 /// The rel32 fields that go to exit stubs, by the guest target they wait
 /// for.
@@ -50,12 +55,19 @@ impl Space {
     ) -> Vec<(u64, u64)> {
         let mut far = Vec::new();
         for &(field, target) in &t.exits {
+            // Contexts mode: a transfer that keeps the context skips the
+            // target's context entry.
+            let (skip, plain) = if t.plain_exits.contains(&field) {
+                (CONTEXT_ENTRY_BYTES, PLAIN)
+            } else {
+                (0, 0)
+            };
             let dest = match self.blocks.body(target) {
-                Some(body) => body,
-                None if target == guest => t.body,
+                Some(body) => body + skip,
+                None if target == guest => t.body + skip,
                 None => {
-                    self.links.wait(target, field);
-                    self.cache.exit_stub(ci, target, &mut *self.mem)
+                    self.links.wait(target, field | plain);
+                    self.cache.exit_stub(ci, target | plain, &mut *self.mem)
                 }
             };
             // Stubs and the block itself are in its chunk, within reach.
@@ -84,7 +96,12 @@ impl Space {
     /// there now.
     pub(super) fn link_waiting(&mut self, guest: u64, body: u64) {
         for field in self.links.take(guest) {
-            self.patch(field, body);
+            let skip = if field & PLAIN != 0 {
+                CONTEXT_ENTRY_BYTES
+            } else {
+                0
+            };
+            self.patch(field & !PLAIN, body + skip);
         }
     }
 }
@@ -123,7 +140,7 @@ mod tests {
             ]
         );
         // The tool, stopped there, knows what to translate.
-        assert_eq!(sp.stub_target(stub_stop(stub)), Some(target));
+        assert_eq!(sp.stub_target(stub_stop(stub)), Some((target, 0)));
         let field = sp.links.waiting[&target][0];
         assert_eq!(field + 4 + fake.i32_at(field) as i64 as u64, stub);
         // Translated: the field goes to the body (a live write).

@@ -27,6 +27,7 @@ mod areas;
 mod blocks;
 mod chunks;
 mod collect;
+mod contexts;
 mod invalidate;
 mod links;
 mod lookups;
@@ -37,13 +38,15 @@ mod trace;
 pub(crate) use trace::{Tracing, MARK_SIGNAL, MARK_SIGRETURN};
 
 use crate::client_mem::ClientMemory;
-use crate::emit::Emitter;
+use crate::emit::{self, Emitter};
 use crate::layout::{self, MAX_BLOCK_BYTES};
 use crate::translate::{self, PointKind, SyscallSite, TransCtx, TransError};
 use crate::{EngineError, EngineStats, ModuleRecord, SmcCheck};
 use areas::Areas;
 use blocks::{Block, Blocks};
 use chunks::{Chunk, CodeCache};
+use contexts::ContextsCtx;
+pub use contexts::{runtime_config, Contexts, FACTS_CAPACITY};
 use links::Links;
 use lookups::Lookups;
 use modules::Modules;
@@ -134,6 +137,8 @@ pub struct Space {
     pub stats: EngineStats,
     /// Trace mode (a tool needs records), if on.
     tracing: Option<Tracing>,
+    /// Contexts mode (the client keeps its calling contexts), if on.
+    contexts: Option<Contexts>,
 }
 
 impl Space {
@@ -167,6 +172,7 @@ impl Space {
             stack_pointer: 0,
             stats: EngineStats::default(),
             tracing: None,
+            contexts: None,
         }
     }
 
@@ -195,6 +201,7 @@ impl Space {
             stack_pointer: self.stack_pointer,
             stats: self.stats.clone(),
             tracing,
+            contexts: self.contexts.as_ref().map(Contexts::fork),
         };
         // The child's copies of the buffers hold the parent's records.
         for area in child.areas.live_areas() {
@@ -223,6 +230,7 @@ impl Space {
         let area = self.areas.alloc(&mut *self.mem, inj)?;
         self.share_trace_buffers(area, inj)?;
         self.reset_trace(area);
+        self.fresh_contexts(area);
         Ok(area)
     }
 
@@ -237,12 +245,31 @@ impl Space {
     /// recycled. (Called while the client's memory is still there.)
     pub fn thread_exited(&mut self, area: u64) {
         self.drain_trace(area);
+        self.contexts_thread_ended(area, layout::valgrind_thread_id(area) as u32);
         self.areas.thread_exited(area, &mut *self.mem);
     }
 
-    /// The guest target of the exit stub that stopped at `rip`.
-    pub fn stub_target(&self, rip: u64) -> Option<u64> {
-        self.cache.stub_target(rip)
+    /// The guest target of the exit stub that stopped at `rip`, and how
+    /// far past the target's translation the thread goes on (past its
+    /// context entry when the transfer keeps the context, contexts mode).
+    pub fn stub_target(&self, rip: u64) -> Option<(u64, u64)> {
+        let t = self.cache.stub_target(rip)?;
+        Some(if t & links::PLAIN != 0 {
+            (t & !links::PLAIN, emit::CONTEXT_ENTRY_BYTES)
+        } else {
+            (t, 0)
+        })
+    }
+
+    /// Where a thread whose block was translated again after its guest
+    /// code changed goes on in the new translation at `body`: past the
+    /// context entry in contexts mode (the old one's ran).
+    pub fn retranslated_entry(&self, body: u64) -> u64 {
+        if self.contexts.is_some() {
+            body + emit::CONTEXT_ENTRY_BYTES
+        } else {
+            body
+        }
     }
 
     /// The syscall site that stopped at `rip` (an error names an unknown
@@ -545,6 +572,14 @@ impl Space {
             .then(|| self.cache.smc_stub(ci, &mut *self.mem));
         let host = self.cache.chunk(ci).code_next;
         let mut literals = Vec::new();
+        let contexts = match self.contexts.as_mut() {
+            Some(c) if self.instrumented => {
+                let mut cc = ContextsCtx { contexts: c };
+                let origin = cc.origin(module, &self.modules.records()[module]);
+                Some((cc, Some(origin)))
+            }
+            _ => None,
+        };
         let mut ctx = Ctx {
             chunk: self.cache.chunk(ci),
             core: self.core,
@@ -556,9 +591,18 @@ impl Space {
             smc_stub,
             modules: &mut self.modules,
             mem: &mut *self.mem,
+            contexts,
         };
         let mut t =
             translate::translate(&code, guest, host, &mut ctx).map_err(|e| EngineError(e.0))?;
+        if let Some(mut info) = t.info.take() {
+            let origin = ContextsCtx {
+                contexts: self.contexts.as_mut().expect("contexts mode"),
+            }
+            .origin(module, &self.modules.records()[module]);
+            info.set_origin(origin);
+            self.context_block_done(info);
+        }
         if t.code.len() as u64 > MAX_BLOCK_BYTES {
             return Err(EngineError(format!(
                 "translation of {guest:#x} is too large"
@@ -568,9 +612,16 @@ impl Space {
         for (at, value) in literals {
             self.mem.write(at, &value.to_le_bytes());
         }
-        // Chain the tail block right after this one?
+        // Chain the tail block right after this one? (Not when the tail
+        // keeps the context: falling into the next block would run its
+        // context entry.)
+        let plain_tail = t
+            .exits
+            .last()
+            .is_some_and(|(f, _)| t.plain_exits.contains(f));
         let chain = t.tail.filter(|&next| {
-            depth < MAX_CHAIN
+            !plain_tail
+                && depth < MAX_CHAIN
                 && next != guest
                 && !self.blocks.contains(next)
                 && m.start <= next
@@ -707,9 +758,32 @@ struct Ctx<'a> {
     /// What `stable_code` reads through.
     modules: &'a mut Modules,
     mem: &'a mut dyn ClientMemory,
+    /// Contexts mode, and the origin of the code being translated.
+    contexts: Option<(ContextsCtx<'a>, Option<std::sync::Arc<events::CodeOrigin>>)>,
 }
 
 impl TransCtx for Ctx<'_> {
+    fn contexts(&mut self, guest: u64) -> Result<Option<translate::ContextBlock>, TransError> {
+        let Some((c, origin)) = self.contexts.as_mut() else {
+            return Ok(None);
+        };
+        c.begin(guest, origin.clone()).map(Some).map_err(TransError)
+    }
+
+    fn same_context(&mut self, target: u64) -> bool {
+        let Some((c, _)) = self.contexts.as_mut() else {
+            return false;
+        };
+        let origin = match self.modules.code_mapping(target, &mut *self.mem) {
+            Ok(m) => {
+                let i = self.modules.record(&m);
+                Some(c.origin(i, &self.modules.records()[i]))
+            }
+            Err(_) => None,
+        };
+        c.same_context(target, origin)
+    }
+
     fn alloc_counter(&mut self) -> Result<u32, TransError> {
         // Counting mode's may fill the area; trace mode has its tables
         // there.

@@ -128,6 +128,10 @@ impl Tracer<'_> {
                 space.set_tracing(Tracing::new(mode, consumer.link(tool)));
             }
         }
+        if let Some(c) = &self.cfg.contexts {
+            let contexts = setup_contexts(space.mem(), core, c, &mut inj)?;
+            space.set_contexts(contexts);
+        }
         // Calls and returns (and filtered records, whose accesses resume
         // after a handler) are traced with a marker at each handler's
         // start and return, which the tool writes: there every
@@ -148,6 +152,53 @@ impl Tracer<'_> {
         self.add_process(pid, Rc::new(RefCell::new(space)), HashMap::new(), area);
         Ok(())
     }
+}
+
+/// Contexts mode's part of the core region (the runtime blob, its stub and
+/// their addresses, the configuration) and the process's facts table.
+fn setup_contexts(
+    mem: &mut dyn crate::client_mem::ClientMemory,
+    core: u64,
+    cfg: &crate::ContextsConfig,
+    inj: &mut Injection,
+) -> Result<crate::space::Contexts, EngineError> {
+    use crate::space::{runtime_config, Contexts, FACTS_CAPACITY};
+    const PROT: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    const FLAGS: u64 = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
+    let len = FACTS_CAPACITY * (ctxrt::FACT_WORDS as u64) * 8;
+    mem.flush()?;
+    let facts = inj.syscall(syscalls::MMAP as u64, [0, len, PROT, FLAGS, u64::MAX, 0])?;
+    if facts < 0 {
+        return Err(EngineError(format!(
+            "cannot map the calling-context table in the client: {}",
+            std::io::Error::from_raw_os_error(-facts as i32)
+        )));
+    }
+    let blob = core + layout::RT_BLOB;
+    let image = crate::runtime::image_at(blob);
+    if layout::RT_BLOB + image.len() as u64 > layout::HTAB {
+        return Err(EngineError(
+            "the calling-context runtime does not fit the core region".into(),
+        ));
+    }
+    mem.write(blob, &image);
+    let (xmm, _) = crate::runtime::vector_registers();
+    let mut stub = Emitter::new(core + layout::RT_STUB);
+    stub.runtime_stub(core, &xmm);
+    debug_assert!(layout::RT_STUB + (stub.bytes.len() as u64) < layout::RT_BLOB);
+    mem.write(core + layout::RT_STUB, &stub.bytes);
+    mem.write(
+        core + layout::RT_STUB_PTR,
+        &(core + layout::RT_STUB).to_le_bytes(),
+    );
+    let entry = blob + crate::runtime::ENTRY;
+    mem.write(core + layout::RT_ENTRY_PTR, &entry.to_le_bytes());
+    let config: Vec<u8> = runtime_config(facts as u64, cfg.separate_recs)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    mem.write(core + layout::RT_CONFIG, &config);
+    Ok(Contexts::new((cfg.classifier)(), facts as u64))
 }
 
 /// The syscall-interest table: one byte per syscall number, for those

@@ -128,11 +128,11 @@ fn answer_exit(
 ) -> Result<(), EngineError> {
     match nr {
         layout::MAGIC_LINK => {
-            let target = sp
+            let (target, skip) = sp
                 .stub_target(regs.rip)
                 .ok_or_else(|| EngineError(format!("unknown exit stub at {:#x}", regs.rip)))?;
             let body = sp.ensure(target, &mut inj.injector())?;
-            enter_block(regs, body, spills);
+            enter_block(regs, body + skip, spills);
             Ok(())
         }
         layout::MAGIC_MISS => {
@@ -148,7 +148,7 @@ fn answer_exit(
             let target = spills.target;
             sp.code_changed(target);
             let body = sp.ensure(target, &mut inj.injector())?;
-            enter_block(regs, body, spills);
+            enter_block(regs, sp.retranslated_entry(body), spills);
             Ok(())
         }
         layout::MAGIC_SYSCALL => on_syscall(sp, regs, spills.rax),
@@ -177,6 +177,12 @@ fn answer_exit(
             }
             Ok(())
         }
+        layout::MAGIC_RUNTIME => Err(EngineError(match spills.target {
+            1 => "the calling-context runtime's arena is full (a thread has more \
+                  contexts than 1 GiB holds)"
+                .into(),
+            code => format!("the calling-context runtime failed (code {code})"),
+        })),
         _ => Err(EngineError(format!(
             "unexpected engine syscall {nr:#x} at {:#x}",
             regs.rip

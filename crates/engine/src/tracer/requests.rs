@@ -94,7 +94,7 @@ impl Tracer<'_> {
         let mut call = regs;
         call.rsp = sp;
         call.rip = func;
-        call.rdi = valgrind_thread_id(self.tasks.get(&tid).map_or(0, |t| t.area));
+        call.rdi = layout::valgrind_thread_id(self.tasks.get(&tid).map_or(0, |t| t.area));
         call.rsi = args[0];
         call.rdx = args[1];
         call.rcx = args[2];
@@ -254,13 +254,4 @@ fn stack_copy(sp: &mut Space, rsp: u64) -> Vec<u8> {
         .and_then(|maps| maps.into_iter().find(|m| m.start <= rsp && rsp < m.end))
         .map_or(rsp, |m| m.end.min(rsp.saturating_add(STACK_COPY)));
     sp.mem().read(rsp, (end - rsp) as usize).unwrap_or_default()
-}
-
-/// Valgrind's number for the thread whose area is `area`: 1 for the first
-/// thread, then in the order areas were mapped (an exited thread's number
-/// is reused, as Valgrind reuses its thread slots).
-fn valgrind_thread_id(area: u64) -> u64 {
-    area.checked_sub(layout::AREA_HINT)
-        .filter(|off| off % layout::AREA_SIZE == 0)
-        .map_or(1, |off| off / layout::AREA_SIZE + 1)
 }

@@ -104,5 +104,15 @@ pub(super) fn translate_contexts(
     }
     b.seal(end);
     b.t.points.clear();
+    let mut info = events::BlockInfo::new(guest, traced::terminator_of(&items, &stop));
+    for item in &items {
+        let (ip, len) = match item {
+            Item::Insn(i) => (i.ip(), i.len() as u8),
+            Item::ClientRequest(ip) => (*ip, 19),
+            Item::Illegal(ip, len) => (*ip, *len),
+        };
+        info.push(ip, len, &[]);
+    }
+    b.t.info = Some(info);
     Ok(b.t)
 }

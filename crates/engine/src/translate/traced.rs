@@ -398,7 +398,7 @@ fn reads_rax(addr: &AddrExpr) -> bool {
     }
 }
 
-fn terminator_of(items: &[Item], stop: &Stop) -> Terminator {
+pub(super) fn terminator_of(items: &[Item], stop: &Stop) -> Terminator {
     let last = match (stop, items.last()) {
         (Stop::Terminator, Some(Item::Insn(i))) => i,
         _ => return Terminator::FallThrough,

@@ -1,0 +1,268 @@
+//! Contexts mode (`docs/client-contexts.md`): the client keeps its own
+//! calling contexts through the runtime in its core region. The space
+//! classifies code for it (function, object and section kind, as the
+//! tool's classifier says), numbers each function's blocks, writes each
+//! block's facts into the process's table before the block can run, gives
+//! each thread an arena, and reads the arenas back when threads and the
+//! process end.
+
+use super::Space;
+use crate::layout::{AREA_ARENA, AREA_SIZE, S_CONTEXT_HOT};
+use crate::translate::ContextBlock;
+use crate::{ContextClassifier, ContextsProfile, ThreadContexts};
+use callrules::{Exit, Flow, FnId};
+use ctxrt::{fresh_thread, Facts, FACT_WORDS};
+use events::{BlockInfo, CodeOrigin, Terminator};
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+
+/// Blocks the facts table has room for (its mapping is reserved, touched
+/// as used).
+pub const FACTS_CAPACITY: u64 = 1 << 22;
+
+/// One process image's contexts mode.
+pub struct Contexts {
+    classifier: Box<dyn ContextClassifier>,
+    /// The facts table's address in the client.
+    facts_at: u64,
+    /// Each block id's description, and its function and number in it.
+    blocks: Vec<Option<(BlockInfo, FnId, u32)>>,
+    /// The next number of each function's blocks.
+    next_index: HashMap<FnId, u32>,
+    /// Classifications by code address.
+    classes: HashMap<u64, Flow>,
+    /// The block being translated: its id, number and flow.
+    current: Option<(u32, u32, Flow)>,
+    /// Origins by module record.
+    origins: Vec<Option<Arc<CodeOrigin>>>,
+    /// The arenas of threads that ended, with their thread numbers.
+    ended: Vec<ThreadContexts>,
+}
+
+impl Contexts {
+    /// Contexts mode over the facts table mapped at `facts_at`.
+    pub fn new(classifier: Box<dyn ContextClassifier>, facts_at: u64) -> Contexts {
+        Contexts {
+            classifier,
+            facts_at,
+            blocks: Vec::new(),
+            next_index: HashMap::default(),
+            classes: HashMap::default(),
+            current: None,
+            origins: Vec::new(),
+            ended: Vec::new(),
+        }
+    }
+
+    /// A forked child's copy (its arenas are copies of the parent's
+    /// memory; ended threads were the parent's).
+    pub fn fork(&self) -> Contexts {
+        Contexts {
+            classifier: self.classifier.fork(),
+            facts_at: self.facts_at,
+            blocks: self.blocks.clone(),
+            next_index: self.next_index.clone(),
+            classes: self.classes.clone(),
+            current: None,
+            origins: self.origins.clone(),
+            ended: Vec::new(),
+        }
+    }
+}
+
+impl Space {
+    /// Contexts mode from now on (a new process image).
+    pub fn set_contexts(&mut self, contexts: Contexts) {
+        self.contexts = Some(contexts);
+    }
+
+    /// Whether the space runs in contexts mode.
+    pub fn contexts_mode(&self) -> bool {
+        self.contexts.is_some()
+    }
+
+    /// Contexts mode: the hot words and arena start of a thread whose area
+    /// is `area` (a new thread, or one reusing an ended thread's area).
+    pub(super) fn fresh_contexts(&mut self, area: u64) {
+        if self.contexts.is_none() {
+            return;
+        }
+        let arena = area + AREA_ARENA;
+        let (writes, hot) = fresh_thread(arena, (AREA_SIZE - AREA_ARENA) / 8);
+        for (i, v) in writes {
+            self.mem.write(arena + 8 * i as u64, &v.to_le_bytes());
+        }
+        let bytes: Vec<u8> = hot.iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.mem.write(area + u64::from(S_CONTEXT_HOT), &bytes);
+    }
+
+    /// Contexts mode: reads the arena of the thread of `area` (numbered
+    /// `thread`), which ended or whose process ends.
+    pub(super) fn read_contexts(&mut self, area: u64, thread: u32) -> Option<ThreadContexts> {
+        self.contexts.as_ref()?;
+        let arena = area + AREA_ARENA;
+        let used = self.mem.read(arena, 8).ok()?;
+        let used = u64::from_le_bytes(used.try_into().ok()?);
+        let bytes = self.mem.read(arena, 8 * used as usize).ok()?;
+        let hot = self
+            .mem
+            .read(area + u64::from(S_CONTEXT_HOT), 8 * ctxrt::hot::WORDS)
+            .ok()?;
+        let words = |b: &[u8]| -> Vec<u64> {
+            b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect()
+        };
+        Some(ThreadContexts {
+            thread,
+            hot: words(&hot),
+            arena: words(&bytes),
+        })
+    }
+
+    /// Contexts mode: the thread of `area` ended.
+    pub(super) fn contexts_thread_ended(&mut self, area: u64, thread: u32) {
+        if let Some(t) = self.read_contexts(area, thread) {
+            self.contexts.as_mut().expect("contexts mode").ended.push(t);
+        }
+    }
+
+    /// Contexts mode: what the process's threads kept, for its profile.
+    pub(super) fn contexts_profile(&mut self, live: &[(u64, u32)]) -> Option<ContextsProfile> {
+        self.contexts.as_ref()?;
+        let mut threads: Vec<ThreadContexts> = live
+            .iter()
+            .filter_map(|&(area, thread)| self.read_contexts(area, thread))
+            .collect();
+        let c = self.contexts.as_mut().expect("contexts mode");
+        threads.extend(c.ended.drain(..));
+        threads.sort_by_key(|t| t.thread);
+        Some(ContextsProfile {
+            threads,
+            blocks: c.blocks.clone(),
+        })
+    }
+}
+
+/// The classification of the code at `addr` (of module record `module`,
+/// whose origin is `origin`), cached.
+fn classify(c: &mut Contexts, addr: u64, origin: Option<Arc<CodeOrigin>>) -> Flow {
+    if let Some(f) = c.classes.get(&addr) {
+        return *f;
+    }
+    let mut info = BlockInfo::new(addr, Terminator::FallThrough);
+    if let Some(o) = origin {
+        info.set_origin(o);
+    }
+    let f = c.classifier.classify(&info);
+    c.classes.insert(addr, f);
+    f
+}
+
+/// What the translator asks of contexts mode, through the space's
+/// translation context.
+pub(super) struct ContextsCtx<'a> {
+    pub contexts: &'a mut Contexts,
+}
+
+impl ContextsCtx<'_> {
+    /// The shared origin of module record `index`.
+    pub fn origin(&mut self, index: usize, module: &crate::ModuleRecord) -> Arc<CodeOrigin> {
+        let o = &mut self.contexts.origins;
+        if o.len() <= index {
+            o.resize(index + 1, None);
+        }
+        o[index]
+            .get_or_insert_with(|| {
+                Arc::new(CodeOrigin {
+                    path: module.path.clone(),
+                    start: module.start,
+                    end: module.end,
+                    file_offset: module.file_offset,
+                })
+            })
+            .clone()
+    }
+
+    /// The block about to be translated at `guest` (from `origin`): its id
+    /// and number in its function.
+    pub fn begin(
+        &mut self,
+        guest: u64,
+        origin: Option<Arc<CodeOrigin>>,
+    ) -> Result<ContextBlock, String> {
+        let flow = classify(self.contexts, guest, origin);
+        let c = &mut *self.contexts;
+        let id = c.blocks.len() as u32;
+        if u64::from(id) >= FACTS_CAPACITY {
+            return Err(format!(
+                "more than {FACTS_CAPACITY} blocks translated: the calling-context table is full"
+            ));
+        }
+        c.blocks.push(None);
+        let next = c.next_index.entry(flow.function).or_default();
+        let index = *next;
+        *next += 1;
+        c.current = Some((id, index, flow));
+        Ok(ContextBlock { id, index })
+    }
+
+    /// Whether a jump or fall-through from the block being translated to
+    /// `target` (from `origin`) keeps the context.
+    pub fn same_context(&mut self, target: u64, origin: Option<Arc<CodeOrigin>>) -> bool {
+        let Some((_, _, here)) = self.contexts.current else {
+            return false;
+        };
+        let there = classify(self.contexts, target, origin);
+        !there.entry && there.function == here.function && there.domain == here.domain
+    }
+}
+
+impl Space {
+    /// Contexts mode: the block `id` just translated is `info` (its
+    /// origin set): its facts go into the client's table.
+    pub(super) fn context_block_done(&mut self, info: BlockInfo) {
+        let Some(c) = &mut self.contexts else { return };
+        let Some((id, index, flow)) = c.current.take() else {
+            return;
+        };
+        let exit = match info.terminator() {
+            Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
+            Terminator::Return => Exit::Return,
+            Terminator::FallThrough | Terminator::Syscall => Exit::FallThrough,
+            _ => Exit::Jump,
+        };
+        let sp_known = matches!(
+            info.terminator(),
+            Terminator::Call { .. }
+                | Terminator::IndirectCall
+                | Terminator::Return
+                | Terminator::IndirectJump
+        );
+        let last = info.instrs().last().map_or(info.start(), |i| i.addr);
+        let mut f = Flow::new(info.start(), last, info.end(), exit);
+        (f.function, f.domain, f.entry) = (flow.function, flow.domain, flow.entry);
+        (f.skip, f.pop_on_jump, f.notify) = (flow.skip, flow.pop_on_jump, flow.notify);
+        let facts = Facts {
+            flow: f,
+            index,
+            instrs: info.instrs().len() as u32,
+            sp_known,
+        };
+        let words = facts.pack();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let at = c.facts_at + (id as usize * FACT_WORDS * 8) as u64;
+        c.blocks[id as usize] = Some((info, flow.function, index));
+        self.mem.write(at, &bytes);
+    }
+}
+
+/// Words of the core region's runtime configuration: the facts table's
+/// address and length in words, `--separate-recs`.
+pub fn runtime_config(facts_at: u64, separate_recs: u32) -> [u64; 3] {
+    [
+        facts_at,
+        FACTS_CAPACITY * FACT_WORDS as u64,
+        u64::from(separate_recs),
+    ]
+}
