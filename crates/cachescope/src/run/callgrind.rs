@@ -183,6 +183,78 @@ pub fn factory(opts: &RunOptions, cg: &CallgrindOptions, caches: Option<CacheSim
     })
 }
 
+/// Contexts mode's classifier (`docs/client-contexts.md`): Callgrind's
+/// names, and the flow facts its rules read, numbered as the call tool
+/// numbers them.
+#[derive(Clone)]
+struct ContextNamer {
+    classify: SymbolClassifier,
+    functions: callstack::Functions,
+}
+
+impl engine::ContextClassifier for ContextNamer {
+    fn classify(&mut self, info: &BlockInfo) -> callrules::Flow {
+        let class = self.classify.classify(info);
+        self.functions.flow(class, info)
+    }
+
+    fn fork(&self) -> Box<dyn engine::ContextClassifier> {
+        Box::new(self.clone())
+    }
+}
+
+/// Contexts mode, when the run can use it: the client keeps its calling
+/// contexts itself. Not yet with a simulation (whose events need the
+/// stream), nor with what needs costs in time order (dumps, zeroing and
+/// collection switched by function or by start-up option); and only when
+/// `CACHESCOPE_CONTEXTS=client` asks for it while signal handlers and rep
+/// string instructions are not yet kept as the stream keeps them.
+pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engine::ContextsConfig> {
+    let asked = std::env::var_os("CACHESCOPE_CONTEXTS").is_some_and(|v| v == "client");
+    let timed = !cg.toggle_collect.is_empty()
+        || !cg.dump_before.is_empty()
+        || !cg.dump_after.is_empty()
+        || !cg.zero_before.is_empty()
+        || !cg.calls.collect_atstart
+        || !cg.instr_atstart;
+    if !asked || timed || opts.sim.cache_sim || opts.sim.branch_sim {
+        return None;
+    }
+    let namer = ContextNamer {
+        classify: SymbolClassifier {
+            names: opts.names,
+            patterns: Arc::new(cg.clone()),
+        },
+        functions: callstack::Functions::new(&cg.calls),
+    };
+    Some(engine::ContextsConfig {
+        classifier: Arc::new(move || Box::new(namer.clone()) as Box<dyn engine::ContextClassifier>),
+        separate_recs: cg.calls.separate_recs,
+    })
+}
+
+/// The call tool of a process whose contexts the client kept.
+fn contexts_tool(
+    opts: &RunOptions,
+    cg: &CallgrindOptions,
+    contexts: engine::ContextsProfile,
+) -> Result<CallTool, String> {
+    let classify = Box::new(SymbolClassifier {
+        names: opts.names,
+        patterns: Arc::new(cg.clone()),
+    });
+    let threads: Vec<callstack::contexts::ThreadArena> = contexts
+        .threads
+        .iter()
+        .map(|t| callstack::contexts::ThreadArena {
+            thread: t.thread,
+            hot: &t.hot,
+            arena: &t.arena,
+        })
+        .collect();
+    callstack::contexts::into_tool(cg.calls.clone(), classify, &contexts.blocks, &threads)
+}
+
 impl CgSink<'_> {
     /// Writes the `callgrind.out` file of a process that ended and prints
     /// Callgrind's summary.
@@ -198,12 +270,48 @@ impl CgSink<'_> {
         let Some(path) = self.out_path("--callgrind-out-file", &cg.out_file, pid) else {
             return;
         };
-        let Some(mut tool) = proc_profile
-            .tool
-            .take()
-            .and_then(|t| t.0.into_any().downcast::<LiveCallTool>().ok())
-            .map(|t| t.0)
-        else {
+        if std::env::var_os("CS_DEBUG").is_some() {
+            if let Some(c) = &proc_profile.contexts {
+                for t in &c.threads {
+                    let a = ctxrt::Arena::new(&t.arena);
+                    eprintln!("DEBUG hot {:x?}", t.hot);
+                    for n in a.nodes() {
+                        eprintln!(
+                            "DEBUG node {:?} f{} l{} site {:x} counters {:?}",
+                            n.kind, n.function, n.level, n.site, n.counters
+                        );
+                    }
+                    for r in a.arcs() {
+                        eprintln!("DEBUG arc {r:x?}");
+                    }
+                }
+                for (i, b) in c.blocks.iter().enumerate() {
+                    if let Some((info, f, idx)) = b {
+                        eprintln!(
+                            "DEBUG block {i} {:x} f{f} #{idx} n{}",
+                            info.start(),
+                            info.instrs().len()
+                        );
+                    }
+                }
+            }
+        }
+        let tool = match proc_profile.contexts.take() {
+            Some(c) => match contexts_tool(self.opts, cg, c) {
+                Ok(tool) => Some(tool),
+                Err(e) => {
+                    self.log
+                        .umsg(pid, &format!("calling contexts unreadable: {e}"));
+                    return;
+                }
+            },
+            None => proc_profile
+                .tool
+                .take()
+                .and_then(|t| t.0.into_any().downcast::<LiveCallTool>().ok())
+                .map(|t| t.0),
+        };
+        let Some(mut tool) = tool else {
             return;
         };
         tool.finish();

@@ -136,6 +136,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
                 return ExitCode::from(1);
             };
             match &opts.tool {
+                RunTool::Callgrind(cg) if callgrind::contexts_config(opts, cg).is_some() => None,
                 RunTool::Callgrind(cg) => Some(callgrind::factory(opts, cg, caches)),
                 _ => (opts.sim.cache_sim || opts.sim.branch_sim)
                     .then(|| live::cachegrind(caches, opts.sim.branch_sim)),
@@ -161,6 +162,10 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         tool,
         requests,
         smc_check: opts.smc_check,
+        contexts: match &opts.tool {
+            RunTool::Callgrind(cg) => callgrind::contexts_config(opts, cg),
+            _ => None,
+        },
     };
     // From here on this process is the client (the engine forks the
     // tracer, which comes back from `run`): signals sent to it and its exit

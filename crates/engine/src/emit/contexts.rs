@@ -15,9 +15,19 @@ fn hot_word(i: usize) -> u32 {
     layout::S_CONTEXT_HOT + 8 * i as u32
 }
 
-/// An absolute 32-bit address (the core region lies below 2 GiB).
+/// An absolute address below 2 GiB (the core region's), as 64-bit
+/// addressing's sign-extended 32 bits (given as 32-bit addressing, iced
+/// adds an address-size prefix).
 fn absolute(addr: u64) -> MemoryOperand {
-    MemoryOperand::with_base_displ_size(Register::None, addr as i64, 4)
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        addr as i64,
+        8,
+        false,
+        Register::None,
+    )
 }
 
 /// Bytes of a block's context entry ([`Emitter::context_entry`]): its
@@ -101,6 +111,28 @@ impl Emitter {
         index: u32,
         instrs: u32,
     ) -> Option<(Label, Label, u32)> {
+        self.context_add(r, id, index, Err(instrs))
+    }
+
+    /// [`Emitter::context_count`] adding register `value` (a rep string
+    /// instruction's count) instead of a number.
+    pub fn context_count_reg(
+        &mut self,
+        r: Register,
+        id: u32,
+        index: u32,
+        value: Register,
+    ) -> Option<(Label, Label, u32)> {
+        self.context_add(r, id, index, Ok(value))
+    }
+
+    fn context_add(
+        &mut self,
+        r: Register,
+        id: u32,
+        index: u32,
+        value: Result<Register, u32>,
+    ) -> Option<(Label, Label, u32)> {
         let cur = hot_word(hot::CUR);
         self.load_gs(r, cur);
         let mut grow = None;
@@ -117,16 +149,39 @@ impl Emitter {
         }
         self.bind(back);
         let counter = MemoryOperand::with_base_displ(r, 8 * i64::from(index));
-        self.insn(Instruction::with2(
-            Code::Add_rm64_imm32,
-            counter,
-            instrs as i32,
-        ));
-        self.insn(Instruction::with2(
-            Code::Add_rm64_imm32,
-            gs(hot_word(hot::IR)),
-            instrs as i32,
-        ));
+        let ir = gs(hot_word(hot::IR));
+        match value {
+            Err(n) => {
+                self.insn(Instruction::with2(Code::Add_rm64_imm32, counter, n as i32));
+                self.insn(Instruction::with2(Code::Add_rm64_imm32, ir, n as i32));
+            }
+            Ok(v) => {
+                self.insn(Instruction::with2(Code::Add_rm64_r64, counter, v));
+                self.insn(Instruction::with2(Code::Add_rm64_r64, ir, v));
+            }
+        }
+        grow
+    }
+
+    /// Moves a rep string instruction's count from its thread counter at
+    /// `ctr` (Cachegrind's n+1 rule, `Emitter::count_rep`) into the
+    /// current context's counter of its block (`id`, number `index`),
+    /// keeping the flags and every register.
+    pub fn context_rep_count(
+        &mut self,
+        ctr: u32,
+        id: u32,
+        index: u32,
+    ) -> Option<(Label, Label, u32)> {
+        self.keep_flags_on_stack(true);
+        self.store_gs(Register::RAX, layout::S_RAX);
+        self.store_gs(Register::RCX, layout::S_RCX);
+        self.load_gs(Register::RAX, ctr);
+        self.insn(Instruction::with2(Code::Mov_rm64_imm32, gs(ctr), 0));
+        let grow = self.context_count_reg(Register::RCX, id, index, Register::RAX);
+        self.load_gs(Register::RCX, layout::S_RCX);
+        self.load_gs(Register::RAX, layout::S_RAX);
+        self.keep_flags_on_stack(false);
         grow
     }
 

@@ -128,10 +128,6 @@ impl Tracer<'_> {
                 space.set_tracing(Tracing::new(mode, consumer.link(tool)));
             }
         }
-        if let Some(c) = &self.cfg.contexts {
-            let contexts = setup_contexts(space.mem(), core, c, &mut inj)?;
-            space.set_contexts(contexts);
-        }
         // Calls and returns (and filtered records, whose accesses resume
         // after a handler) are traced with a marker at each handler's
         // start and return, which the tool writes: there every
@@ -141,6 +137,11 @@ impl Tracer<'_> {
             .mem()
             .write(core + layout::SYSTAB, &interest_table(tool_sigreturn));
         inj.gadget = core + layout::GADGET;
+        if let Some(c) = &self.cfg.contexts {
+            // (Its mapping is injected through the core's gadget.)
+            let contexts = setup_contexts(space.mem(), core, c, &mut inj)?;
+            space.set_contexts(contexts);
+        }
         let area = space.alloc_area(&mut inj.injector())?;
         let body = space.ensure(regs.rip, &mut inj.injector())?;
         self.requeue_signals(pid, inj);

@@ -28,7 +28,23 @@ pub(super) fn translate_contexts(
     ctx: &mut dyn TransCtx,
     cb: ContextBlock,
 ) -> Result<Translation, TransError> {
-    let (items, stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
+    let (mut items, mut stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
+    // A rep string instruction is a block of its own (its count is its
+    // iterations', Cachegrind's n+1 rule, as the stream path counts it).
+    if let Some(n) = items
+        .iter()
+        .position(|it| matches!(it, Item::Insn(i) if is_rep(i)))
+    {
+        let cut = n.max(1);
+        if cut < items.len() {
+            stop = Stop::Continue(items[cut].ip());
+            items.truncate(cut);
+        }
+    }
+    let rep = match items.first() {
+        Some(Item::Insn(i)) if is_rep(i) => Some(*i),
+        _ => None,
+    };
     let core = ctx.core();
     let mut b = Builder::start_with(ctx, host, 0, &items, code, guest, |e| {
         e.context_entry(core, cb.id);
@@ -47,7 +63,9 @@ pub(super) fn translate_contexts(
     let placement = counter_position(&items);
     let spilled = |b: &mut Builder| b.e.store_gs(Register::RAX, layout::S_RAX);
     let unspill = |b: &mut Builder| b.e.load_gs(Register::RAX, layout::S_RAX);
-    if !matches!(placement, Placement::DeadFlags(_)) {
+    if rep.is_some() {
+        // Counted after the instruction.
+    } else if !matches!(placement, Placement::DeadFlags(_)) {
         // Flags live everywhere: kept on the stack below the red zone.
         b.e.keep_flags_on_stack(true);
         spilled(&mut b);
@@ -57,7 +75,7 @@ pub(super) fn translate_contexts(
     }
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {
-        if let (Placement::DeadFlags(at), Item::Insn(i)) = (placement, item) {
+        if let (Placement::DeadFlags(at), Item::Insn(i), None) = (placement, item, rep) {
             if at == n {
                 match dead_register(i, &mut info) {
                     Some(r) => count(&mut b, Some(r), &mut grows),
@@ -84,9 +102,20 @@ pub(super) fn translate_contexts(
             Item::Insn(i) => {
                 end = i.next_ip();
                 b.t.counted.push(i.ip());
-                if i.flow_control() == FlowControl::Next && !is_rep(i) {
-                    b.copy(i, code, guest)?;
-                } else if is_rep(i) {
+                if is_rep(i) {
+                    let ctr = b.ctx.alloc_counter()?;
+                    if is_cond_rep(i) {
+                        b.e.count_cond_rep_before();
+                        b.copy(i, code, guest)?;
+                        b.e.count_cond_rep_after(ctr, i.has_repe_prefix());
+                    } else {
+                        b.e.count_rep(ctr);
+                        b.copy(i, code, guest)?;
+                    }
+                    if let Some(g) = b.e.context_rep_count(ctr, cb.id, cb.index) {
+                        grows.push((g, Register::RCX));
+                    }
+                } else if i.flow_control() == FlowControl::Next {
                     b.copy(i, code, guest)?;
                 } else {
                     b.e.store_last(cb.id);
