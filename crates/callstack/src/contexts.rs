@@ -23,15 +23,15 @@ pub struct ThreadArena<'a> {
 }
 
 /// The call tool holding what a process's threads kept in contexts mode:
-/// `blocks` (each block id's description, with the function and number
-/// the engine's classification gave it) are described to the tool with
+/// `blocks` (each block id's description, with the function, counter
+/// group and number in it the engine's classification gave it) are described to the tool with
 /// `classify`, and each thread's arena, its running calls ended, folded
 /// into its tree. The tool then writes Callgrind's files as after a
 /// stream run.
 pub fn into_tool(
     options: CallOptions,
     classify: Box<dyn Classify>,
-    blocks: &[Option<(BlockInfo, FnId, u32)>],
+    blocks: &[Option<(BlockInfo, FnId, u32, u32)>],
     threads: &[ThreadArena],
 ) -> Result<CallTool, String> {
     let mut tool = CallTool::new(options.clone(), classify);
@@ -40,13 +40,15 @@ pub fn into_tool(
     let mut functions: FxHashMap<FnId, FnId> = FxHashMap::default();
     let mut by_index: FxHashMap<(FnId, u32), (u32, u32)> = FxHashMap::default();
     for (id, b) in blocks.iter().enumerate() {
-        let Some((info, f, index)) = b else { continue };
+        let Some((info, f, group, index)) = b else {
+            continue;
+        };
         tool.block(BlockId(id as u32), info);
         let mine = tool.function_of_block(id as u32).expect("just described");
         if *functions.entry(*f).or_insert(mine) != mine {
             return Err(format!("function {f} names two of the tool's"));
         }
-        by_index.insert((*f, *index), (id as u32, info.instrs().len() as u32));
+        by_index.insert((*group, *index), (id as u32, info.instrs().len() as u32));
     }
     for t in threads {
         let mut arena = t.arena.to_vec();
@@ -62,7 +64,7 @@ pub fn into_tool(
             separate_recs: options.separate_recs,
         }
         .finish();
-        let block = |f: FnId, i: u32| by_index.get(&(f, i)).copied();
+        let block = |g: u32, i: u32| by_index.get(&(g, i)).copied();
         let runs = fold(&mut tool.tree, &Arena::new(&arena), t.thread, block, |f| {
             functions.get(&f).copied()
         })?;
@@ -73,8 +75,8 @@ pub fn into_tool(
 }
 
 /// Folds one thread's arena into `tree` as thread `thread`. `block`
-/// gives the block id and instruction count of a function's block by its
-/// number in the function; counters of blocks it does not know are an
+/// gives the block id and instruction count of a counter group's block by
+/// its number in the group; counters of blocks it does not know are an
 /// error (the translator numbered every block it made). `function` maps
 /// the client's function numbers to the tree's. Returns the block
 /// executions folded.
@@ -82,7 +84,7 @@ pub fn fold(
     tree: &mut Tree,
     arena: &Arena,
     thread: u32,
-    block: impl Fn(FnId, u32) -> Option<(u32, u32)>,
+    block: impl Fn(u32, u32) -> Option<(u32, u32)>,
     function: impl Fn(FnId) -> Option<FnId>,
 ) -> Result<u64, String> {
     let mut runs_folded = 0;
@@ -109,8 +111,8 @@ pub fn fold(
         };
         nodes.push(own);
         for (i, &ir) in n.counters.iter().enumerate().filter(|(_, &ir)| ir > 0) {
-            let (id, instrs) = block(n.function, i as u32)
-                .ok_or_else(|| format!("no block {i} of function {}", n.function))?;
+            let (id, instrs) = block(n.group, i as u32)
+                .ok_or_else(|| format!("no block {i} of counter group {}", n.group))?;
             match n.kind {
                 NodeKind::Skip => *tree.extra.at(parent, n.site) += ir,
                 NodeKind::Context | NodeKind::Foreign => {
@@ -199,6 +201,7 @@ mod tests {
             flow.skip = self.functions[blk.function].section == Section::Plt;
             Facts {
                 flow,
+                group: blk.function as u32,
                 index: blk.index as u32,
                 instrs: blk.instrs as u32,
                 sp_known: matches!(

@@ -55,10 +55,11 @@ pub(crate) mod head {
     pub const WORDS: usize = 32;
 }
 
-/// Words of a node record before its counters; the last of them is the
-/// number of counters (translated code's bounds check reads it just before
-/// the first counter).
-pub const NODE_HEADER: usize = 4;
+/// Words of a node record before its counters: its key (parent and
+/// function, level and kind, site), its counter group, and the number of
+/// counters (translated code's bounds check reads it just before the
+/// first counter).
+pub const NODE_HEADER: usize = 5;
 /// Words of an arc.
 pub const ARC_WORDS: usize = 5;
 /// Words of a frame.
@@ -90,7 +91,9 @@ pub struct NodeRecord<'a> {
     pub kind: NodeKind,
     /// A skip node's call site.
     pub site: u64,
-    /// Ir per block of its function, by the block's number in it.
+    /// Its counter group (`Facts::group`).
+    pub group: u32,
+    /// Ir per block of its group, by the block's number in it.
     pub counters: &'a [u64],
 }
 
@@ -177,7 +180,7 @@ impl<'a> Arena<'a> {
 pub(crate) fn node_at(words: &[u64], at: usize) -> NodeRecord<'_> {
     let w = &words[at..at + NODE_HEADER];
     let parent = w[0] & 0xffff_ffff;
-    let n = w[3] as usize;
+    let n = w[4] as usize;
     NodeRecord {
         parent: if parent == 0xffff_ffff { NONE } else { parent },
         function: (w[0] >> 32) as u32,
@@ -188,6 +191,7 @@ pub(crate) fn node_at(words: &[u64], at: usize) -> NodeRecord<'_> {
             _ => NodeKind::Foreign,
         },
         site: w[2],
+        group: w[3] as u32,
         counters: &words[at + NODE_HEADER..at + NODE_HEADER + n],
     }
 }

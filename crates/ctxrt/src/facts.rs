@@ -5,7 +5,7 @@
 use callrules::{Exit, Flow, FnId};
 
 /// Words per block in the facts table.
-pub const FACT_WORDS: usize = 4;
+pub const FACT_WORDS: usize = 5;
 
 const ENTRY: u64 = 1;
 const SKIP: u64 = 2;
@@ -19,7 +19,11 @@ const DESCRIBED: u64 = 32;
 pub struct Facts {
     /// Callgrind's flow facts.
     pub flow: Flow,
-    /// Its number among its function's blocks (its counter's index).
+    /// Its counter group: the blocks of one function (by name, whatever
+    /// the source file of their first instruction), whose counters a
+    /// context keeps side by side.
+    pub group: u32,
+    /// Its number in its group (its counter's index).
     pub index: u32,
     /// Its instructions (its Ir per execution).
     pub instrs: u32,
@@ -49,6 +53,7 @@ impl Facts {
             u64::from(f.function) | u64::from(f.domain) << 32,
             (f.call_site() - f.start) | (f.end() - f.start) << 32,
             exit | flags << 8 | u64::from(self.instrs) << 16 | u64::from(self.index) << 32,
+            u64::from(self.group),
         ]
     }
 
@@ -79,6 +84,7 @@ impl Facts {
         flow.notify = flags & NOTIFY != 0;
         Some(Facts {
             flow,
+            group: w[4] as u32,
             index: (w[3] >> 32) as u32,
             instrs: ((w[3] >> 16) & 0xffff) as u32,
             sp_known: flags & SP_KNOWN != 0,
@@ -96,6 +102,7 @@ mod tests {
         (flow.function, flow.domain, flow.entry, flow.skip) = (7, 3, true, true);
         let f = Facts {
             flow,
+            group: 3,
             index: 12,
             instrs: 9,
             sp_known: true,

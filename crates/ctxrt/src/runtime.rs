@@ -19,7 +19,7 @@ pub enum Error {
 
 /// Counters a context starts with (translated code checks the bound only
 /// for blocks numbered past it).
-pub const FIRST_COUNTERS: usize = 16;
+pub const FIRST_COUNTERS: usize = 8;
 
 /// Where a fresh thread counts until its first context entry (a thread
 /// made by `clone` goes on in the block that made it): a record after the
@@ -78,6 +78,13 @@ impl Runtime<'_> {
         } else {
             Some(self.facts_of(last)?)
         };
+        if let (Some(x), NONE) = (&xf, self.arena[head::NODE]) {
+            // A thread that began without an entry (a `clone` child goes
+            // on in the block that made it): its first blocks ran in the
+            // sink; they are its first context's, a root of their
+            // function, as the call tool takes a thread's first block.
+            self.adopt_sink(x)?;
+        }
         // The stack pointer as the stream path knows it: after a call,
         // return or indirect jump.
         let sp = xf.filter(|x| x.sp_known).map(|_| sp);
@@ -88,6 +95,7 @@ impl Runtime<'_> {
             let mut k = Keeper {
                 rt: self,
                 err: None,
+                group: yf.group,
             };
             let step = callrules::enter(
                 &mut k,
@@ -129,11 +137,11 @@ impl Runtime<'_> {
                         self.arena[head::NONSKIPPED_SITE],
                     );
                 }
-                let node = self.node(CONTEXT, caller, f, level, 0)?;
+                let node = self.node(CONTEXT, caller, f, level, 0, yf.group)?;
                 arc = self.arc(from.0, from.1, node, yf.flow.start)?;
                 self.arena[head::NODE] = node;
             } else {
-                self.arena[head::NODE] = self.node(CONTEXT, NONE, f, level, 0)?;
+                self.arena[head::NODE] = self.node(CONTEXT, NONE, f, level, 0, yf.group)?;
             }
         }
         if push {
@@ -161,6 +169,37 @@ impl Runtime<'_> {
             self.push(frame)?;
         }
         self.count_in(&yf)
+    }
+
+    /// Makes the root context of block `x`'s function the current one
+    /// and moves what the sink counted (blocks of `x`'s group) into it.
+    fn adopt_sink(&mut self, x: &Facts) -> Result<()> {
+        let a = self.active(x.flow.function)?;
+        let mut active = self.arena[a] as u32;
+        let level = callrules::level(&mut active, false, self.separate_recs);
+        self.arena[a] = u64::from(active);
+        let root = self.node(CONTEXT, NONE, x.flow.function, level, 0, x.group)?;
+        self.arena[head::NODE] = root;
+        self.arena[head::COUNTING] = root;
+        let sink = ((self.hot[hot::CUR] - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER;
+        let n = self.arena[sink + NODE_HEADER - 1] as usize;
+        for i in 0..n {
+            let c = core::mem::take(&mut self.arena[sink + NODE_HEADER + i]);
+            if c == 0 {
+                continue;
+            }
+            let at = self.node_offset(root);
+            if i >= self.arena[at + NODE_HEADER - 1] as usize {
+                let want = Facts {
+                    index: i as u32,
+                    ..*x
+                };
+                self.grow_for(&want)?;
+            }
+            let at = self.node_offset(root);
+            self.arena[at + NODE_HEADER + i] += c;
+        }
+        Ok(())
     }
 
     /// Block `y` runs where the current counters have no room for it.
@@ -278,7 +317,15 @@ impl Runtime<'_> {
 
     /// The node of `kind` with `parent`, function `f`, `level` and
     /// `site`, made if new.
-    fn node(&mut self, kind: u64, parent: u64, f: u32, level: u32, site: u64) -> Result<u64> {
+    fn node(
+        &mut self,
+        kind: u64,
+        parent: u64,
+        f: u32,
+        level: u32,
+        site: u64,
+        group: u32,
+    ) -> Result<u64> {
         let key = [
             (parent & 0xffff_ffff) | u64::from(f) << 32,
             u64::from(level) | kind << 32,
@@ -302,7 +349,8 @@ impl Runtime<'_> {
         let id = self.arena[head::NODES_LEN];
         let at = self.alloc(NODE_HEADER + FIRST_COUNTERS)?;
         self.arena[at..at + 3].copy_from_slice(&key);
-        self.arena[at + 3] = FIRST_COUNTERS as u64;
+        self.arena[at + 3] = u64::from(group);
+        self.arena[at + NODE_HEADER - 1] = FIRST_COUNTERS as u64;
         let table = self.reserve(head::NODES, head::NODES_CAP, id as usize + 1)?;
         self.arena[table + id as usize] = at as u64;
         self.arena[head::NODES_LEN] = id + 1;
@@ -434,7 +482,7 @@ impl Runtime<'_> {
     /// A return with no frame (Callgrind's `handleUnderflow`): the
     /// function returned to becomes a root, with an arc to the returning
     /// context carrying the thread's Ir so far.
-    fn underflow(&mut self, x: Option<&Flow>, y: &Flow, arc: bool) -> Result<()> {
+    fn underflow(&mut self, x: Option<&Flow>, y: &Flow, group: u32, arc: bool) -> Result<()> {
         let returning = self.arena[head::NODE];
         if returning != NONE {
             let at = self.node_offset(returning);
@@ -446,7 +494,7 @@ impl Runtime<'_> {
         let mut active = self.arena[a] as u32;
         let level = callrules::level(&mut active, false, self.separate_recs);
         self.arena[a] = u64::from(active);
-        let root = self.node(CONTEXT, NONE, y.function, level, 0)?;
+        let root = self.node(CONTEXT, NONE, y.function, level, 0, group)?;
         if returning != NONE && arc {
             let target = x.map_or(y.start, |x| x.start);
             let id = self.arc(root, y.start.wrapping_sub(1), returning, target)?;
@@ -463,18 +511,18 @@ impl Runtime<'_> {
     /// it count in: the current context's, a skip node's in skipped code,
     /// a foreign node's for another function's code.
     fn count_in(&mut self, y: &Facts) -> Result<()> {
-        let f = y.flow.function;
+        let g = y.group;
         let node = self.arena[head::NODE];
         let ns = self.arena[head::NONSKIPPED_NODE];
         let id = if ns != NONE {
             let site = self.arena[head::NONSKIPPED_SITE];
-            self.node(SKIP, ns, f, 0, site)?
+            self.node(SKIP, ns, g, 0, site, g)?
         } else if node == NONE {
             return Ok(());
-        } else if (self.arena[self.node_offset(node)] >> 32) as u32 == f {
+        } else if self.arena[self.node_offset(node) + 3] as u32 == g {
             node
         } else {
-            self.node(FOREIGN, node, f, 0, 0)?
+            self.node(FOREIGN, node, g, 0, 0, g)?
         };
         self.arena[head::COUNTING] = id;
         let at = self.node_offset(id);
@@ -496,6 +544,8 @@ struct Keeper<'r, 'a> {
     rt: &'r mut Runtime<'a>,
     /// The first error of an underflow (the rules cannot return one).
     err: Option<Error>,
+    /// The counter group of the block entered.
+    group: u32,
 }
 
 impl Calls for Keeper<'_, '_> {
@@ -533,7 +583,7 @@ impl Calls for Keeper<'_, '_> {
     }
 
     fn underflow(&mut self, from: Option<&Flow>, to: &Flow, arc: bool) {
-        if let Err(e) = self.rt.underflow(from, to, arc) {
+        if let Err(e) = self.rt.underflow(from, to, self.group, arc) {
             self.err.get_or_insert(e);
         }
     }
@@ -576,6 +626,7 @@ mod tests {
             (flow.function, flow.entry) = (f, entry);
             let facts = Facts {
                 flow,
+                group: f,
                 index,
                 instrs: 3,
                 sp_known: matches!(exit, Exit::Call | Exit::Return),

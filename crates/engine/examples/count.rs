@@ -105,6 +105,7 @@ fn main() -> ExitCode {
             },
             Err(_) => engine::SmcCheck::default(),
         },
+        contexts: None,
     };
     match engine::run(&cfg, &mut Print) {
         Ok(engine::Outcome::Exited(c)) => ExitCode::from(c as u8),

@@ -99,7 +99,6 @@ pub struct Emitter {
 }
 
 /// The value of a rel32 field at host address `field` that makes its branch
-
 /// go to `dest`, if `dest` is within reach (±2 GiB from the field's end).
 pub fn rel32(field: u64, dest: u64) -> Option<i32> {
     i32::try_from(dest.wrapping_sub(field + 4) as i64).ok()

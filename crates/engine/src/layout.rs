@@ -229,6 +229,10 @@ pub const MAGIC_RUNTIME: u32 = MAGIC_LO + 8;
 /// block a context-changing transfer left, the arena). Outside the spill
 /// slots.
 pub const S_CONTEXT_HOT: u32 = 0x180;
+/// Where the process's table of block facts (contexts mode) is asked to
+/// go: below the thread areas, away from the code and the client's own
+/// mappings.
+pub const FACTS_HINT: u64 = 0x0f_0000_0000;
 /// Offset in a thread area of the runtime's arena (contexts mode), up to
 /// the area's end.
 pub const AREA_ARENA: u64 = 32 << 20;

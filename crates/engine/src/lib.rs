@@ -115,9 +115,12 @@ pub struct ContextsConfig {
 /// pop-on-jump and notify facts; the engine fills in the addresses and
 /// the exit).
 pub trait ContextClassifier: Send {
-    /// The facts of the code at `info.start()` (the block's instructions
-    /// may be missing; its origin is there when the code is a file's).
-    fn classify(&mut self, info: &events::BlockInfo) -> callrules::Flow;
+    /// The facts of the block `info` describes (its instructions may be
+    /// missing when only the code at its start is asked about; its origin
+    /// is there when the code is a file's), and its counter group: the
+    /// blocks a context counts side by side (one function by name, whatever
+    /// source file each block starts in; `ctxrt::Facts::group`).
+    fn classify(&mut self, info: &events::BlockInfo) -> (callrules::Flow, u32);
     /// A copy for a forked child.
     fn fork(&self) -> Box<dyn ContextClassifier>;
 }
@@ -138,9 +141,9 @@ pub struct ThreadContexts {
 pub struct ContextsProfile {
     /// Each thread's, by thread number.
     pub threads: Vec<ThreadContexts>,
-    /// Each block id's description (origin set), function and number in
-    /// it; `None` for an id whose translation failed.
-    pub blocks: Vec<Option<(events::BlockInfo, callrules::FnId, u32)>>,
+    /// Each block id's description (origin set), function, counter group
+    /// and number in the group; `None` for an id whose translation failed.
+    pub blocks: Vec<Option<(events::BlockInfo, callrules::FnId, u32, u32)>>,
 }
 
 /// Valgrind's `--smc-check`: which code gets self-modifying-code checks

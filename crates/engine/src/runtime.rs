@@ -84,6 +84,7 @@ mod native {
             let sp_known = exit != Exit::Jump;
             Facts {
                 flow,
+                group: f,
                 index,
                 instrs: 2,
                 sp_known,

@@ -190,12 +190,30 @@ pub fn factory(opts: &RunOptions, cg: &CallgrindOptions, caches: Option<CacheSim
 struct ContextNamer {
     classify: SymbolClassifier,
     functions: callstack::Functions,
+    /// Counter groups by object and function name (a function's blocks
+    /// whose first instructions lie in different source files are
+    /// Callgrind's different functions, but jumps between them are not
+    /// calls: they count side by side), and one per object for code
+    /// without a name.
+    groups: std::collections::HashMap<(Arc<str>, Arc<str>), u32>,
 }
 
 impl engine::ContextClassifier for ContextNamer {
-    fn classify(&mut self, info: &BlockInfo) -> callrules::Flow {
+    fn classify(&mut self, info: &BlockInfo) -> (callrules::Flow, u32) {
         let class = self.classify.classify(info);
-        self.functions.flow(class, info)
+        // Code without a name (Callgrind names it by its address, a
+        // function per block) counts in one group per object; PLT entries
+        // (skipped code, counted per call site) keep their own.
+        let unnamed = class.function.starts_with("0x") && class.section != Section::Plt;
+        let name = if unnamed {
+            Arc::from("")
+        } else {
+            class.function.clone()
+        };
+        let key = (class.object.clone(), name);
+        let next = self.groups.len() as u32;
+        let group = *self.groups.entry(key).or_insert(next);
+        (self.functions.flow(class, info), group)
     }
 
     fn fork(&self) -> Box<dyn engine::ContextClassifier> {
@@ -203,14 +221,14 @@ impl engine::ContextClassifier for ContextNamer {
     }
 }
 
-/// Contexts mode, when the run can use it: the client keeps its calling
-/// contexts itself. Not yet with a simulation (whose events need the
-/// stream), nor with what needs costs in time order (dumps, zeroing and
-/// collection switched by function or by start-up option); and only when
-/// `CACHESCOPE_CONTEXTS=client` asks for it while signal handlers and rep
-/// string instructions are not yet kept as the stream keeps them.
+/// Contexts mode, when the run asks for it (`--client-contexts=yes`, while
+/// it is being built: signal handlers do not start roots yet, and it is
+/// not yet faster than the stream on call-heavy programs) and can use it:
+/// not with a simulation (whose events need the stream), nor with what
+/// needs costs in time order (dumps, zeroing and collection switched by
+/// function or by start-up option).
 pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engine::ContextsConfig> {
-    let asked = std::env::var_os("CACHESCOPE_CONTEXTS").is_some_and(|v| v == "client");
+    let asked = cg.client_contexts;
     let timed = !cg.toggle_collect.is_empty()
         || !cg.dump_before.is_empty()
         || !cg.dump_after.is_empty()
@@ -226,6 +244,7 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
             patterns: Arc::new(cg.clone()),
         },
         functions: callstack::Functions::new(&cg.calls),
+        groups: Default::default(),
     };
     Some(engine::ContextsConfig {
         classifier: Arc::new(move || Box::new(namer.clone()) as Box<dyn engine::ContextClassifier>),
@@ -270,32 +289,6 @@ impl CgSink<'_> {
         let Some(path) = self.out_path("--callgrind-out-file", &cg.out_file, pid) else {
             return;
         };
-        if std::env::var_os("CS_DEBUG").is_some() {
-            if let Some(c) = &proc_profile.contexts {
-                for t in &c.threads {
-                    let a = ctxrt::Arena::new(&t.arena);
-                    eprintln!("DEBUG hot {:x?}", t.hot);
-                    for n in a.nodes() {
-                        eprintln!(
-                            "DEBUG node {:?} f{} l{} site {:x} counters {:?}",
-                            n.kind, n.function, n.level, n.site, n.counters
-                        );
-                    }
-                    for r in a.arcs() {
-                        eprintln!("DEBUG arc {r:x?}");
-                    }
-                }
-                for (i, b) in c.blocks.iter().enumerate() {
-                    if let Some((info, f, idx)) = b {
-                        eprintln!(
-                            "DEBUG block {i} {:x} f{f} #{idx} n{}",
-                            info.start(),
-                            info.instrs().len()
-                        );
-                    }
-                }
-            }
-        }
         let tool = match proc_profile.contexts.take() {
             Some(c) => match contexts_tool(self.opts, cg, c) {
                 Ok(tool) => Some(tool),

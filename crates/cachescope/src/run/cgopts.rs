@@ -40,6 +40,10 @@ pub struct CallgrindOptions {
     pub obj_skip: Vec<String>,
     /// `--separate-threads`: a file (or part) per thread (default no).
     pub separate_threads: bool,
+    /// `--client-contexts=yes` (ours, default no while it is being built,
+    /// `docs/client-contexts.md`): the client keeps its calling contexts
+    /// itself instead of streaming every block to the tool.
+    pub client_contexts: bool,
 }
 
 impl Default for CallgrindOptions {
@@ -60,6 +64,7 @@ impl Default for CallgrindOptions {
             fn_skip: Vec::new(),
             obj_skip: Vec::new(),
             separate_threads: false,
+            client_contexts: false,
         }
     }
 }
@@ -120,6 +125,7 @@ impl CallgrindOptions {
             "--instr-atstart" => flag(value, &mut self.instr_atstart),
             "--combine-dumps" => flag(value, &mut self.combine_dumps),
             "--separate-threads" => flag(value, &mut self.separate_threads),
+            "--client-contexts" => flag(value, &mut self.client_contexts),
             "--toggle-collect" | "--dump-before" | "--dump-after" | "--zero-before"
             | "--fn-skip" | "--obj-skip" => {
                 let list = match name {

@@ -10,7 +10,7 @@ use super::Space;
 use crate::layout::{AREA_ARENA, AREA_SIZE, S_CONTEXT_HOT};
 use crate::translate::ContextBlock;
 use crate::{ContextClassifier, ContextsProfile, ThreadContexts};
-use callrules::{Exit, Flow, FnId};
+use callrules::{Flow, FnId};
 use ctxrt::{fresh_thread, Facts, FACT_WORDS};
 use events::{BlockInfo, CodeOrigin, Terminator};
 use rustc_hash::FxHashMap as HashMap;
@@ -25,14 +25,14 @@ pub struct Contexts {
     classifier: Box<dyn ContextClassifier>,
     /// The facts table's address in the client.
     facts_at: u64,
-    /// Each block id's description, and its function and number in it.
-    blocks: Vec<Option<(BlockInfo, FnId, u32)>>,
-    /// The next number of each function's blocks.
-    next_index: HashMap<FnId, u32>,
-    /// Classifications by code address.
-    classes: HashMap<u64, Flow>,
-    /// The block being translated: its id, number and flow.
-    current: Option<(u32, u32, Flow)>,
+    /// Each block id's description, function, counter group and number.
+    blocks: Vec<Option<(BlockInfo, FnId, u32, u32)>>,
+    /// The next number in each counter group.
+    next_index: HashMap<u32, u32>,
+    /// Classifications (flow facts, counter group) by code address.
+    classes: HashMap<u64, (Flow, u32)>,
+    /// The block being translated: its id, number, flow and group.
+    current: Option<(u32, u32, Flow, u32)>,
     /// Origins by module record.
     origins: Vec<Option<Arc<CodeOrigin>>>,
     /// The arenas of threads that ended, with their thread numbers.
@@ -74,11 +74,6 @@ impl Space {
     /// Contexts mode from now on (a new process image).
     pub fn set_contexts(&mut self, contexts: Contexts) {
         self.contexts = Some(contexts);
-    }
-
-    /// Whether the space runs in contexts mode.
-    pub fn contexts_mode(&self) -> bool {
-        self.contexts.is_some()
     }
 
     /// Contexts mode: the hot words and arena start of a thread whose area
@@ -135,7 +130,7 @@ impl Space {
             .filter_map(|&(area, thread)| self.read_contexts(area, thread))
             .collect();
         let c = self.contexts.as_mut().expect("contexts mode");
-        threads.extend(c.ended.drain(..));
+        threads.append(&mut c.ended);
         threads.sort_by_key(|t| t.thread);
         Some(ContextsProfile {
             threads,
@@ -146,7 +141,7 @@ impl Space {
 
 /// The classification of the code at `addr` (of module record `module`,
 /// whose origin is `origin`), cached.
-fn classify(c: &mut Contexts, addr: u64, origin: Option<Arc<CodeOrigin>>) -> Flow {
+fn classify(c: &mut Contexts, addr: u64, origin: Option<Arc<CodeOrigin>>) -> (Flow, u32) {
     if let Some(f) = c.classes.get(&addr) {
         return *f;
     }
@@ -191,7 +186,7 @@ impl ContextsCtx<'_> {
         guest: u64,
         origin: Option<Arc<CodeOrigin>>,
     ) -> Result<ContextBlock, String> {
-        let flow = classify(self.contexts, guest, origin);
+        let (flow, group) = classify(self.contexts, guest, origin);
         let c = &mut *self.contexts;
         let id = c.blocks.len() as u32;
         if u64::from(id) >= FACTS_CAPACITY {
@@ -200,21 +195,21 @@ impl ContextsCtx<'_> {
             ));
         }
         c.blocks.push(None);
-        let next = c.next_index.entry(flow.function).or_default();
+        let next = c.next_index.entry(group).or_default();
         let index = *next;
         *next += 1;
-        c.current = Some((id, index, flow));
+        c.current = Some((id, index, flow, group));
         Ok(ContextBlock { id, index })
     }
 
     /// Whether a jump or fall-through from the block being translated to
     /// `target` (from `origin`) keeps the context.
     pub fn same_context(&mut self, target: u64, origin: Option<Arc<CodeOrigin>>) -> bool {
-        let Some((_, _, here)) = self.contexts.current else {
+        let Some((_, _, here, group)) = self.contexts.current else {
             return false;
         };
-        let there = classify(self.contexts, target, origin);
-        !there.entry && there.function == here.function && there.domain == here.domain
+        let (there, there_group) = classify(self.contexts, target, origin);
+        !there.entry && there_group == group && there.domain == here.domain
     }
 }
 
@@ -223,15 +218,12 @@ impl Space {
     /// origin set): its facts go into the client's table.
     pub(super) fn context_block_done(&mut self, info: BlockInfo) {
         let Some(c) = &mut self.contexts else { return };
-        let Some((id, index, flow)) = c.current.take() else {
+        let Some((id, index, _, group)) = c.current.take() else {
             return;
         };
-        let exit = match info.terminator() {
-            Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
-            Terminator::Return => Exit::Return,
-            Terminator::FallThrough | Terminator::Syscall => Exit::FallThrough,
-            _ => Exit::Jump,
-        };
+        // The whole block's facts (exit, addresses), as the call tool
+        // would describe it.
+        let (flow, _) = c.classifier.classify(&info);
         let sp_known = matches!(
             info.terminator(),
             Terminator::Call { .. }
@@ -239,12 +231,9 @@ impl Space {
                 | Terminator::Return
                 | Terminator::IndirectJump
         );
-        let last = info.instrs().last().map_or(info.start(), |i| i.addr);
-        let mut f = Flow::new(info.start(), last, info.end(), exit);
-        (f.function, f.domain, f.entry) = (flow.function, flow.domain, flow.entry);
-        (f.skip, f.pop_on_jump, f.notify) = (flow.skip, flow.pop_on_jump, flow.notify);
         let facts = Facts {
-            flow: f,
+            flow,
+            group,
             index,
             instrs: info.instrs().len() as u32,
             sp_known,
@@ -252,7 +241,7 @@ impl Space {
         let words = facts.pack();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let at = c.facts_at + (id as usize * FACT_WORDS * 8) as u64;
-        c.blocks[id as usize] = Some((info, flow.function, index));
+        c.blocks[id as usize] = Some((info, flow.function, group, index));
         self.mem.write(at, &bytes);
     }
 }

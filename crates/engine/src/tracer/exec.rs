@@ -168,7 +168,11 @@ fn setup_contexts(
     const FLAGS: u64 = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
     let len = FACTS_CAPACITY * (ctxrt::FACT_WORDS as u64) * 8;
     mem.flush()?;
-    let facts = inj.syscall(syscalls::MMAP as u64, [0, len, PROT, FLAGS, u64::MAX, 0])?;
+    // Asked for far from where the kernel puts the client's own mappings,
+    // which then land where they land natively (their order shows in
+    // what the program does, ld.so's sorting of its objects for one).
+    let hint = layout::FACTS_HINT;
+    let facts = inj.syscall(syscalls::MMAP as u64, [hint, len, PROT, FLAGS, u64::MAX, 0])?;
     if facts < 0 {
         return Err(EngineError(format!(
             "cannot map the calling-context table in the client: {}",

@@ -88,9 +88,6 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());
     if let Err(e) = result {
-        if std::env::var_os("CS_DEBUG").is_some() {
-            eprintln!("DEBUG error {e}");
-        }
         tracer.kill_all();
         return Err(e);
     }

@@ -232,9 +232,6 @@ impl Tracer<'_> {
     /// A thread exits: its counters join its process's, and the process's
     /// profile is reported if it was the last one.
     pub(super) fn on_thread_exit(&mut self, tid: i32) {
-        if std::env::var_os("CS_DEBUG").is_some() {
-            eprintln!("DEBUG thread exit {tid}");
-        }
         self.native_calls.remove(&tid);
         let Some(task) = self.tasks.remove(&tid) else {
             return;
@@ -250,20 +247,7 @@ impl Tracer<'_> {
         }
         let proc = self.procs.remove(&task.tgid).expect("present");
         let profile = proc.space.borrow_mut().collect(task.tgid);
-        if std::env::var_os("CS_DEBUG").is_some() {
-            eprintln!(
-                "DEBUG collected {:?}",
-                profile.contexts.as_ref().map(|c| (
-                    c.threads.len(),
-                    c.blocks.len(),
-                    c.threads.iter().map(|t| t.arena.len()).collect::<Vec<_>>()
-                ))
-            );
-        }
         self.sink.process_finished(profile);
-        if std::env::var_os("CS_DEBUG").is_some() {
-            eprintln!("DEBUG finished");
-        }
         if self.procs.is_empty() {
             // The last process: the tool is about to exit, and freeing the
             // translation tables piece by piece (hundreds of thousands of

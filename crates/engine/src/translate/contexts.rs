@@ -60,7 +60,19 @@ pub(super) fn translate_contexts(
         }
     };
     let mut info = InstructionInfoFactory::new();
-    let placement = counter_position(&items);
+    // Counted before any system call of the block: a `clone` child goes
+    // on after it, and the stream path counts the block for the parent.
+    let placement = match counter_position(&items) {
+        Placement::DeadFlags(n)
+            if items[..n].iter().any(|it| {
+                matches!(it, Item::Insn(i) if i.mnemonic() == Mnemonic::Syscall)
+                    || matches!(it, Item::ClientRequest(_))
+            }) =>
+        {
+            Placement::Spill
+        }
+        p => p,
+    };
     let spilled = |b: &mut Builder| b.e.store_gs(Register::RAX, layout::S_RAX);
     let unspill = |b: &mut Builder| b.e.load_gs(Register::RAX, layout::S_RAX);
     if rep.is_some() {
