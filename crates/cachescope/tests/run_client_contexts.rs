@@ -3,9 +3,9 @@
 //! fixtures of `fixtures/callgrind`: the whole program's self Ir per
 //! function and line, and every call arc's count and inclusive Ir per
 //! (caller, call line, callee), are equal. The stream path is itself
-//! checked against Valgrind's Callgrind (`run_callgrind.rs`). Signal
-//! handlers and threads are not kept by the client path yet (the
-//! fixtures `signal.c` and `threads.c` differ), see the plan.
+//! checked against Valgrind's Callgrind (`run_callgrind.rs`). Threads'
+//! first blocks are not counted as the stream counts them yet
+//! (`threads.c` differs), see the plan.
 
 mod run_support;
 
@@ -74,6 +74,21 @@ fn build(dir: &TempDir, src: &str, flags: &[&str]) -> PathBuf {
 
 /// Runs `src` both ways and compares.
 fn compare(src: &str, flags: &[&str]) {
+    let [stream, client] = both(src, flags);
+    assert_eq!(
+        differences(&stream.selfs, &client.selfs),
+        "",
+        "self costs of {src}"
+    );
+    assert_eq!(
+        differences(&stream.calls, &client.calls),
+        "",
+        "calls of {src}"
+    );
+}
+
+/// Runs `src` with and without `--client-contexts=yes`.
+fn both(src: &str, flags: &[&str]) -> [Costs; 2] {
     let dir = TempDir::new(&format!("client-contexts-{src}"));
     let exe = build(&dir, src, flags);
     let mut got = Vec::new();
@@ -92,16 +107,8 @@ fn compare(src: &str, flags: &[&str]) {
         got.push(costs(&callgrind::parse(&data).unwrap()));
     }
     assert!(!got[0].selfs.is_empty() && !got[0].calls.is_empty());
-    assert_eq!(
-        differences(&got[0].selfs, &got[1].selfs),
-        "",
-        "self costs of {src}"
-    );
-    assert_eq!(
-        differences(&got[0].calls, &got[1].calls),
-        "",
-        "calls of {src}"
-    );
+    let client = got.pop().expect("two");
+    [got.pop().expect("two"), client]
 }
 
 /// The entries of two maps that differ, one per line (stream, client).
@@ -139,4 +146,17 @@ fn longjmp() {
 #[test]
 fn cxx_exception() {
     compare("exception.cpp", &["-O1"]);
+}
+
+/// A handler is a root of its own both ways, with equal self costs and
+/// call counts; the inclusive costs of the calls the handler interrupted
+/// differ (the stream path counts 16 Ir more per signal in them: still to
+/// explain, see the plan).
+#[test]
+fn signal_handler() {
+    let [stream, client] = both("signal.c", &["-O0"]);
+    assert_eq!(differences(&stream.selfs, &client.selfs), "");
+    let counts =
+        |c: &Costs| -> BTreeMap<_, _> { c.calls.iter().map(|(k, v)| (k.clone(), v.0)).collect() };
+    assert_eq!(differences(&counts(&stream), &counts(&client)), "");
 }

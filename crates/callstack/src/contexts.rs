@@ -119,7 +119,10 @@ pub fn fold(
                     let at = if own == NO_NODE { parent } else { own };
                     let instrs = u64::from(instrs.max(1));
                     if ir % instrs != 0 {
-                        return Err(format!("block {id} counted {ir} Ir in runs of {instrs}"));
+                        return Err(format!(
+                            "block {id} counted {ir} Ir in runs of {instrs} (counter group {}, number {i}, {:?})",
+                            n.group, n.kind
+                        ));
                     }
                     let slot = tree.run_slot(at, id) as usize;
                     tree.runs[slot] += ir / instrs;

@@ -21,9 +21,6 @@ pub(crate) mod head {
     pub const USED: usize = 0;
     /// The current node ([`super::NONE`] before a thread's first block).
     pub const NODE: usize = 1;
-    /// The node whose counters [`crate::hot::CUR`] points at (the current
-    /// node's, or a skip node's in skipped code).
-    pub const COUNTING: usize = 2;
     /// Frames on the stack, and the vector holding them (offset, capacity
     /// in frames).
     pub const DEPTH: usize = 3;
@@ -51,19 +48,31 @@ pub(crate) mod head {
     /// In skipped code: the context and call site it is charged to.
     pub const NONSKIPPED_NODE: usize = 19;
     pub const NONSKIPPED_SITE: usize = 20;
+    /// What each running signal handler interrupted (offset, length,
+    /// capacity in records).
+    pub const SIGNALS: usize = 21;
+    pub const SIGNALS_LEN: usize = 22;
+    pub const SIGNALS_CAP: usize = 23;
     /// Words of header.
     pub const WORDS: usize = 32;
 }
 
 /// Words of a node record before its counters: its key (parent and
-/// function, level and kind, site), its counter group, and the number of
-/// counters (translated code's bounds check reads it just before the
-/// first counter).
-pub const NODE_HEADER: usize = 5;
+/// function, level and kind, site), its counter group, its id ([`NONE`]
+/// for a sink, which no table holds), and the number of counters
+/// (translated code's bounds check reads it just before the first
+/// counter). The id is found from the counters alone: what the hot words
+/// point at is the only thing a growth may trust (a signal handler's
+/// return puts back the interrupted code's pointer, not the runtime's
+/// state).
+pub const NODE_HEADER: usize = 6;
 /// Words of an arc.
 pub const ARC_WORDS: usize = 5;
 /// Words of a frame.
 pub(crate) const FRAME_WORDS: usize = 7;
+/// Words of what a signal handler interrupted: the context, the stack's
+/// depth, the skipped-code state, the last stack pointer, the running Ir.
+pub(crate) const SIGNAL_WORDS: usize = 6;
 
 /// What a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +189,7 @@ impl<'a> Arena<'a> {
 pub(crate) fn node_at(words: &[u64], at: usize) -> NodeRecord<'_> {
     let w = &words[at..at + NODE_HEADER];
     let parent = w[0] & 0xffff_ffff;
-    let n = w[4] as usize;
+    let n = w[NODE_HEADER - 1] as usize;
     NodeRecord {
         parent: if parent == 0xffff_ffff { NONE } else { parent },
         function: (w[0] >> 32) as u32,

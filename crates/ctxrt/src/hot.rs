@@ -16,5 +16,14 @@ pub const LAST: usize = 2;
 pub const ARENA: usize = 3;
 /// The arena's size in words.
 pub const ARENA_WORDS: usize = 4;
+/// How many signal handlers run, as the interrupted code's saved words
+/// say: a handler's `rt_sigreturn` puts back the words of the code it
+/// interrupted, this one included, so a count below the runtime's own
+/// says which handlers returned.
+pub const SIGNALS: usize = 5;
 /// Hot words per thread.
-pub const WORDS: usize = 5;
+pub const WORDS: usize = 6;
+
+/// [`LAST`] when a signal handler starts (its trampoline stores it): its
+/// first block starts a root, as in Callgrind.
+pub const SIGNAL_START: u64 = u64::MAX - 1;

@@ -2,7 +2,7 @@
 //! (`callrules`), the stack, contexts and arcs, and where the next blocks
 //! count.
 
-use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE};
+use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE, SIGNAL_WORDS};
 use crate::facts::{Facts, FACT_WORDS};
 use crate::hot;
 use crate::table::{find, hash};
@@ -21,6 +21,9 @@ pub enum Error {
 /// for blocks numbered past it).
 pub const FIRST_COUNTERS: usize = 8;
 
+/// Where a node record keeps its id.
+const ID: usize = 4;
+
 /// Where a fresh thread counts until its first context entry (a thread
 /// made by `clone` goes on in the block that made it): a record after the
 /// header, never folded.
@@ -30,7 +33,7 @@ const SINK: usize = head::WORDS;
 /// starts with: writes to the arena (word index, value) and the thread's
 /// hot words. The rest of the arena may hold anything (a reused thread
 /// area's old contents): the runtime zeroes what it allocates.
-pub fn fresh_thread(arena: u64, words: u64) -> ([(usize, u64); 2], [u64; hot::WORDS]) {
+pub fn fresh_thread(arena: u64, words: u64) -> ([(usize, u64); 3], [u64; hot::WORDS]) {
     let mut h = [0; hot::WORDS];
     h[hot::CUR] = arena + 8 * (SINK + NODE_HEADER) as u64;
     h[hot::LAST] = NONE;
@@ -38,6 +41,7 @@ pub fn fresh_thread(arena: u64, words: u64) -> ([(usize, u64); 2], [u64; hot::WO
     h[hot::ARENA_WORDS] = words;
     let writes = [
         (head::USED, 0),
+        (SINK + ID, NONE),
         (SINK + NODE_HEADER - 1, FIRST_COUNTERS as u64),
     ];
     (writes, h)
@@ -71,8 +75,17 @@ impl Runtime<'_> {
     /// pointer `sp`, from the block in [`hot::LAST`].
     pub fn enter(&mut self, y: u64, sp: u64) -> Result<()> {
         self.init()?;
+        // Handlers whose `rt_sigreturn` put the interrupted code's words
+        // back have ended.
+        while self.arena[head::SIGNALS_LEN] > self.hot[hot::SIGNALS] {
+            self.end_signal();
+        }
         let yf = self.facts_of(y)?;
-        let last = self.hot[hot::LAST];
+        let mut last = self.hot[hot::LAST];
+        if last == hot::SIGNAL_START {
+            self.start_signal()?;
+            last = NONE;
+        }
         let xf = if last == NONE {
             None
         } else {
@@ -171,6 +184,56 @@ impl Runtime<'_> {
         self.count_in(&yf)
     }
 
+    /// A signal handler starts: what it interrupted is kept, and it starts
+    /// a root (Callgrind's handlers are roots).
+    fn start_signal(&mut self) -> Result<()> {
+        let n = self.arena[head::SIGNALS_LEN] as usize;
+        let at = self.reserve(head::SIGNALS, head::SIGNALS_CAP, (n + 1) * SIGNAL_WORDS)?;
+        let record = [
+            self.arena[head::NODE],
+            self.arena[head::DEPTH],
+            self.arena[head::NONSKIPPED_NODE],
+            self.arena[head::NONSKIPPED_SITE],
+            self.arena[head::LAST_SP],
+            self.hot[hot::IR],
+        ];
+        self.arena[at + n * SIGNAL_WORDS..][..SIGNAL_WORDS].copy_from_slice(&record);
+        self.arena[head::SIGNALS_LEN] = n as u64 + 1;
+        self.hot[hot::SIGNALS] = n as u64 + 1;
+        self.arena[head::NODE] = NONE;
+        self.arena[head::NONSKIPPED_NODE] = NONE;
+        Ok(())
+    }
+
+    /// The innermost handler ended (returned, or left by `longjmp`): back
+    /// to what it interrupted, its Ir nobody's inclusive cost.
+    fn end_signal(&mut self) {
+        let Some(n) = (self.arena[head::SIGNALS_LEN] as usize).checked_sub(1) else {
+            return;
+        };
+        let at = self.arena[head::SIGNALS] as usize + n * SIGNAL_WORDS;
+        let mut r = [0; SIGNAL_WORDS];
+        r.copy_from_slice(&self.arena[at..at + SIGNAL_WORDS]);
+        self.arena[head::NODE] = r[0];
+        self.arena[head::NONSKIPPED_NODE] = r[2];
+        self.arena[head::NONSKIPPED_SITE] = r[3];
+        self.arena[head::LAST_SP] = r[4];
+        self.hot[hot::IR] = r[5];
+        self.arena[head::SIGNALS_LEN] = n as u64;
+        self.hot[hot::SIGNALS] = n as u64;
+    }
+
+    /// The stack depth below which frames are the code's the innermost
+    /// running handler interrupted (0 outside handlers).
+    fn bottom(&self) -> usize {
+        match (self.arena[head::SIGNALS_LEN] as usize).checked_sub(1) {
+            Some(n) => {
+                self.arena[self.arena[head::SIGNALS] as usize + n * SIGNAL_WORDS + 1] as usize
+            }
+            None => 0,
+        }
+    }
+
     /// Makes the root context of block `x`'s function the current one
     /// and moves what the sink counted (blocks of `x`'s group) into it.
     fn adopt_sink(&mut self, x: &Facts) -> Result<()> {
@@ -180,9 +243,11 @@ impl Runtime<'_> {
         self.arena[a] = u64::from(active);
         let root = self.node(CONTEXT, NONE, x.flow.function, level, 0, x.group)?;
         self.arena[head::NODE] = root;
-        self.arena[head::COUNTING] = root;
-        let sink = ((self.hot[hot::CUR] - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER;
-        let n = self.arena[sink + NODE_HEADER - 1] as usize;
+        let sink = self.counting_record();
+        let n = match self.arena[sink + ID] {
+            NONE => self.arena[sink + NODE_HEADER - 1] as usize,
+            _ => 0,
+        };
         for i in 0..n {
             let c = core::mem::take(&mut self.arena[sink + NODE_HEADER + i]);
             if c == 0 {
@@ -194,11 +259,13 @@ impl Runtime<'_> {
                     index: i as u32,
                     ..*x
                 };
-                self.grow_for(&want)?;
+                self.grow_for(root, &want)?;
             }
             let at = self.node_offset(root);
             self.arena[at + NODE_HEADER + i] += c;
         }
+        let at = self.node_offset(root);
+        self.point_at(at);
         Ok(())
     }
 
@@ -206,20 +273,27 @@ impl Runtime<'_> {
     pub fn grow(&mut self, y: u64) -> Result<()> {
         self.init()?;
         let yf = self.facts_of(y)?;
-        if self.arena[head::COUNTING] == NONE {
-            // Counting in the sink still (or again): a bigger one.
+        let id = self.arena[self.counting_record() + ID];
+        if id == NONE {
+            // Counting in the sink still: a bigger one.
             let n = (yf.index as usize + 1).next_power_of_two();
             let at = self.alloc(NODE_HEADER + n)?;
+            self.arena[at + ID] = NONE;
             self.arena[at + NODE_HEADER - 1] = n as u64;
             self.point_at(at);
             return Ok(());
         }
-        self.grow_for(&yf)
+        self.grow_for(id, &yf)
     }
 
-    /// Moves the counting node to counters with room for block `y`'s.
-    fn grow_for(&mut self, y: &Facts) -> Result<()> {
-        let id = self.arena[head::COUNTING];
+    /// The record of the counters [`hot::CUR`] points at.
+    fn counting_record(&self) -> usize {
+        ((self.hot[hot::CUR] - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER
+    }
+
+    /// Moves node `id` to counters with room for block `y`'s, and counts
+    /// there.
+    fn grow_for(&mut self, id: u64, y: &Facts) -> Result<()> {
         let at = self.node_offset(id);
         let n = self.arena[at + NODE_HEADER - 1] as usize;
         let want = (y.index as usize + 1).max(2 * n).next_power_of_two();
@@ -254,7 +328,6 @@ impl Runtime<'_> {
         self.arena[1..head::WORDS].fill(0);
         self.arena[head::USED] = (SINK + NODE_HEADER + FIRST_COUNTERS) as u64;
         self.arena[head::NODE] = NONE;
-        self.arena[head::COUNTING] = NONE;
         self.arena[head::NONSKIPPED_NODE] = NONE;
         for (off, cap, n) in [
             (head::STACK, head::STACK_CAP, 64 * FRAME_WORDS),
@@ -263,6 +336,7 @@ impl Runtime<'_> {
             (head::ARCS, head::ARCS_CAP, 256 * ARC_WORDS),
             (head::ARC_INDEX, head::ARC_INDEX_CAP, 512),
             (head::ACTIVE, head::ACTIVE_CAP, 256),
+            (head::SIGNALS, head::SIGNALS_CAP, 4 * SIGNAL_WORDS),
         ] {
             self.arena[off] = self.alloc(n)? as u64;
             self.arena[cap] = n as u64;
@@ -350,6 +424,7 @@ impl Runtime<'_> {
         let at = self.alloc(NODE_HEADER + FIRST_COUNTERS)?;
         self.arena[at..at + 3].copy_from_slice(&key);
         self.arena[at + 3] = u64::from(group);
+        self.arena[at + ID] = id;
         self.arena[at + NODE_HEADER - 1] = FIRST_COUNTERS as u64;
         let table = self.reserve(head::NODES, head::NODES_CAP, id as usize + 1)?;
         self.arena[table + id as usize] = at as u64;
@@ -455,8 +530,14 @@ impl Runtime<'_> {
         self.arena[head::STACK] as usize + i * FRAME_WORDS
     }
 
-    /// Pops the top frame: its arc gets the call's inclusive Ir.
+    /// Pops the top frame: its arc gets the call's inclusive Ir. Popping
+    /// the frames of code a handler interrupted ends the handler (it was
+    /// left by `longjmp`).
     fn pop(&mut self) {
+        while self.arena[head::SIGNALS_LEN] > 0 && self.bottom() >= self.arena[head::DEPTH] as usize
+        {
+            self.end_signal();
+        }
         let depth = self.arena[head::DEPTH] as usize;
         let Some(top) = depth.checked_sub(1) else {
             return;
@@ -524,10 +605,9 @@ impl Runtime<'_> {
         } else {
             self.node(FOREIGN, node, g, 0, 0, g)?
         };
-        self.arena[head::COUNTING] = id;
         let at = self.node_offset(id);
         if y.index as usize >= self.arena[at + NODE_HEADER - 1] as usize {
-            return self.grow_for(y);
+            return self.grow_for(id, y);
         }
         self.point_at(at);
         Ok(())
@@ -554,11 +634,11 @@ impl Calls for Keeper<'_, '_> {
     }
 
     fn bottom(&self) -> usize {
-        0
+        self.rt.bottom()
     }
 
     fn in_handler(&self) -> bool {
-        false
+        self.rt.arena[head::SIGNALS_LEN] > 0
     }
 
     fn frame_sp(&self, i: usize) -> u64 {

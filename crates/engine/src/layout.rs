@@ -128,12 +128,12 @@ pub const S_KEPT_TAG: u32 = 80;
 /// Slot offset: where the straddle routine returns to.
 pub const S_KEPT_RET: u32 = 88;
 /// Bytes of spill slots at the start of a thread area (saved and restored
-/// around signal handlers, which reuse them).
-pub const SPILL_BYTES: u64 = 128;
+/// around signal handlers, which reuse them; a power of two).
+pub const SPILL_BYTES: u64 = 256;
 /// Slot offset: how many signal handlers of the thread have started and
 /// not returned (the top of the stack at [`AREA_SIGSAVE`]). Outside the
 /// spill slots, which are saved and restored around handlers.
-pub const S_SIG_DEPTH: u32 = 0x80;
+pub const S_SIG_DEPTH: u32 = 0x1c0;
 /// Thread-area offset of the `--stats=yes` counter of indirect transfers
 /// resolved by the inline lookup (way 0 of the home bucket). Outside the
 /// spill slots: a signal handler's return must not roll it back.
@@ -226,9 +226,12 @@ pub const MAGIC_RUNTIME: u32 = MAGIC_LO + 8;
 
 /// Thread-area offset of the calling-context runtime's hot words
 /// (`ctxrt::hot`: the current context's counters, the running Ir, the
-/// block a context-changing transfer left, the arena). Outside the spill
-/// slots.
-pub const S_CONTEXT_HOT: u32 = 0x180;
+/// block left last, the arena, the handlers running). Inside the spill
+/// slots: a signal handler's trampoline saves them with the slots and its
+/// `rt_sigreturn` puts them back, so the interrupted code goes on counting
+/// where it counted.
+pub const S_CONTEXT_HOT: u32 = 0x60;
+const _: () = assert!(S_CONTEXT_HOT as u64 + 8 * ctxrt::hot::WORDS as u64 <= SPILL_BYTES);
 /// Where the process's table of block facts (contexts mode) is asked to
 /// go: below the thread areas, away from the code and the client's own
 /// mappings.

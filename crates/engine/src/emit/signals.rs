@@ -61,6 +61,12 @@ impl Emitter {
             Register::EAX,
             Register::EAX,
         ));
+        // Contexts mode: the handler's first block starts a root.
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_imm32,
+            super::gs(layout::S_CONTEXT_HOT + 8 * ctxrt::hot::LAST as u32),
+            ctxrt::hot::SIGNAL_START as i64 as i32,
+        ));
     }
 
     /// `r = (r & (levels - 1)) * SPILL_BYTES`: the offset of stack level

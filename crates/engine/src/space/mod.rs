@@ -454,6 +454,13 @@ impl Space {
         self.tracing.is_some()
     }
 
+    /// Whether translations keep no clean points (trace and contexts
+    /// modes: a block's records or runtime calls cannot be taken back
+    /// part-way), so that a signal is delivered where the thread is.
+    pub fn keeps_host_rip(&self) -> bool {
+        self.tracing.is_some() || self.contexts.is_some()
+    }
+
     /// Whether code is translated instrumented.
     pub fn instrumented(&self) -> bool {
         self.instrumented

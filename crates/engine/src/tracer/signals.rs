@@ -232,7 +232,7 @@ impl Tracer<'_> {
         rip: u64,
     ) -> bool {
         let mut sp = space.borrow_mut();
-        if !sp.in_code_cache(rip) || sp.is_tracing() {
+        if !sp.in_code_cache(rip) || sp.keeps_host_rip() {
             return false;
         }
         sp.mem().read(rip, 2).is_ok_and(|b| b[..] != [0x0f, 0x05])
