@@ -208,7 +208,15 @@ mod tests {
             .rposition(|s| s.starts_with("mov gs:[r11+"))
             .unwrap();
         assert!(depth_up > last_store, "{text:#?}");
-        assert_eq!(text.last().unwrap(), "xor eax,eax");
+        assert_eq!(text[text.len() - 2], "xor eax,eax");
+        // Contexts mode's word saying a handler starts.
+        let last = layout::S_CONTEXT_HOT + 8 * ctxrt::hot::LAST as u32;
+        assert!(
+            text.last()
+                .unwrap()
+                .starts_with(&format!("mov qword ptr gs:[{last:X}h],")),
+            "{text:#?}"
+        );
     }
 
     #[test]

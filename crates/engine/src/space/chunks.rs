@@ -491,16 +491,18 @@ mod tests {
             entry
         );
         // The interrupted code's spills pushed (3 + 2 per slot + 2
-        // instructions), then the lookup of the handler.
+        // instructions), contexts mode's handler-start word, then the
+        // lookup of the handler.
         let pushed = 3 + 2 * (crate::layout::SPILL_BYTES / 8) as usize + 1;
-        let insns = insns_at(&fake, entry, pushed + 4);
+        let insns = insns_at(&fake, entry, pushed + 5);
         assert_eq!(
             insns[0],
             format!("mov r11,gs:[{:X}h]", crate::layout::S_SIG_DEPTH)
         );
         assert_eq!(insns[pushed], "xor eax,eax");
+        assert!(insns[pushed + 1].starts_with("mov qword ptr gs:[70h],"));
         assert_eq!(
-            insns[pushed + 1..],
+            insns[pushed + 2..],
             ["mov gs:[8],rcx", "mov gs:[0],rax", "mov rcx,401000h"]
         );
     }
