@@ -5,12 +5,13 @@
 //!
 //! Translated code counts each block's Ir into the current context's
 //! counters (the address in [`hot::CUR`]) and into the thread's running
-//! Ir ([`hot::IR`]); a transfer that may change the context (calls,
-//! returns, indirect jumps, jumps into another function) stores the block
-//! it leaves in [`hot::LAST`] and enters the next block through a call of
-//! [`Runtime::enter`], which decides, keeps the stack, makes contexts and
+//! Ir ([`hot::IR`]), and stores its id in [`hot::LAST`] before it
+//! leaves; a transfer that may change the context (calls, returns,
+//! indirect jumps, jumps into another counter group) enters the next
+//! block through a call of [`Runtime::enter`], which decides (the block
+//! left is the one in [`hot::LAST`]), keeps the stack, makes contexts and
 //! arcs, and points [`hot::CUR`] at the right counters. A block whose
-//! number in its function is past its context's counters calls
+//! number in its counter group is past its context's counters calls
 //! [`Runtime::grow`].
 //!
 //! Everything lives in word slices the engine maps: the thread's *hot*

@@ -464,6 +464,23 @@ fn decode_block(code: &[u8], guest: u64, checked: bool) -> Result<(Vec<Item>, St
     }
 }
 
+/// Cuts `items` so that a rep string instruction is a block of its own
+/// (trace and contexts modes count its iterations from the block): before
+/// it, or right after it when it comes first; `stop` says where decoding
+/// goes on.
+fn rep_alone(items: &mut Vec<Item>, stop: &mut Stop) {
+    if let Some(n) = items
+        .iter()
+        .position(|it| matches!(it, Item::Insn(i) if is_rep(i)))
+    {
+        let cut = n.max(1);
+        if cut < items.len() {
+            *stop = Stop::Continue(items[cut].ip());
+            items.truncate(cut);
+        }
+    }
+}
+
 fn is_cond_rep(i: &Instruction) -> bool {
     matches!(
         i.mnemonic(),

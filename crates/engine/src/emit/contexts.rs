@@ -2,8 +2,8 @@
 //! so that the client keeps its own calling contexts. A block's *context
 //! entry* calls the runtime (`ctxrt`, in the core region) before its
 //! body; its body counts its Ir into the current context's counters and
-//! the thread's running Ir; a block leaving by a transfer that may change
-//! the context stores its id for the runtime.
+//! the thread's running Ir; every block stores its id before it leaves,
+//! the block the runtime's next decision starts from.
 
 use super::{based, gs, Emitter, Label};
 use crate::layout;
@@ -87,8 +87,8 @@ impl Emitter {
         }
     }
 
-    /// `mov qword gs:[LAST], id`: the block leaves by a transfer that may
-    /// change the context (flag-free).
+    /// `mov qword gs:[LAST], id`: block `id` is about to leave (flag-free;
+    /// the runtime reads it at the next context entry).
     pub fn store_last(&mut self, id: u32) {
         self.insn(Instruction::with2(
             Code::Mov_rm64_imm32,

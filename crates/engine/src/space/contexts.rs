@@ -163,20 +163,7 @@ pub(super) struct ContextsCtx<'a> {
 impl ContextsCtx<'_> {
     /// The shared origin of module record `index`.
     pub fn origin(&mut self, index: usize, module: &crate::ModuleRecord) -> Arc<CodeOrigin> {
-        let o = &mut self.contexts.origins;
-        if o.len() <= index {
-            o.resize(index + 1, None);
-        }
-        o[index]
-            .get_or_insert_with(|| {
-                Arc::new(CodeOrigin {
-                    path: module.path.clone(),
-                    start: module.start,
-                    end: module.end,
-                    file_offset: module.file_offset,
-                })
-            })
-            .clone()
+        super::trace::shared_origin(&mut self.contexts.origins, index, module)
     }
 
     /// The block about to be translated at `guest` (from `origin`): its id

@@ -130,19 +130,7 @@ impl Tracing {
 
     /// The shared origin of module record `index`.
     pub fn origin(&mut self, index: usize, module: &ModuleRecord) -> Arc<CodeOrigin> {
-        if self.origins.len() <= index {
-            self.origins.resize(index + 1, None);
-        }
-        self.origins[index]
-            .get_or_insert_with(|| {
-                Arc::new(CodeOrigin {
-                    path: module.path.clone(),
-                    start: module.start,
-                    end: module.end,
-                    file_offset: module.file_offset,
-                })
-            })
-            .clone()
+        shared_origin(&mut self.origins, index, module)
     }
 }
 
@@ -667,4 +655,26 @@ mod tests {
         assert_eq!(slot(AREA_I1_MRU, 63), 0);
         assert!((0..512).all(|n| slot(AREA_BTAC, n) == BTAC_UNKNOWN));
     }
+}
+
+/// The origin of module record `index` (`module`), made once and shared
+/// by every block from it (`origins` by record).
+pub(super) fn shared_origin(
+    origins: &mut Vec<Option<Arc<CodeOrigin>>>,
+    index: usize,
+    module: &ModuleRecord,
+) -> Arc<CodeOrigin> {
+    if origins.len() <= index {
+        origins.resize(index + 1, None);
+    }
+    origins[index]
+        .get_or_insert_with(|| {
+            Arc::new(CodeOrigin {
+                path: module.path.clone(),
+                start: module.start,
+                end: module.end,
+                file_offset: module.file_offset,
+            })
+        })
+        .clone()
 }

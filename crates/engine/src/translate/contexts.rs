@@ -29,18 +29,7 @@ pub(super) fn translate_contexts(
     cb: ContextBlock,
 ) -> Result<Translation, TransError> {
     let (mut items, mut stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
-    // A rep string instruction is a block of its own (its count is its
-    // iterations', Cachegrind's n+1 rule, as the stream path counts it).
-    if let Some(n) = items
-        .iter()
-        .position(|it| matches!(it, Item::Insn(i) if is_rep(i)))
-    {
-        let cut = n.max(1);
-        if cut < items.len() {
-            stop = Stop::Continue(items[cut].ip());
-            items.truncate(cut);
-        }
-    }
+    rep_alone(&mut items, &mut stop);
     let rep = match items.first() {
         Some(Item::Insn(i)) if is_rep(i) => Some(*i),
         _ => None,
@@ -75,9 +64,9 @@ pub(super) fn translate_contexts(
     };
     let spilled = |b: &mut Builder| b.e.store_gs(Register::RAX, layout::S_RAX);
     let unspill = |b: &mut Builder| b.e.load_gs(Register::RAX, layout::S_RAX);
-    if rep.is_some() {
-        // Counted after the instruction.
-    } else if !matches!(placement, Placement::DeadFlags(_)) {
+    // A rep block is counted after its instruction; others where the
+    // flags are dead, else at the start with the flags kept.
+    if rep.is_none() && !matches!(placement, Placement::DeadFlags(_)) {
         // Flags live everywhere: kept on the stack below the red zone.
         b.e.keep_flags_on_stack(true);
         spilled(&mut b);

@@ -501,18 +501,7 @@ pub(super) fn translate_traced(
     mode: TraceMode,
 ) -> Result<Translation, TransError> {
     let (mut items, mut stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
-    // A rep string instruction is a block of its own.
-    if let Some(n) = items
-        .iter()
-        .position(|it| matches!(it, Item::Insn(i) if is_rep(i)))
-    {
-        // Cut before it, or right after it when it comes first.
-        let cut = n.max(1);
-        if cut < items.len() {
-            stop = Stop::Continue(items[cut].ip());
-            items.truncate(cut);
-        }
-    }
+    rep_alone(&mut items, &mut stop);
     let mut info = InstructionInfoFactory::new();
     let (a_reg, r) = borrow(&mut items, &mut stop, &mut info, mode.filter.is_some())?;
     let mut accesses = BlockAccesses::of(&items, mode.data);
