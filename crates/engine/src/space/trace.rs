@@ -562,6 +562,28 @@ impl Space {
     }
 }
 
+/// The origin of module record `index` (`module`), made once and shared
+/// by every block from it (`origins` by record).
+pub(super) fn shared_origin(
+    origins: &mut Vec<Option<Arc<CodeOrigin>>>,
+    index: usize,
+    module: &ModuleRecord,
+) -> Arc<CodeOrigin> {
+    if origins.len() <= index {
+        origins.resize(index + 1, None);
+    }
+    origins[index]
+        .get_or_insert_with(|| {
+            Arc::new(CodeOrigin {
+                path: module.path.clone(),
+                start: module.start,
+                end: module.end,
+                file_offset: module.file_offset,
+            })
+        })
+        .clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{fake_space, load, mmap_as_asked, CODE};
@@ -655,26 +677,4 @@ mod tests {
         assert_eq!(slot(AREA_I1_MRU, 63), 0);
         assert!((0..512).all(|n| slot(AREA_BTAC, n) == BTAC_UNKNOWN));
     }
-}
-
-/// The origin of module record `index` (`module`), made once and shared
-/// by every block from it (`origins` by record).
-pub(super) fn shared_origin(
-    origins: &mut Vec<Option<Arc<CodeOrigin>>>,
-    index: usize,
-    module: &ModuleRecord,
-) -> Arc<CodeOrigin> {
-    if origins.len() <= index {
-        origins.resize(index + 1, None);
-    }
-    origins[index]
-        .get_or_insert_with(|| {
-            Arc::new(CodeOrigin {
-                path: module.path.clone(),
-                start: module.start,
-                end: module.end,
-                file_offset: module.file_offset,
-            })
-        })
-        .clone()
 }
