@@ -10,35 +10,13 @@
 
 mod run_support;
 
-use run_support::{cachescope, require, under_cachescope, TempDir};
+use run_support::{cachescope, callgrind_fixture, under_cachescope, TempDir};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const KINDS: [&str; 5] = ["stacktree", "folded", "svg", "speedscope", "firefox"];
-
-/// Compiles fixture sources into `dir`.
-fn build(dir: &TempDir, srcs: &[&str], flags: &[&str]) -> PathBuf {
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/callgrind");
-    let compiler = if srcs[0].ends_with(".cpp") {
-        "g++"
-    } else {
-        "gcc"
-    };
-    require(compiler);
-    let exe = dir.join(srcs[0].split('.').next().unwrap());
-    let o = Command::new(compiler)
-        .args(flags)
-        .args(["-g", "-pthread"])
-        .args(srcs.iter().map(|s| base.join(s)))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    exe
-}
 
 /// A run of fixture `srcs` with every export (`extra` options too).
 struct Exported {
@@ -61,7 +39,7 @@ impl Exported {
 
 fn run(srcs: &[&str], flags: &[&str], extra: &[&str]) -> Exported {
     let dir = TempDir::new(&format!("exports-{}", srcs[0]));
-    let exe = build(&dir, srcs, flags);
+    let exe = callgrind_fixture(&dir, srcs, flags);
     let out = dir.join("callgrind.out");
     let mut args = vec![
         "--tool=callgrind".to_string(),

@@ -12,7 +12,7 @@
 mod run_support;
 
 use callgrind::{Item, Profile};
-use run_support::{require, under_cachescope, TempDir};
+use run_support::{callgrind_fixture, require, under_cachescope, TempDir, NOW};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,29 +63,6 @@ fn read(path: &Path) -> Profile {
     callgrind::parse(&data).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()))
 }
 
-/// Compiles fixture `src` (C or C++ by its extension) with `flags`.
-fn build(dir: &TempDir, src: &str, flags: &[&str]) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/callgrind")
-        .join(src);
-    let cxx = src.ends_with(".cpp");
-    let compiler = if cxx { "g++" } else { "gcc" };
-    require(compiler);
-    let exe = dir.join(src.split('.').next().unwrap());
-    let o = Command::new(compiler)
-        .args(flags)
-        // Bound at start: the lazy binder's variant (xsave or xsavec)
-        // depends on the CPU, which Valgrind's virtual one changes.
-        .args(["-g", "-pthread", "-Wl,-z,now"])
-        .arg(&path)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    exe
-}
-
 /// Runs fixture `src` under both and returns the two files.
 fn both(src: &str, flags: &[&str]) -> (TempDir, PathBuf, PathBuf) {
     both_with(src, flags, &[])
@@ -95,7 +72,7 @@ fn both(src: &str, flags: &[&str]) -> (TempDir, PathBuf, PathBuf) {
 fn both_with(src: &str, flags: &[&str], options: &[&str]) -> (TempDir, PathBuf, PathBuf) {
     require("valgrind");
     let dir = TempDir::new(&format!("callgrind-{src}"));
-    let exe = build(&dir, src, flags);
+    let exe = callgrind_fixture(&dir, &[src], &[flags, NOW].concat());
     let ours = dir.join("ours.out");
     let theirs = dir.join("theirs.out");
     let out = format!("--callgrind-out-file={}", ours.display());

@@ -10,10 +10,8 @@
 mod run_support;
 
 use callgrind::{Item, Profile};
-use run_support::{require, under_cachescope, TempDir};
+use run_support::{callgrind_fixture, under_cachescope, TempDir, NOW};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Self Ir per (function, line) and (count, inclusive Ir) per (caller,
 /// call line, callee), of the whole program.
@@ -52,26 +50,6 @@ fn costs(p: &Profile) -> Costs {
     c
 }
 
-/// Compiles fixture `src` with `flags`.
-fn build(dir: &TempDir, src: &str, flags: &[&str]) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/callgrind")
-        .join(src);
-    let compiler = if src.ends_with(".cpp") { "g++" } else { "gcc" };
-    require(compiler);
-    let exe = dir.join(src.split('.').next().unwrap());
-    let o = Command::new(compiler)
-        .args(flags)
-        .args(["-g", "-pthread", "-Wl,-z,now"])
-        .arg(&path)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    exe
-}
-
 /// Runs `src` both ways and compares.
 fn compare(src: &str, flags: &[&str]) {
     let [stream, client] = both(src, flags);
@@ -90,7 +68,7 @@ fn compare(src: &str, flags: &[&str]) {
 /// Runs `src` with and without `--client-contexts=yes`.
 fn both(src: &str, flags: &[&str]) -> [Costs; 2] {
     let dir = TempDir::new(&format!("client-contexts-{src}"));
-    let exe = build(&dir, src, flags);
+    let exe = callgrind_fixture(&dir, &[src], &[flags, NOW].concat());
     let mut got = Vec::new();
     for (name, extra) in [("stream", None), ("client", Some("--client-contexts=yes"))] {
         let file = dir.join(&format!("{name}.out"));

@@ -70,6 +70,25 @@ pub struct Runtime<'a> {
 
 type Result<T> = core::result::Result<T, Error>;
 
+/// An index of records by their first three words: the header words of
+/// the index (its offset, then its capacity) and where record `id` is.
+struct Keyed {
+    index: usize,
+    at: fn(&Runtime<'_>, u64) -> usize,
+}
+
+/// Nodes by (parent and function, level and kind, site).
+const NODES: Keyed = Keyed {
+    index: head::NODE_INDEX,
+    at: |rt, id| rt.node_offset(id),
+};
+
+/// Arcs by (caller and callee, site, target).
+const ARCS: Keyed = Keyed {
+    index: head::ARC_INDEX,
+    at: |rt, id| rt.arena[head::ARCS] as usize + id as usize * ARC_WORDS,
+};
+
 impl Runtime<'_> {
     /// Control enters block `y` through its context entry with the stack
     /// pointer `sp`, from the block in [`hot::LAST`].
@@ -405,18 +424,7 @@ impl Runtime<'_> {
             u64::from(level) | kind << 32,
             site,
         ];
-        let h = hash(&key);
-        let (index, cap) = (
-            self.arena[head::NODE_INDEX] as usize,
-            self.arena[head::NODE_INDEX_CAP] as usize,
-        );
-        let table = self.arena[head::NODES] as usize;
-        let words = &*self.arena;
-        let found = find(&words[index..index + cap], h, |id| {
-            let at = words[table + id as usize] as usize;
-            words[at..at + 3] == key
-        });
-        let slot = match found {
+        let slot = match self.lookup(&NODES, &key) {
             Ok(id) => return Ok(id),
             Err(slot) => slot,
         };
@@ -429,18 +437,7 @@ impl Runtime<'_> {
         let table = self.reserve(head::NODES, head::NODES_CAP, id as usize + 1)?;
         self.arena[table + id as usize] = at as u64;
         self.arena[head::NODES_LEN] = id + 1;
-        self.arena[index + slot] = id + 1;
-        if 2 * (id as usize + 1) > cap {
-            self.rehash(
-                head::NODE_INDEX,
-                head::NODE_INDEX_CAP,
-                id as usize + 1,
-                |rt, i| {
-                    let at = rt.node_offset(i);
-                    hash(&rt.arena[at..at + 3])
-                },
-            )?;
-        }
+        self.indexed(&NODES, slot, id)?;
         Ok(id)
     }
 
@@ -448,18 +445,7 @@ impl Runtime<'_> {
     /// made if new.
     fn arc(&mut self, caller: u64, site: u64, callee: u64, target: u64) -> Result<u64> {
         let key = [(caller & 0xffff_ffff) | callee << 32, site, target];
-        let h = hash(&key);
-        let (index, cap) = (
-            self.arena[head::ARC_INDEX] as usize,
-            self.arena[head::ARC_INDEX_CAP] as usize,
-        );
-        let arcs = self.arena[head::ARCS] as usize;
-        let words = &*self.arena;
-        let found = find(&words[index..index + cap], h, |id| {
-            let at = arcs + id as usize * ARC_WORDS;
-            words[at..at + 3] == key
-        });
-        let slot = match found {
+        let slot = match self.lookup(&ARCS, &key) {
             Ok(id) => return Ok(id),
             Err(slot) => slot,
         };
@@ -471,42 +457,49 @@ impl Runtime<'_> {
         self.arena[at + 3] = 0;
         self.arena[at + 4] = 0;
         self.arena[head::ARCS_LEN] = id + 1;
-        self.arena[index + slot] = id + 1;
-        if 2 * (id as usize + 1) > cap {
-            self.rehash(
-                head::ARC_INDEX,
-                head::ARC_INDEX_CAP,
-                id as usize + 1,
-                |rt, i| {
-                    let at = rt.arena[head::ARCS] as usize + i as usize * ARC_WORDS;
-                    hash(&rt.arena[at..at + 3])
-                },
-            )?;
-        }
+        self.indexed(&ARCS, slot, id)?;
         Ok(id)
     }
 
-    /// The index at header words (`off`, `cap`) rebuilt at twice its
-    /// size for `len` ids hashed by `h`.
-    fn rehash(
-        &mut self,
-        off: usize,
-        cap: usize,
-        len: usize,
-        h: fn(&Runtime<'_>, u64) -> u64,
-    ) -> Result<()> {
-        let n = 2 * self.arena[cap] as usize;
+    /// The id of the record with `key` in `by`, or the free slot of its
+    /// index where it goes.
+    fn lookup(&self, by: &Keyed, key: &[u64; 3]) -> core::result::Result<u64, usize> {
+        let (index, cap) = (
+            self.arena[by.index] as usize,
+            self.arena[by.index + 1] as usize,
+        );
+        find(&self.arena[index..index + cap], hash(key), |id| {
+            let at = (by.at)(self, id);
+            self.arena[at..at + 3] == *key
+        })
+    }
+
+    /// Record `id`, just made, goes in `slot` of `by`'s index (the slot
+    /// [`Runtime::lookup`] gave), which is rebuilt at twice its size once
+    /// half full.
+    fn indexed(&mut self, by: &Keyed, slot: usize, id: u64) -> Result<()> {
+        let (index, cap) = (
+            self.arena[by.index] as usize,
+            self.arena[by.index + 1] as usize,
+        );
+        self.arena[index + slot] = id + 1;
+        let len = id as usize + 1;
+        if 2 * len <= cap {
+            return Ok(());
+        }
+        let n = 2 * cap;
         let new = self.alloc(n)?;
-        for id in 0..len as u64 {
-            let key = h(self, id);
-            let slot = match find(&self.arena[new..new + n], key, |_| false) {
+        for i in 0..len as u64 {
+            let at = (by.at)(self, i);
+            let h = hash(&self.arena[at..at + 3]);
+            let slot = match find(&self.arena[new..new + n], h, |_| false) {
                 Ok(_) => unreachable!("nothing matches"),
                 Err(s) => s,
             };
-            self.arena[new + slot] = id + 1;
+            self.arena[new + slot] = i + 1;
         }
-        self.arena[off] = new as u64;
-        self.arena[cap] = n as u64;
+        self.arena[by.index] = new as u64;
+        self.arena[by.index + 1] = n as u64;
         Ok(())
     }
 

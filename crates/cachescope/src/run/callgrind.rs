@@ -196,10 +196,32 @@ struct ContextNamer {
     /// calls: they count side by side), and one per object for code
     /// without a name.
     groups: std::collections::HashMap<(Arc<str>, Arc<str>), u32>,
+    /// Classes and groups by code address: the engine asks about a
+    /// block's start before translating it and again with the whole block.
+    classes: std::collections::HashMap<u64, (CodeClass, u32)>,
 }
 
 impl engine::ContextClassifier for ContextNamer {
     fn classify(&mut self, info: &BlockInfo) -> (callrules::Flow, u32) {
+        let (class, group) = match self.classes.get(&info.start()) {
+            Some(c) => c.clone(),
+            None => {
+                let c = self.class_of(info);
+                self.classes.insert(info.start(), c.clone());
+                c
+            }
+        };
+        (self.functions.flow(class, info), group)
+    }
+
+    fn fork(&self) -> Box<dyn engine::ContextClassifier> {
+        Box::new(self.clone())
+    }
+}
+
+impl ContextNamer {
+    /// The class of the code at `info`'s start and its counter group.
+    fn class_of(&mut self, info: &BlockInfo) -> (CodeClass, u32) {
         let class = self.classify.classify(info);
         // Code without a name (Callgrind names it by its address, a
         // function per block) counts in one group per object; PLT entries
@@ -213,11 +235,7 @@ impl engine::ContextClassifier for ContextNamer {
         let key = (class.object.clone(), name);
         let next = self.groups.len() as u32;
         let group = *self.groups.entry(key).or_insert(next);
-        (self.functions.flow(class, info), group)
-    }
-
-    fn fork(&self) -> Box<dyn engine::ContextClassifier> {
-        Box::new(self.clone())
+        (class, group)
     }
 }
 
@@ -245,6 +263,7 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
         },
         functions: callstack::Functions::new(&cg.calls),
         groups: Default::default(),
+        classes: Default::default(),
     };
     Some(engine::ContextsConfig {
         classifier: Arc::new(move || Box::new(namer.clone()) as Box<dyn engine::ContextClassifier>),

@@ -43,6 +43,36 @@ pub fn compile(compiler: &str, flags: &[&str], src: &str, out: &Path) {
     );
 }
 
+/// Compiles fixture sources `srcs` of `fixtures/callgrind` (C, or C++ by
+/// the first one's extension) with `flags`, `-g` and `-pthread` into `dir`.
+#[allow(dead_code)]
+pub fn callgrind_fixture(dir: &TempDir, srcs: &[&str], flags: &[&str]) -> PathBuf {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/callgrind");
+    let compiler = if srcs[0].ends_with(".cpp") {
+        "g++"
+    } else {
+        "gcc"
+    };
+    require(compiler);
+    let exe = dir.join(srcs[0].split('.').next().unwrap());
+    let o = Command::new(compiler)
+        .args(flags)
+        .args(["-g", "-pthread"])
+        .args(srcs.iter().map(|s| base.join(s)))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    exe
+}
+
+/// Linker flag binding every symbol at start: the lazy binder's variant
+/// (xsave or xsavec) depends on the CPU, which Valgrind's virtual one
+/// changes.
+#[allow(dead_code)]
+pub const NOW: &[&str] = &["-Wl,-z,now"];
+
 /// How a run ended, comparable across runs: exit code or signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
