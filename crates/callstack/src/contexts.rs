@@ -326,7 +326,7 @@ mod tests {
     /// Runs `p` for up to `steps` blocks from f0, feeding each block to the
     /// call tool and, as translated code would, to the client runtime;
     /// returns both trees' self Ir per context and arcs, by names.
-    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> [Results; 2] {
+    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], u64) {
         let mut tool = CallTool::new(CallOptions::default(), Box::new(p.clone()));
         let mut facts = vec![0u64; p.blocks.len() * FACT_WORDS];
         for b in 0..p.blocks.len() {
@@ -448,7 +448,7 @@ mod tests {
         let names = |f: FnId| tool.functions[f as usize].class.function.to_string();
         let instrs = |b: u32| tool.block_state(b).instrs.len() as u64;
         let stream = results(&tool.tree, names, instrs);
-        [stream, client]
+        ([stream, client], Arena::new(&arena).entries().1)
     }
 
     /// Self Ir per context (named by its stack of functions) and arcs
@@ -497,11 +497,16 @@ mod tests {
 
     #[test]
     fn the_client_runtime_keeps_the_call_tools_contexts_on_random_programs() {
+        let mut fast = 0;
         for seed in 1..=300u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let p = program(&mut rng);
-            let [stream, client] = run_both(&p, &mut rng, 400);
+            let ([stream, client], fast_entries) = run_both(&p, &mut rng, 400);
             assert_eq!(client, stream, "seed {seed}");
+            fast += fast_entries;
         }
+        // The fast paths (calls the memo knows, returns, jumps) were
+        // taken, and kept the contexts equal.
+        assert!(fast > 10_000, "{fast} fast entries");
     }
 }

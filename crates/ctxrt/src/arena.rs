@@ -53,6 +53,13 @@ pub(crate) mod head {
     pub const SIGNALS: usize = 21;
     pub const SIGNALS_LEN: usize = 22;
     pub const SIGNALS_CAP: usize = 23;
+    /// The call memo (`crate::fast`: offset, capacity in words).
+    pub const MEMO: usize = 24;
+    pub const MEMO_CAP: usize = 25;
+    /// Context entries a fast path took (`crate::fast`).
+    pub const FAST_ENTRIES: usize = 26;
+    /// Context entries the runtime was asked for, fast or not.
+    pub const ENTRIES: usize = 27;
     /// Words of header.
     pub const WORDS: usize = 32;
 }
@@ -69,7 +76,7 @@ pub const NODE_HEADER: usize = 6;
 /// Words of an arc.
 pub const ARC_WORDS: usize = 5;
 /// Words of a frame.
-pub(crate) const FRAME_WORDS: usize = 7;
+pub(crate) const FRAME_WORDS: usize = 8;
 /// Words of what a signal handler interrupted: the context, the stack's
 /// depth, the skipped-code state, the last stack pointer, the running Ir.
 pub(crate) const SIGNAL_WORDS: usize = 6;
@@ -142,6 +149,16 @@ impl<'a> Arena<'a> {
 
     fn head(&self, i: usize) -> usize {
         self.words[i] as usize
+    }
+
+    /// Context entries the runtime was asked for, and how many of them a
+    /// fast path took (the rest took Callgrind's full decision).
+    pub fn entries(&self) -> (u64, u64) {
+        if self.used() == 0 {
+            (0, 0)
+        } else {
+            (self.words[head::ENTRIES], self.words[head::FAST_ENTRIES])
+        }
     }
 
     /// Its nodes, by id.

@@ -7,12 +7,12 @@ use callrules::{Exit, Flow, FnId};
 /// Words per block in the facts table.
 pub const FACT_WORDS: usize = 5;
 
-const ENTRY: u64 = 1;
-const SKIP: u64 = 2;
-const POP_ON_JUMP: u64 = 4;
+pub(crate) const ENTRY: u64 = 1;
+pub(crate) const SKIP: u64 = 2;
+pub(crate) const POP_ON_JUMP: u64 = 4;
 const NOTIFY: u64 = 8;
-const SP_KNOWN: u64 = 16;
-const DESCRIBED: u64 = 32;
+pub(crate) const SP_KNOWN: u64 = 16;
+pub(crate) const DESCRIBED: u64 = 32;
 
 /// A block's facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,6 +28,7 @@
 
 mod arena;
 mod facts;
+mod fast;
 pub mod hot;
 mod runtime;
 mod table;

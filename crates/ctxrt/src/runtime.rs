@@ -4,9 +4,10 @@
 
 use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE, SIGNAL_WORDS};
 use crate::facts::{Facts, FACT_WORDS};
+use crate::fast::{MEMO_ENTRIES, MEMO_WORDS};
 use crate::hot;
 use crate::table::{find, hash};
-use callrules::{Calls, Flow, Step};
+use callrules::{Calls, Exit, Flow, Step};
 
 /// Why the runtime cannot go on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub enum Error {
 pub const FIRST_COUNTERS: usize = 8;
 
 /// Where a node record keeps its id.
-const ID: usize = 4;
+pub(crate) const ID: usize = 4;
 
 /// Where a fresh thread counts until its first context entry (a thread
 /// made by `clone` goes on in the block that made it): a record after the
@@ -93,7 +94,13 @@ impl Runtime<'_> {
     /// Control enters block `y` through its context entry with the stack
     /// pointer `sp`, from the block in [`hot::LAST`].
     pub fn enter(&mut self, y: u64, sp: u64) -> Result<()> {
+        if self.fast_enter(y, sp) {
+            return Ok(());
+        }
         self.init()?;
+        self.arena[head::ENTRIES] += 1;
+        let cur_before = self.hot[hot::CUR];
+        let ns_before = self.arena[head::NONSKIPPED_NODE];
         // Handlers whose `rt_sigreturn` put the interrupted code's words
         // back have ended.
         while self.arena[head::SIGNALS_LEN] > self.hot[hot::SIGNALS] {
@@ -177,6 +184,13 @@ impl Runtime<'_> {
             }
         }
         if push {
+            // A real call's frame keeps the counters it was made from, for
+            // its return's fast path.
+            let resume = if ret_addr == 0 {
+                NONE
+            } else {
+                self.resume_of(cur_before)
+            };
             let frame = [
                 push_sp.unwrap_or(self.arena[head::LAST_SP]),
                 ret_addr,
@@ -185,6 +199,7 @@ impl Runtime<'_> {
                 self.hot[hot::IR],
                 self.arena[head::NONSKIPPED_NODE],
                 self.arena[head::NONSKIPPED_SITE],
+                resume,
             ];
             if skip {
                 if self.arena[head::NONSKIPPED_NODE] == NONE {
@@ -200,7 +215,13 @@ impl Runtime<'_> {
             }
             self.push(frame)?;
         }
-        self.count_in(&yf)
+        self.count_in(&yf)?;
+        if push && caller != NONE {
+            if let Some(x) = xf.filter(|x| x.flow.exit != Exit::Return && last != y) {
+                self.remember_call(last, &x.flow, y, cur_before, ns_before, skip);
+            }
+        }
+        Ok(())
     }
 
     /// A signal handler starts: what it interrupted is kept, and it starts
@@ -244,7 +265,7 @@ impl Runtime<'_> {
 
     /// The stack depth below which frames are the code's the innermost
     /// running handler interrupted (0 outside handlers).
-    fn bottom(&self) -> usize {
+    pub(crate) fn bottom(&self) -> usize {
         match (self.arena[head::SIGNALS_LEN] as usize).checked_sub(1) {
             Some(n) => {
                 self.arena[self.arena[head::SIGNALS] as usize + n * SIGNAL_WORDS + 1] as usize
@@ -274,11 +295,7 @@ impl Runtime<'_> {
             }
             let at = self.node_offset(root);
             if i >= self.arena[at + NODE_HEADER - 1] as usize {
-                let want = Facts {
-                    index: i as u32,
-                    ..*x
-                };
-                self.grow_for(root, &want)?;
+                self.grow_to(root, i)?;
             }
             let at = self.node_offset(root);
             self.arena[at + NODE_HEADER + i] += c;
@@ -302,7 +319,7 @@ impl Runtime<'_> {
             self.point_at(at);
             return Ok(());
         }
-        self.grow_for(id, &yf)
+        self.grow_to(id, yf.index as usize)
     }
 
     /// The record of the counters [`hot::CUR`] points at.
@@ -310,12 +327,12 @@ impl Runtime<'_> {
         ((self.hot[hot::CUR] - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER
     }
 
-    /// Moves node `id` to counters with room for block `y`'s, and counts
-    /// there.
-    fn grow_for(&mut self, id: u64, y: &Facts) -> Result<()> {
+    /// Moves node `id` to counters with room for block number `index`'s,
+    /// and counts there.
+    pub(crate) fn grow_to(&mut self, id: u64, index: usize) -> Result<()> {
         let at = self.node_offset(id);
         let n = self.arena[at + NODE_HEADER - 1] as usize;
-        let want = (y.index as usize + 1).max(2 * n).next_power_of_two();
+        let want = (index + 1).max(2 * n).next_power_of_two();
         let new = self.alloc(NODE_HEADER + want)?;
         self.arena.copy_within(at..at + NODE_HEADER + n, new);
         self.arena[new + NODE_HEADER - 1] = want as u64;
@@ -356,6 +373,7 @@ impl Runtime<'_> {
             (head::ARC_INDEX, head::ARC_INDEX_CAP, 512),
             (head::ACTIVE, head::ACTIVE_CAP, 256),
             (head::SIGNALS, head::SIGNALS_CAP, 4 * SIGNAL_WORDS),
+            (head::MEMO, head::MEMO_CAP, MEMO_ENTRIES * MEMO_WORDS),
         ] {
             self.arena[off] = self.alloc(n)? as u64;
             self.arena[cap] = n as u64;
@@ -404,7 +422,7 @@ impl Runtime<'_> {
         Ok(at + f as usize)
     }
 
-    fn node_offset(&self, id: u64) -> usize {
+    pub(crate) fn node_offset(&self, id: u64) -> usize {
         self.arena[self.arena[head::NODES] as usize + id as usize] as usize
     }
 
@@ -503,7 +521,7 @@ impl Runtime<'_> {
         Ok(())
     }
 
-    fn push(&mut self, frame: [u64; FRAME_WORDS]) -> Result<()> {
+    pub(crate) fn push(&mut self, frame: [u64; FRAME_WORDS]) -> Result<()> {
         let depth = self.arena[head::DEPTH] as usize;
         let cap = self.arena[head::STACK_CAP] as usize;
         if depth == cap {
@@ -519,14 +537,14 @@ impl Runtime<'_> {
         Ok(())
     }
 
-    fn frame_at(&self, i: usize) -> usize {
+    pub(crate) fn frame_at(&self, i: usize) -> usize {
         self.arena[head::STACK] as usize + i * FRAME_WORDS
     }
 
     /// Pops the top frame: its arc gets the call's inclusive Ir. Popping
     /// the frames of code a handler interrupted ends the handler (it was
     /// left by `longjmp`).
-    fn pop(&mut self) {
+    pub(crate) fn pop(&mut self) {
         while self.arena[head::SIGNALS_LEN] > 0 && self.bottom() >= self.arena[head::DEPTH] as usize
         {
             self.end_signal();
@@ -539,7 +557,7 @@ impl Runtime<'_> {
         let mut frame = [0; FRAME_WORDS];
         frame.copy_from_slice(&self.arena[at..at + FRAME_WORDS]);
         self.arena[head::DEPTH] = top as u64;
-        let [_, _, caller_f, arc, enter_ir, ns_node, ns_site] = frame;
+        let [_, _, caller_f, arc, enter_ir, ns_node, ns_site, _] = frame;
         if arc != NONE {
             let a = self.arena[head::ARCS] as usize + arc as usize * ARC_WORDS;
             self.arena[a + 4] += self.hot[hot::IR] - enter_ir;
@@ -600,14 +618,14 @@ impl Runtime<'_> {
         };
         let at = self.node_offset(id);
         if y.index as usize >= self.arena[at + NODE_HEADER - 1] as usize {
-            return self.grow_for(id, y);
+            return self.grow_to(id, y.index as usize);
         }
         self.point_at(at);
         Ok(())
     }
 
     /// Points [`hot::CUR`] at the counters of the node record at `at`.
-    fn point_at(&mut self, at: usize) {
+    pub(crate) fn point_at(&mut self, at: usize) {
         self.hot[hot::CUR] = self.hot[hot::ARENA] + 8 * (at + NODE_HEADER) as u64;
     }
 }

@@ -271,11 +271,24 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
     })
 }
 
+/// What `-v -v` says of the client's runtime: context entries, and the
+/// share its fast paths took.
+fn contexts_summary(c: &engine::ContextsProfile) -> String {
+    let (mut entries, mut fast) = (0, 0);
+    for t in &c.threads {
+        let (e, f) = ctxrt::Arena::new(&t.arena).entries();
+        entries += e;
+        fast += f;
+    }
+    let share = 100.0 * fast as f64 / entries.max(1) as f64;
+    format!("client contexts: {entries} context entries, {fast} by a fast path ({share:.1}%)")
+}
+
 /// The call tool of a process whose contexts the client kept.
 fn contexts_tool(
     opts: &RunOptions,
     cg: &CallgrindOptions,
-    contexts: engine::ContextsProfile,
+    contexts: &engine::ContextsProfile,
 ) -> Result<CallTool, String> {
     let classify = Box::new(SymbolClassifier {
         names: opts.names,
@@ -309,7 +322,11 @@ impl CgSink<'_> {
             return;
         };
         let tool = match proc_profile.contexts.take() {
-            Some(c) => match contexts_tool(self.opts, cg, c) {
+            Some(c) => match contexts_tool(self.opts, cg, &c) {
+                Ok(tool) if self.opts.verbosity > 1 => {
+                    self.log.umsg(pid, &contexts_summary(&c));
+                    Some(tool)
+                }
                 Ok(tool) => Some(tool),
                 Err(e) => {
                     self.log

@@ -1,0 +1,309 @@
+//! The runtime's fast paths: the commonest context entries, taken without
+//! Callgrind's full decision when the state shows what it would decide.
+//!
+//! * **A call** (a `call`, or a jump into a function's start or into
+//!   another object: a tail call, a PLT stub's jump) whose outcome the
+//!   *call memo* remembers: the last time block `x` entered block `y` so
+//!   while counting into the same counters (the same context, the same
+//!   skipped code), the decision made context `child` with arc `arc` (or,
+//!   into a skipped function such as a PLT stub, counted in skip node
+//!   `child`); if the callee's recursion level is still the child's and
+//!   no frame is left behind by the stack pointer, the call is that again.
+//! * **A return** that leaves the frames the stack pointer passed, the
+//!   last of them a call's that returns here, in the counter group the
+//!   call was made from: that frame keeps the counters it was called from
+//!   (its *resume* record), and the caller's counting goes on there.
+//! * **A jump** inside one counter group that leaves no frame: the
+//!   counters stay.
+//!
+//! Each fast path does exactly what the full decision does in its case
+//! (the property tests of `callstack::contexts` run the runtime against
+//! the call tool); everything else takes the full decision. The memo and
+//! the resume records are also what translated code's inline paths can
+//! read.
+
+use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE};
+use crate::facts::{DESCRIBED, ENTRY, FACT_WORDS, POP_ON_JUMP, SKIP, SP_KNOWN};
+use crate::hot;
+use crate::runtime::{Runtime, ID};
+use callrules::Flow;
+
+/// Entries of the call memo (a power of two).
+pub(crate) const MEMO_ENTRIES: usize = 1 << 14;
+/// Words of a memo entry: the counting record's address the call was
+/// made from (0: empty), the block entered, the child node, the arc
+/// ([`NONE`] for a skipped function's call).
+pub(crate) const MEMO_WORDS: usize = 4;
+
+/// Where a frame keeps its resume record: the arena offset of the
+/// counters its call was made from ([`NONE`] if there are none to go
+/// back to: an emulated call, or counters that were moved).
+pub(crate) const FRAME_RESUME: usize = 7;
+
+/// Exit kinds as the facts pack them (`Facts::pack`).
+const EXIT_CALL: u64 = 0;
+const EXIT_RETURN: u64 = 1;
+
+/// The memo slot of an entry by block `x` from the counters at `cur`.
+pub(crate) fn memo_slot(x: u64, cur: u64) -> usize {
+    let h = (cur >> 3 ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize;
+    (h & (MEMO_ENTRIES - 1)) * MEMO_WORDS
+}
+
+/// A block's packed facts, read in place.
+#[derive(Clone, Copy)]
+struct Raw<'a>(&'a [u64]);
+
+impl Raw<'_> {
+    fn start(&self) -> u64 {
+        self.0[0]
+    }
+    fn function(&self) -> u32 {
+        self.0[1] as u32
+    }
+    fn domain(&self) -> u32 {
+        (self.0[1] >> 32) as u32
+    }
+    fn call_site(&self) -> u64 {
+        self.0[0] + (self.0[2] & 0xffff_ffff)
+    }
+    fn end(&self) -> u64 {
+        self.0[0] + (self.0[2] >> 32)
+    }
+    fn exit(&self) -> u64 {
+        self.0[3] & 0xff
+    }
+    fn has(&self, flag: u64) -> bool {
+        (self.0[3] >> 8) & flag != 0
+    }
+    fn index(&self) -> usize {
+        (self.0[3] >> 32) as usize
+    }
+    fn group(&self) -> u64 {
+        self.0[4] & 0xffff_ffff
+    }
+}
+
+/// Block `id`'s facts in `facts`, if it was described.
+fn raw(facts: &[u64], id: u64) -> Option<Raw<'_>> {
+    let at = id as usize * FACT_WORDS;
+    let w = facts.get(at..at + FACT_WORDS)?;
+    Raw(w).has(DESCRIBED).then_some(Raw(w))
+}
+
+impl Runtime<'_> {
+    /// Enters block `y` with the stack pointer `sp` by a fast path, if one
+    /// applies; `false` leaves the entry to the full decision.
+    pub(crate) fn fast_enter(&mut self, y: u64, sp: u64) -> bool {
+        let x = self.hot[hot::LAST];
+        if x >= hot::SIGNAL_START
+            || x == y
+            || self.arena[head::USED] == 0
+            || self.arena[head::SIGNALS_LEN] != self.hot[hot::SIGNALS]
+            || self.arena[head::NODE] == NONE
+        {
+            return false;
+        }
+        let facts = self.facts;
+        let (Some(xf), Some(yf)) = (raw(facts, x), raw(facts, y)) else {
+            return false;
+        };
+        // The stack pointer as the full decision knows it.
+        let sp = xf.has(SP_KNOWN).then_some(sp);
+        let done = match xf.exit() {
+            EXIT_RETURN => sp.is_some_and(|sp| self.fast_return(&yf, sp)),
+            EXIT_CALL => sp.is_some() && self.fast_call(x, y, &xf, &yf, sp),
+            _ if yf.has(ENTRY) || xf.domain() != yf.domain() => {
+                !xf.has(POP_ON_JUMP) && self.fast_call(x, y, &xf, &yf, sp)
+            }
+            _ => self.fast_jump(&yf, sp),
+        };
+        if done {
+            if let Some(sp) = sp {
+                self.arena[head::LAST_SP] = sp;
+            }
+            self.hot[hot::LAST] = NONE;
+            self.arena[head::FAST_ENTRIES] += 1;
+            self.arena[head::ENTRIES] += 1;
+        }
+        done
+    }
+
+    /// The top frame's stack pointer, if there is a frame.
+    fn top_sp(&self) -> Option<u64> {
+        let top = (self.arena[head::DEPTH] as usize).checked_sub(1)?;
+        Some(self.arena[self.frame_at(top)])
+    }
+
+    /// Whether an entry with the stack pointer `sp` leaves frames behind
+    /// (`longjmp`, exceptions): the full decision unwinds them.
+    fn leaves_frames(&self, sp: Option<u64>) -> bool {
+        sp.is_some_and(|sp| self.top_sp().is_some_and(|top| top < sp))
+    }
+
+    /// The arena offset of the counters at `cur` (an address the hot
+    /// words held), if they are where their node keeps them now (not an
+    /// old copy left by a growth, nor the sink).
+    pub(crate) fn current_record(&self, cur: u64) -> Option<usize> {
+        let at = ((cur - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER;
+        let id = self.arena[at + ID];
+        (id != NONE && self.node_offset(id) == at).then_some(at)
+    }
+
+    /// The resume record of a call made while counting at `cur`.
+    pub(crate) fn resume_of(&self, cur: u64) -> u64 {
+        self.current_record(cur).map_or(NONE, |at| at as u64)
+    }
+
+    /// Remembers in the memo what the full decision did when block `x`
+    /// (left by a call or a jump) entered block `y` and pushed a frame,
+    /// counting at `cur` before, with the skipped-code context
+    /// `ns_before`: the current context, or for a skipped function the
+    /// skip node now counting.
+    pub(crate) fn remember_call(
+        &mut self,
+        x: u64,
+        xf: &Flow,
+        y: u64,
+        cur: u64,
+        ns_before: u64,
+        skip: bool,
+    ) {
+        if xf.pop_on_jump || (skip && ns_before != NONE) || self.current_record(cur).is_none() {
+            return;
+        }
+        let entry = if skip {
+            let counting = ((self.hot[hot::CUR] - self.hot[hot::ARENA]) / 8) as usize;
+            [cur, y, self.arena[counting - NODE_HEADER + ID], NONE]
+        } else {
+            let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
+            [cur, y, self.arena[head::NODE], arc]
+        };
+        let at = self.arena[head::MEMO] as usize + memo_slot(x, cur);
+        self.arena[at..at + MEMO_WORDS].copy_from_slice(&entry);
+    }
+
+    /// A call (`x` ends in one) or an emulated call (a jump into `y`'s
+    /// function) the memo knows.
+    fn fast_call(&mut self, x: u64, y: u64, xf: &Raw<'_>, yf: &Raw<'_>, sp: Option<u64>) -> bool {
+        let cur = self.hot[hot::CUR];
+        let slot = self.arena[head::MEMO] as usize + memo_slot(x, cur);
+        let memo = &self.arena[slot..slot + MEMO_WORDS];
+        if memo[0] != cur || memo[1] != y || self.leaves_frames(sp) {
+            return false;
+        }
+        let (child, arc) = (memo[2], memo[3]);
+        let f = yf.function();
+        let skip = yf.has(SKIP);
+        let active_at = self.arena[head::ACTIVE] as usize + f as usize;
+        if skip && self.arena[head::NONSKIPPED_NODE] != NONE {
+            return false;
+        }
+        let child_at = self.node_offset(child);
+        if !skip {
+            if f as u64 >= self.arena[head::ACTIVE_CAP] {
+                return false;
+            }
+            let mut active = self.arena[active_at] as u32;
+            let level = callrules::level(&mut active, true, self.separate_recs);
+            // The child is the context (and its counters the ones) the
+            // full decision would find.
+            let child_level = self.arena[child_at + 1] & 0xffff_ffff;
+            if child_level != u64::from(level) || self.arena[child_at + 3] != yf.group() {
+                return false;
+            }
+        }
+        let real = xf.exit() == EXIT_CALL;
+        let push_sp = match (real, self.top_sp(), sp) {
+            (false, Some(top), _) => top,
+            (_, _, Some(sp)) => sp,
+            _ => self.arena[head::LAST_SP],
+        };
+        let caller = self.arena[head::NODE];
+        let (ns, ns_site) = (
+            self.arena[head::NONSKIPPED_NODE],
+            self.arena[head::NONSKIPPED_SITE],
+        );
+        let frame = [
+            push_sp,
+            if real { xf.end() } else { 0 },
+            (caller & 0xffff_ffff) | u64::from(f) << 32,
+            arc,
+            self.hot[hot::IR],
+            ns,
+            ns_site,
+            if real { self.resume_of(cur) } else { NONE },
+        ];
+        if self.push(frame).is_err() {
+            return false;
+        }
+        if skip {
+            self.arena[head::NONSKIPPED_NODE] = caller;
+            self.arena[head::NONSKIPPED_SITE] = xf.call_site();
+        } else {
+            let at = self.arena[head::ARCS] as usize + arc as usize * ARC_WORDS;
+            self.arena[at + 3] += 1;
+            self.arena[active_at] += 1;
+            self.arena[head::NODE] = child;
+            self.arena[head::NONSKIPPED_NODE] = NONE;
+        }
+        self.count_at(child_at, yf.index())
+    }
+
+    /// A return leaving the frames the stack pointer `sp` passed.
+    fn fast_return(&mut self, yf: &Raw<'_>, sp: u64) -> bool {
+        // The frames left, down to `last`: none of them what a running
+        // signal handler interrupted.
+        let depth = self.arena[head::DEPTH] as usize;
+        let bottom = self.bottom();
+        let mut last = depth;
+        while last > bottom && self.arena[self.frame_at(last - 1)] < sp {
+            last -= 1;
+        }
+        if last == depth || (last == bottom && last > 0 && self.arena[self.frame_at(last - 1)] < sp)
+        {
+            return false;
+        }
+        let at = self.frame_at(last);
+        let frame = &self.arena[at..at + FRAME_WORDS];
+        let resume = frame[FRAME_RESUME];
+        if frame[1] != yf.start()
+            || frame[5] != NONE
+            || frame[2] & 0xffff_ffff == 0xffff_ffff
+            || resume == NONE
+            || self.arena[resume as usize + 3] != yf.group()
+            || self
+                .current_record(self.hot[hot::ARENA] + 8 * (resume + NODE_HEADER as u64))
+                .is_none()
+        {
+            return false;
+        }
+        while self.arena[head::DEPTH] as usize > last {
+            self.pop();
+        }
+        self.count_at(resume as usize, yf.index())
+    }
+
+    /// A jump within the counters' group.
+    fn fast_jump(&mut self, yf: &Raw<'_>, sp: Option<u64>) -> bool {
+        if self.leaves_frames(sp) {
+            return false;
+        }
+        match self.current_record(self.hot[hot::CUR]) {
+            Some(at) if self.arena[at + 3] == yf.group() => self.count_at(at, yf.index()),
+            _ => false,
+        }
+    }
+
+    /// Counting goes on in the record at `at` from block number `index`
+    /// (grown first if it has no room for it); `false` if the arena is
+    /// full (the full decision then reports it).
+    fn count_at(&mut self, at: usize, index: usize) -> bool {
+        if index >= self.arena[at + NODE_HEADER - 1] as usize {
+            let id = self.arena[at + ID];
+            return self.grow_to(id, index).is_ok();
+        }
+        self.point_at(at);
+        true
+    }
+}
