@@ -8,7 +8,7 @@
 //! sequence go to [`Label`]s resolved when the label is bound.
 
 mod contexts;
-pub use contexts::CONTEXT_ENTRY_BYTES;
+pub use contexts::{CONTEXT_ENTRY_BYTES, UNCHECKED};
 mod signals;
 mod smc;
 mod trace;

@@ -542,6 +542,50 @@ fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<R
     })
 }
 
+/// A 64-bit GPR dead before item `n` of a block: scanning on from there,
+/// overwritten as a whole (its 64 or 32 bits) before anything reads it,
+/// within the block's plain instructions (what follows the block may read
+/// anything). Not RSP.
+fn dead_register_from(
+    items: &[Item],
+    n: usize,
+    info: &mut InstructionInfoFactory,
+) -> Option<Register> {
+    let mut read = [false; 16];
+    for it in &items[n..] {
+        // A system call reads registers iced-x86 does not list.
+        let Item::Insn(i) = it else {
+            return None;
+        };
+        if i.mnemonic() == Mnemonic::Syscall {
+            return None;
+        }
+        let used = info.info(i).used_registers();
+        for u in used {
+            let r = u.register();
+            if r.is_gpr() && u.access() != OpAccess::Write {
+                read[r.full_register().number()] = true;
+            }
+        }
+        for u in used {
+            let r = u.register();
+            let whole = r.is_gpr64() || r.is_gpr32();
+            let full = r.full_register();
+            if whole
+                && u.access() == OpAccess::Write
+                && full != Register::RSP
+                && !read[full.number()]
+            {
+                return Some(GPR64[full.number()]);
+            }
+        }
+        if i.flow_control() != FlowControl::Next {
+            return None;
+        }
+    }
+    None
+}
+
 /// Whether `i` is a shift or rotate, which leaves every flag alone when
 /// its count (masked) is 0.
 fn shifts(i: &Instruction) -> bool {
@@ -1138,6 +1182,30 @@ pub fn translate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_register_is_dead_where_the_block_overwrites_it_before_reading_it() {
+        let dead = |code: &[u8]| {
+            let (items, _) = decode_block(code, 0x1000, false).expect("decodes");
+            dead_register_from(&items, 0, &mut InstructionInfoFactory::new())
+        };
+        // sub rsi, 1; lea eax, [rbx+rsi]; movzx eax, byte [r13+rax]; ret
+        let lea_first = [
+            0x48, 0x83, 0xee, 0x01, 0x8d, 0x04, 0x33, 0x41, 0x0f, 0xb6, 0x44, 0x05, 0x00, 0xc3,
+        ];
+        assert_eq!(dead(&lea_first), Some(Register::RAX));
+        // mov rdi, rax; mov eax, 1: RAX is read first, RDI is written.
+        let read_first = [0x48, 0x89, 0xc7, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3];
+        assert_eq!(dead(&read_first), Some(Register::RDI));
+        // mov ax, 1 (a partial write); syscall; mov eax, 1: nothing dead
+        // before the system call, which reads what it likes.
+        let syscall = [
+            0x66, 0xb8, 0x01, 0x00, 0x0f, 0x05, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3,
+        ];
+        assert_eq!(dead(&syscall), None);
+        // add rax, rcx; ret: nothing written.
+        assert_eq!(dead(&[0x48, 0x01, 0xc8, 0xc3]), None);
+    }
 
     /// Counting mode and trace mode (with data addresses).
     pub(super) const BOTH_MODES: [Option<TraceMode>; 2] = [

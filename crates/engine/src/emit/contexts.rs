@@ -114,6 +114,31 @@ impl Emitter {
         self.context_add(r, id, index, Err(instrs))
     }
 
+    /// Counts an execution of block number `index` (below [`UNCHECKED`]:
+    /// no bounds check) of `instrs` instructions through register `r`,
+    /// without touching the flags: a second register is kept in its spill
+    /// slot meanwhile, and the counter and the running Ir are each loaded,
+    /// added to with `lea` and stored.
+    pub fn context_count_flag_free(&mut self, r: Register, index: u32, instrs: u32) {
+        debug_assert!(index < UNCHECKED);
+        let (s, slot) = if r == Register::RCX {
+            (Register::RDX, layout::S_RDX)
+        } else {
+            (Register::RCX, layout::S_RCX)
+        };
+        self.store_gs(s, slot);
+        self.load_gs(r, hot_word(hot::CUR));
+        let counter = MemoryOperand::with_base_displ(r, 8 * i64::from(index));
+        let bump = MemoryOperand::with_base_displ(s, i64::from(instrs));
+        self.insn(Instruction::with2(Code::Mov_r64_rm64, s, counter));
+        self.insn(Instruction::with2(Code::Lea_r64_m, s, bump));
+        self.insn(Instruction::with2(Code::Mov_rm64_r64, counter, s));
+        self.load_gs(s, hot_word(hot::IR));
+        self.insn(Instruction::with2(Code::Lea_r64_m, s, bump));
+        self.store_gs(s, hot_word(hot::IR));
+        self.load_gs(s, slot);
+    }
+
     /// [`Emitter::context_count`] adding register `value` (a rep string
     /// instruction's count) instead of a number.
     pub fn context_count_reg(

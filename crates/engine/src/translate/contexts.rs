@@ -9,7 +9,7 @@
 //! the target's context entry ([`Translation::plain_exits`]).
 
 use super::*;
-use crate::emit::CONTEXT_ENTRY_BYTES;
+use crate::emit::{CONTEXT_ENTRY_BYTES, UNCHECKED};
 
 /// What the translator needs to know of a block in contexts mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub(super) fn translate_contexts(
     // Counted before any system call of the block: a `clone` child goes
     // on after it, and the stream path counts the block for the parent.
     let placement = match counter_position(&items) {
-        Placement::DeadFlags(n)
+        Placement::DeadFlags(n) | Placement::DeadRegister(n, _)
             if items[..n].iter().any(|it| {
                 matches!(it, Item::Insn(i) if i.mnemonic() == Mnemonic::Syscall)
                     || matches!(it, Item::ClientRequest(_))
@@ -62,23 +62,37 @@ pub(super) fn translate_contexts(
         }
         p => p,
     };
+    // Blocks numbered past the first counters need a bounds check, which
+    // needs the flags; the others count without them where flags live.
+    let flag_free = cb.index < UNCHECKED;
     let spilled = |b: &mut Builder| b.e.store_gs(Register::RAX, layout::S_RAX);
     let unspill = |b: &mut Builder| b.e.load_gs(Register::RAX, layout::S_RAX);
     // A rep block is counted after its instruction; others where the
-    // flags are dead, else at the start with the flags kept.
-    if rep.is_none() && !matches!(placement, Placement::DeadFlags(_)) {
-        // Flags live everywhere: kept on the stack below the red zone.
-        b.e.keep_flags_on_stack(true);
-        spilled(&mut b);
-        count(&mut b, None, &mut grows);
-        unspill(&mut b);
-        b.e.keep_flags_on_stack(false);
+    // flags are dead, else through a dead register, else at the start.
+    match placement {
+        _ if rep.is_some() => {}
+        Placement::DeadFlags(_) => {}
+        Placement::DeadRegister(..) if flag_free => {}
+        Placement::Spill if flag_free => {
+            spilled(&mut b);
+            b.e.context_count_flag_free(Register::RAX, cb.index, instrs);
+            unspill(&mut b);
+        }
+        _ => {
+            // Flags live and a bounds check: they are kept on the stack
+            // below the red zone.
+            b.e.keep_flags_on_stack(true);
+            spilled(&mut b);
+            count(&mut b, None, &mut grows);
+            unspill(&mut b);
+            b.e.keep_flags_on_stack(false);
+        }
     }
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {
-        if let (Placement::DeadFlags(at), Item::Insn(i), None) = (placement, item, rep) {
-            if at == n {
-                match dead_register(i, &mut info) {
+        match (placement, item, rep) {
+            (Placement::DeadFlags(at), Item::Insn(_), None) if at == n => {
+                match dead_register_from(&items, n, &mut info) {
                     Some(r) => count(&mut b, Some(r), &mut grows),
                     None => {
                         spilled(&mut b);
@@ -87,6 +101,10 @@ pub(super) fn translate_contexts(
                     }
                 }
             }
+            (Placement::DeadRegister(at, r), Item::Insn(_), None) if at == n && flag_free => {
+                b.e.context_count_flag_free(r, cb.index, instrs);
+            }
+            _ => {}
         }
         match item {
             Item::ClientRequest(ip) => {
