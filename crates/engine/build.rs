@@ -96,7 +96,12 @@ fn main() {
         .unwrap_or_else(|e| panic!("{} runs: {e}", lld.display()));
     assert!(status.success(), "rust-lld failed");
     let elf = fs::read(out.join("blob.elf")).expect("linked");
-    let (image, entry, relative) = flatten(&elf);
+    let Flat {
+        image,
+        entry,
+        relative,
+        code,
+    } = flatten(&elf);
     fs::write(out.join("blob.bin"), &image).expect("written");
     fs::write(
         out.join("blob.rs"),
@@ -106,7 +111,9 @@ fn main() {
              /// Offset of `cs_runtime` in [`BLOB`].\n\
              pub const ENTRY: u64 = {entry};\n\
              /// Words of [`BLOB`] to set to its address plus an addend: (offset, addend).\n\
-             pub const RELATIVE: &[(u64, u64)] = &{relative:?};\n"
+             pub const RELATIVE: &[(u64, u64)] = &{relative:?};\n\
+             /// The executable ranges (start, end) of [`BLOB`].\n\
+             pub const CODE: &[(u64, u64)] = &{code:?};\n"
         ),
     )
     .expect("written");
@@ -129,8 +136,9 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// The loadable segments of a 64-bit little-endian ELF laid out at their
 /// addresses from 0 (zero-filled between and after), its entry, and its
 /// relative relocations (offset, addend): words to set to the load address
-/// plus the addend. Refuses any other relocation.
-fn flatten(elf: &[u8]) -> (Vec<u8>, u64, Vec<(u64, u64)>) {
+/// plus the addend, and the ranges (start, end) of its executable
+/// segments. Refuses any other relocation.
+fn flatten(elf: &[u8]) -> Flat {
     assert_eq!(&elf[..4], b"\x7fELF", "an ELF file");
     let entry = u64_at(elf, 0x18);
     let (phoff, phentsize, phnum) = (u64_at(elf, 0x20), u16_at(elf, 0x36), u16_at(elf, 0x38));
@@ -167,6 +175,7 @@ fn flatten(elf: &[u8]) -> (Vec<u8>, u64, Vec<(u64, u64)>) {
         }
     }
     let mut image = Vec::new();
+    let mut code = Vec::new();
     for i in 0..phnum {
         let ph = (phoff + i * phentsize) as usize;
         if u32_at(elf, ph) != 1 {
@@ -180,10 +189,28 @@ fn flatten(elf: &[u8]) -> (Vec<u8>, u64, Vec<(u64, u64)>) {
             u64_at(elf, ph + 0x20) as usize,
             u64_at(elf, ph + 0x28) as usize,
         );
+        if u32_at(elf, ph + 4) & 1 != 0 {
+            code.push((vaddr as u64, (vaddr + filesz) as u64)); // PF_X
+        }
         if image.len() < vaddr + memsz {
             image.resize(vaddr + memsz, 0);
         }
         image[vaddr..vaddr + filesz].copy_from_slice(&elf[off..off + filesz]);
     }
-    (image, entry, relative)
+    Flat {
+        image,
+        entry,
+        relative,
+        code,
+    }
+}
+
+/// A linked blob laid out flat ([`flatten`]).
+struct Flat {
+    image: Vec<u8>,
+    entry: u64,
+    /// (offset, addend) of each relative relocation.
+    relative: Vec<(u64, u64)>,
+    /// (start, end) of each executable segment.
+    code: Vec<(u64, u64)>,
 }

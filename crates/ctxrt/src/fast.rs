@@ -142,12 +142,13 @@ impl Runtime<'_> {
     }
 
     /// The arena offset of the counters at `cur` (an address the hot
-    /// words held), if they are where their node keeps them now (not an
-    /// old copy left by a growth, nor the sink).
+    /// words held), if they are where their node keeps them now: not the
+    /// sink, nor an old copy left by a growth (which has no room).
+    #[inline(always)]
     pub(crate) fn current_record(&self, cur: u64) -> Option<usize> {
         let at = ((cur - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER;
-        let id = self.arena[at + ID];
-        (id != NONE && self.node_offset(id) == at).then_some(at)
+        let moved = self.arena[at + NODE_HEADER - 1] == 0;
+        (self.arena[at + ID] != NONE && !moved).then_some(at)
     }
 
     /// The resume record of a call made while counting at `cur`.
@@ -298,6 +299,7 @@ impl Runtime<'_> {
     /// Counting goes on in the record at `at` from block number `index`
     /// (grown first if it has no room for it); `false` if the arena is
     /// full (the full decision then reports it).
+    #[inline(always)]
     fn count_at(&mut self, at: usize, index: usize) -> bool {
         if index >= self.arena[at + NODE_HEADER - 1] as usize {
             let id = self.arena[at + ID];

@@ -305,21 +305,32 @@ impl Runtime<'_> {
         Ok(())
     }
 
-    /// Block `y` runs where the current counters have no room for it.
+    /// Block `y` runs where the current counters have no room for it (or
+    /// are an old copy of a node's, moved when it grew).
     pub fn grow(&mut self, y: u64) -> Result<()> {
         self.init()?;
         let yf = self.facts_of(y)?;
-        let id = self.arena[self.counting_record() + ID];
+        let index = yf.index as usize;
+        let counting = self.counting_record();
+        let id = self.arena[counting + ID];
         if id == NONE {
-            // Counting in the sink still: a bigger one.
-            let n = (yf.index as usize + 1).next_power_of_two();
+            // Counting in the sink still: a bigger one, with its counts.
+            let old = self.arena[counting + NODE_HEADER - 1] as usize;
+            let n = (index + 1).next_power_of_two();
             let at = self.alloc(NODE_HEADER + n)?;
             self.arena[at + ID] = NONE;
             self.arena[at + NODE_HEADER - 1] = n as u64;
+            let from = counting + NODE_HEADER;
+            self.arena.copy_within(from..from + old, at + NODE_HEADER);
             self.point_at(at);
             return Ok(());
         }
-        self.grow_to(id, yf.index as usize)
+        let at = self.node_offset(id);
+        if index < self.arena[at + NODE_HEADER - 1] as usize {
+            self.point_at(at);
+            return Ok(());
+        }
+        self.grow_to(id, index)
     }
 
     /// The record of the counters [`hot::CUR`] points at.
@@ -336,6 +347,11 @@ impl Runtime<'_> {
         let new = self.alloc(NODE_HEADER + want)?;
         self.arena.copy_within(at..at + NODE_HEADER + n, new);
         self.arena[new + NODE_HEADER - 1] = want as u64;
+        // The old copy has no room left, so the fast paths know it for
+        // moved, and a block numbered past the first counters that still
+        // counts there (a handler's return put the old pointer back) asks
+        // for the node's counters again.
+        self.arena[at + NODE_HEADER - 1] = 0;
         let table = self.arena[head::NODES] as usize;
         self.arena[table + id as usize] = new as u64;
         self.point_at(new);
@@ -422,6 +438,7 @@ impl Runtime<'_> {
         Ok(at + f as usize)
     }
 
+    #[inline(always)]
     pub(crate) fn node_offset(&self, id: u64) -> usize {
         self.arena[self.arena[head::NODES] as usize + id as usize] as usize
     }
@@ -521,6 +538,7 @@ impl Runtime<'_> {
         Ok(())
     }
 
+    #[inline(always)]
     pub(crate) fn push(&mut self, frame: [u64; FRAME_WORDS]) -> Result<()> {
         let depth = self.arena[head::DEPTH] as usize;
         let cap = self.arena[head::STACK_CAP] as usize;
@@ -537,6 +555,7 @@ impl Runtime<'_> {
         Ok(())
     }
 
+    #[inline(always)]
     pub(crate) fn frame_at(&self, i: usize) -> usize {
         self.arena[head::STACK] as usize + i * FRAME_WORDS
     }
@@ -625,6 +644,7 @@ impl Runtime<'_> {
     }
 
     /// Points [`hot::CUR`] at the counters of the node record at `at`.
+    #[inline(always)]
     pub(crate) fn point_at(&mut self, at: usize) {
         self.hot[hot::CUR] = self.hot[hot::ARENA] + 8 * (at + NODE_HEADER) as u64;
     }

@@ -73,7 +73,9 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 }
 
 // The C library's memory functions, which the compiler calls for copies
-// and comparisons (the blob has no C library): string instructions.
+// and comparisons (the blob has no C library): string instructions, with
+// the direction flag set for them and the flags put back after (the stub
+// keeps only the arithmetic flags: the runtime must leave the others).
 
 /// # Safety
 /// As C's `memcpy`.
@@ -81,8 +83,8 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
     // SAFETY: the caller's `memcpy` contract; `rep movsb` copies forward.
     unsafe {
-        core::arch::asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _,
-            inout("rsi") src => _, options(nostack, preserves_flags));
+        core::arch::asm!("pushfq", "cld", "rep movsb", "popfq", inout("rcx") n => _,
+            inout("rdi") dst => _, inout("rsi") src => _, options(preserves_flags));
     }
     dst
 }
@@ -96,12 +98,12 @@ pub unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut
         // or before the source, or past its end.
         return unsafe { memcpy(dst, src, n) };
     }
-    // SAFETY: backwards, from the last byte (the direction flag set and
-    // cleared again, as the ABI wants it).
+    // SAFETY: backwards, from the last byte (the direction flag set, and
+    // put back).
     unsafe {
-        core::arch::asm!("std", "rep movsb", "cld", inout("rcx") n => _,
+        core::arch::asm!("pushfq", "std", "rep movsb", "popfq", inout("rcx") n => _,
             inout("rdi") dst.add(n - 1) => _, inout("rsi") src.add(n - 1) => _,
-            options(nostack));
+            options(preserves_flags));
     }
     dst
 }
@@ -112,8 +114,8 @@ pub unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut
 pub unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
     // SAFETY: the caller's `memset` contract.
     unsafe {
-        core::arch::asm!("rep stosb", inout("rcx") n => _, inout("rdi") dst => _,
-            in("al") c as u8, options(nostack, preserves_flags));
+        core::arch::asm!("pushfq", "cld", "rep stosb", "popfq", inout("rcx") n => _,
+            inout("rdi") dst => _, in("al") c as u8, options(preserves_flags));
     }
     dst
 }

@@ -3,6 +3,8 @@
 //! region for `--tool=callgrind` runs that keep their contexts in the
 //! client (`docs/client-contexts.md`).
 
+#[cfg(test)]
+use iced_x86::Mnemonic;
 use iced_x86::{Decoder, DecoderOptions, OpKind, Register};
 
 include!(concat!(env!("OUT_DIR"), "/blob.rs"));
@@ -17,14 +19,21 @@ pub fn image_at(base: u64) -> Vec<u8> {
     image
 }
 
+/// The blob's instructions: its executable segments, decoded.
+fn blob_code() -> impl Iterator<Item = iced_x86::Instruction> {
+    CODE.iter().flat_map(|&(start, end)| {
+        let bytes = &BLOB[start as usize..end as usize];
+        Decoder::with_ip(64, bytes, start, DecoderOptions::NONE).into_iter()
+    })
+}
+
 /// The vector registers the blob's code names: the XMM registers (which
 /// the stub saves around the runtime, the client's being live across it),
 /// then any other vector, mask or x87 register (there must be none: the
 /// stub saves no such state).
 pub fn vector_registers() -> (Vec<Register>, Vec<Register>) {
-    let d = Decoder::with_ip(64, BLOB, 0, DecoderOptions::NONE);
     let (mut xmm, mut other) = (Vec::new(), Vec::new());
-    for i in d {
+    for i in blob_code() {
         for k in 0..i.op_count() {
             if i.op_kind(k) != OpKind::Register {
                 continue;
@@ -56,6 +65,46 @@ mod tests {
         let (xmm, other) = vector_registers();
         assert!(other.is_empty(), "{other:?}");
         assert!(xmm.len() <= 16);
+    }
+
+    #[test]
+    fn the_blob_leaves_every_flag_but_the_arithmetic_ones() {
+        // The stub keeps only the arithmetic flags (`lahf`/`seto`): string
+        // instructions come right after the direction flag is set for
+        // them, inside a `pushfq`/`popfq` pair, and nothing else writes a
+        // system flag.
+        let code: Vec<_> = blob_code().collect();
+        let mut strings = 0;
+        for (n, i) in code.iter().enumerate() {
+            let system = i.rflags_modified()
+                & !iced_x86::RflagsBits::OF
+                & !(iced_x86::RflagsBits::SF
+                    | iced_x86::RflagsBits::ZF
+                    | iced_x86::RflagsBits::AF
+                    | iced_x86::RflagsBits::PF
+                    | iced_x86::RflagsBits::CF);
+            if i.is_string_instruction() {
+                strings += 1;
+                let before = code[n - 1].mnemonic();
+                assert!(
+                    matches!(before, Mnemonic::Cld | Mnemonic::Std),
+                    "{i} at {:#x} after {before:?}",
+                    i.ip()
+                );
+                assert_eq!(code[n - 2].mnemonic(), Mnemonic::Pushfq);
+                assert_eq!(code[n + 1].mnemonic(), Mnemonic::Popfq);
+            } else if system != 0 {
+                assert!(
+                    matches!(
+                        i.mnemonic(),
+                        Mnemonic::Cld | Mnemonic::Std | Mnemonic::Popfq
+                    ),
+                    "{i} at {:#x} writes a system flag",
+                    i.ip()
+                );
+            }
+        }
+        assert!(strings >= 3, "memcpy, memmove and memset");
     }
 
     #[test]

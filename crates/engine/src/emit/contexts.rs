@@ -222,15 +222,17 @@ impl Emitter {
 
     /// The runtime stub (at `core + RT_STUB`): entered by
     /// [`Emitter::call_runtime`] with the argument above the return
-    /// address, it keeps the flags, the caller-saved general registers and
+    /// address, it keeps the arithmetic flags (`seto`/`lahf`, put back by
+    /// `add`/`sahf`: `popfq` costs more than all the rest; the runtime
+    /// leaves the other flags alone), the caller-saved general registers and
     /// the XMM registers in `xmm` (those the runtime's code uses), aligns
     /// the stack, and calls `cs_runtime(op, hot, config, block, sp)` with
     /// the thread's hot words (GS base plus their offset) and the client's
     /// stack pointer at the entry. A runtime error exits to the tool
     /// ([`layout::MAGIC_RUNTIME`], the code in RAX).
     pub fn runtime_stub(&mut self, core: u64, xmm: &[Register]) {
-        const SAVED: [Register; 10] = [
-            Register::RAX,
+        // Pushed after RAX and the arithmetic flags (in AX).
+        const SAVED: [Register; 9] = [
             Register::RCX,
             Register::RDX,
             Register::RSI,
@@ -241,7 +243,10 @@ impl Emitter {
             Register::R11,
             Register::RBX,
         ];
-        self.insn(Ok(Instruction::with(Code::Pushfq)));
+        self.insn(Instruction::with1(Code::Push_r64, Register::RAX));
+        self.insn(Instruction::with1(Code::Seto_rm8, Register::AL));
+        self.insn(Ok(Instruction::with(Code::Lahf)));
+        self.insn(Instruction::with1(Code::Push_r64, Register::RAX));
         for r in SAVED {
             self.insn(Instruction::with1(Code::Push_r64, r));
         }
@@ -264,9 +269,9 @@ impl Emitter {
             let slot = based(Register::RSP, 16 * i as i32);
             self.insn(Instruction::with2(Code::Movdqu_xmmm128_xmm, slot, x));
         }
-        // Above RBX: the saves (11 words with the flags), the return
-        // address, the argument, then the 128 bytes skipped.
-        let saves = 8 * (SAVED.len() as i32 + 1);
+        // Above RBX: the saves (11 words with RAX and the flags), the
+        // return address, the argument, then the 128 bytes skipped.
+        let saves = 8 * (SAVED.len() as i32 + 2);
         let arg = based(Register::RBX, saves + 8);
         self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RCX, arg));
         // op: 1 (grow) for a complemented id, else 0.
@@ -327,7 +332,11 @@ impl Emitter {
         for r in SAVED.iter().rev() {
             self.insn(Instruction::with1(Code::Pop_r64, *r));
         }
-        self.insn(Ok(Instruction::with(Code::Popfq)));
+        // OF from AL (1 + 0x7f overflows), then the rest from AH.
+        self.insn(Instruction::with1(Code::Pop_r64, Register::RAX));
+        self.insn(Instruction::with2(Code::Add_rm8_imm8, Register::AL, 0x7f));
+        self.insn(Ok(Instruction::with(Code::Sahf)));
+        self.insn(Instruction::with1(Code::Pop_r64, Register::RAX));
         self.insn(Ok(Instruction::with(Code::Retnq)));
         self.bind(fail);
         self.insn(Instruction::with2(
