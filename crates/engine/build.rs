@@ -101,6 +101,7 @@ fn main() {
         entry,
         relative,
         code,
+        formatting,
     } = flatten(&elf);
     fs::write(out.join("blob.bin"), &image).expect("written");
     fs::write(
@@ -113,7 +114,9 @@ fn main() {
              /// Words of [`BLOB`] to set to its address plus an addend: (offset, addend).\n\
              pub const RELATIVE: &[(u64, u64)] = &{relative:?};\n\
              /// The executable ranges (start, end) of [`BLOB`].\n\
-             pub const CODE: &[(u64, u64)] = &{code:?};\n"
+             pub const CODE: &[(u64, u64)] = &{code:?};\n\
+             /// The ranges (start, end) of `core::fmt`'s functions in [`BLOB`].\n\
+             pub const FORMATTING: &[(u64, u64)] = &{formatting:?};\n"
         ),
     )
     .expect("written");
@@ -144,6 +147,7 @@ fn flatten(elf: &[u8]) -> Flat {
     let (phoff, phentsize, phnum) = (u64_at(elf, 0x20), u16_at(elf, 0x36), u16_at(elf, 0x38));
     let (shoff, shentsize, shnum) = (u64_at(elf, 0x28), u16_at(elf, 0x3a), u16_at(elf, 0x3c));
     let mut relative = Vec::new();
+    let mut formatting = Vec::new();
     for i in 0..shnum {
         let sh = (shoff + i * shentsize) as usize;
         let (kind, off, size) = (
@@ -165,6 +169,24 @@ fn flatten(elf: &[u8]) -> Flat {
                         "the runtime blob needs a symbol relocation"
                     );
                     relative.push((at, addend));
+                }
+            }
+            // SHT_SYMTAB: the functions of `core::fmt` (and the character
+            // counting its padding uses), linked for panic messages.
+            2 => {
+                let strtab = (shoff + u32_at(elf, sh + 0x28) * shentsize) as usize;
+                let names = u64_at(elf, strtab + 0x18) as usize;
+                for e in (off..off + size).step_by(24) {
+                    let e = e as usize;
+                    let name_at = names + u32_at(elf, e) as usize;
+                    let len = elf[name_at..].iter().position(|&b| b == 0).unwrap_or(0);
+                    let name = String::from_utf8_lossy(&elf[name_at..name_at + len]);
+                    let function = elf[e + 4] & 0xf == 2;
+                    if function && (name.contains("4core3fmt") || name.contains("4core3str5count"))
+                    {
+                        let start = u64_at(elf, e + 8);
+                        formatting.push((start, start + u64_at(elf, e + 16)));
+                    }
                 }
             }
             // SHT_REL, SHT_RELR
@@ -197,11 +219,13 @@ fn flatten(elf: &[u8]) -> Flat {
         }
         image[vaddr..vaddr + filesz].copy_from_slice(&elf[off..off + filesz]);
     }
+    formatting.sort_unstable();
     Flat {
         image,
         entry,
         relative,
         code,
+        formatting,
     }
 }
 
@@ -213,4 +237,6 @@ struct Flat {
     relative: Vec<(u64, u64)>,
     /// (start, end) of each executable segment.
     code: Vec<(u64, u64)>,
+    /// (start, end) of each function of `core::fmt`.
+    formatting: Vec<(u64, u64)>,
 }

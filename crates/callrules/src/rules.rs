@@ -204,6 +204,7 @@ pub fn unwind<T: Calls>(t: &mut T, sp: Option<u64>, mut min_pops: u32) -> u32 {
 /// capped at `separate_recs` (`--separate-recs`; 0 counts as 1). A
 /// function entered without a call (a root) and never called is at level
 /// 1 and counts as active once.
+#[inline]
 pub fn level(active: &mut u32, push: bool, separate_recs: u32) -> u32 {
     let level = (*active + u32::from(push)).min(separate_recs.max(1));
     if level == 0 {

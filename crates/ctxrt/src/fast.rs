@@ -152,6 +152,7 @@ impl Runtime<'_> {
     }
 
     /// The resume record of a call made while counting at `cur`.
+    #[inline(always)]
     pub(crate) fn resume_of(&self, cur: u64) -> u64 {
         self.current_record(cur).map_or(NONE, |at| at as u64)
     }
