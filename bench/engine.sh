@@ -48,7 +48,9 @@
 #        BENCH_SIM="..."  the simulation options both tools get instead of
 #                         --cache-sim=no (bench/sim.sh sets it).
 #        BENCH_TOOL=callgrind  run --tool=callgrind under both instead of
-#                         cachegrind (bench/sim.sh's last pass).
+#                         cachegrind (bench/sim.sh's last passes).
+#        BENCH_CS_OPTS="..."  options cachescope alone gets (bench/sim.sh:
+#                         --client-contexts=yes).
 #        BENCH_RESULTS=path  also write the rows (tab-separated: workload,
 #                         wall native/valgrind/cachescope, peak memory KB of
 #                         each, Ir and profiles of each tool, status) there.
@@ -375,7 +377,10 @@ run_once() {
                         "--$name-out-file=$dir.prof/$name.out.%p")
     case $runner in
         valgrind) tool=(valgrind "--tool=$name" "${tool_opts[@]}") ;;
-        cachescope) tool=("$cachescope" "--tool=$name" "${tool_opts[@]}") ;;
+        cachescope)
+            local -a cs_opts
+            read -r -a cs_opts <<<"${BENCH_CS_OPTS:-}"
+            tool=("$cachescope" "--tool=$name" "${tool_opts[@]}" "${cs_opts[@]}") ;;
     esac
     rc=0
     (cd "$dir" && MEASURE_PEAK=$sample_peak exec "$python" "$measure" "$dir.time" \

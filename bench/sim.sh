@@ -4,7 +4,8 @@
 # with the cache simulation, then also with the branch simulation, then
 # with neither (to see what tracing costs over counting), and last
 # `--tool=callgrind --cache-sim=no` under both (issue 11: call stacks must
-# not make it slower than 2x the --cache-sim=no pass). Every run is
+# not make it slower than 2x the --cache-sim=no pass), and that again with
+# the calling contexts kept in the client (`--client-contexts=yes`). Every run is
 # checked against the native one and timed in the same run as Valgrind's
 # (bench/engine.sh does the work: inputs, checks, ratios, peak memory).
 # Last, the figures are set against the acceptance bars: with the cache
@@ -37,19 +38,27 @@ done
 echo "=== --tool=callgrind --cache-sim=no"
 BENCH_TOOL=callgrind BENCH_SIM="--cache-sim=no" BENCH_RESULTS="$results/callgrind" \
     bench/engine.sh "${args[@]}" "${workloads[@]}" || status=$?
+echo "=== --tool=callgrind --cache-sim=no, cachescope with --client-contexts=yes"
+BENCH_TOOL=callgrind BENCH_SIM="--cache-sim=no" BENCH_CS_OPTS="--client-contexts=yes" \
+    BENCH_RESULTS="$results/contexts" bench/engine.sh "${args[@]}" "${workloads[@]}" || status=$?
 
 echo
 echo "=== against the acceptance bars (cs = cachescope, cg = Cachegrind, vg = Valgrind's tool)"
 # Rows: workload, wall native/valgrind/cachescope, RSS KB native/valgrind/
 # cachescope, ... (see bench/engine.sh). A pass whose file is missing
 # (engine.sh failed before writing it) shows as "-".
-touch "$results/0" "$results/1" "$results/2" "$results/callgrind"
+touch "$results/0" "$results/1" "$results/2" "$results/callgrind" "$results/contexts"
 awk -F'\t' '
 function bar(w) { return w == "bzip2" ? 3 : 2 }
 function speed(f, w,   r) {
     if (!((f, w) in vg) || cs[f, w] == "-" || vg[f, w] == "-") return sprintf("%-22s", "-")
     r = vg[f, w] / (cs[f, w] > 0 ? cs[f, w] : 0.01)
     return sprintf("%-22s", sprintf("%.1fx (bar %dx) %s", r, bar(w), r >= bar(w) ? "ok" : "NO"))
+}
+function overhead(f, w,   r) {
+    if (!((f, w) in cs && ("2", w) in cs) || cs[f, w] == "-" || cs["2", w] == "-") return "-"
+    r = cs[f, w] / (cs["2", w] > 0 ? cs["2", w] : 0.01)
+    return sprintf("%.1fx %s", r, r <= 2 ? "ok" : "NO")
 }
 function memory(f, w) {
     if (!((f, w) in vg) || mcs[f, w] == "-" || mvg[f, w] == "-") return sprintf("%-20s", "-")
@@ -66,13 +75,9 @@ END {
         "RSS cs/cg", "+branch-sim: vg/cs", "RSS cs/cg", "callgrind/cs --cache-sim=no (bar 2x)"
     for (i = 0; i < n; i++) {
         w = order[i]
-        if (("callgrind", w) in cs && ("2", w) in cs && cs["callgrind", w] != "-" && cs["2", w] != "-") {
-            r = cs["callgrind", w] / (cs["2", w] > 0 ? cs["2", w] : 0.01)
-            cg = sprintf("%.1fx %s", r, r <= 2 ? "ok" : "NO")
-        } else cg = "-"
-        printf "%-13s %s %s %s %s %s\n", w, speed("0", w), memory("0", w), speed("1", w),
-            memory("1", w), cg
+        printf "%-13s %s %s %s %s %-18s %s\n", w, speed("0", w), memory("0", w), speed("1", w),
+            memory("1", w), overhead("callgrind", w), overhead("contexts", w)
     }
-}' "$results/0" "$results/1" "$results/2" "$results/callgrind"
+}' "$results/0" "$results/1" "$results/2" "$results/callgrind" "$results/contexts"
 rm -rf "$results"
 exit "$status"
