@@ -71,8 +71,9 @@ function memory(f, w) {
     if (!($1 in seen)) { seen[$1] = 1; order[n++] = $1 }
 }
 END {
-    printf "%-13s %-22s %-20s %-22s %-20s %s\n", "workload", "cache-sim: vg/cs",
-        "RSS cs/cg", "+branch-sim: vg/cs", "RSS cs/cg", "callgrind/cs --cache-sim=no (bar 2x)"
+    printf "%-13s %-22s %-20s %-22s %-20s %-18s %s\n", "workload", "cache-sim: vg/cs",
+        "RSS cs/cg", "+branch-sim: vg/cs", "RSS cs/cg", "callgrind/no-sim",
+        "client-contexts/no-sim (bar 2x: either)"
     for (i = 0; i < n; i++) {
         w = order[i]
         printf "%-13s %s %s %s %s %-18s %s\n", w, speed("0", w), memory("0", w), speed("1", w),
