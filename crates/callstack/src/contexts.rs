@@ -18,8 +18,9 @@ pub struct ThreadArena<'a> {
     pub thread: u32,
     /// Its hot words.
     pub hot: &'a [u64],
-    /// Its arena's used words.
-    pub arena: &'a [u64],
+    /// Its arena's used words (the calls still running are ended in
+    /// them, in place: copying python's arena cost a few hundred MB).
+    pub arena: &'a mut [u64],
 }
 
 /// The call tool holding what a process's threads kept in contexts mode:
@@ -32,7 +33,7 @@ pub fn into_tool(
     options: CallOptions,
     classify: Box<dyn Classify>,
     blocks: &[Option<(BlockInfo, FnId, u32, u32)>],
-    threads: &[ThreadArena],
+    threads: &mut [ThreadArena],
 ) -> Result<CallTool, String> {
     let mut tool = CallTool::new(options.clone(), classify);
     // The client's function numbers to the tool's, and each (function,
@@ -51,7 +52,7 @@ pub fn into_tool(
         by_index.insert((*group, *index), (id as u32, info.instrs().len() as u32));
     }
     for t in threads {
-        let mut arena = t.arena.to_vec();
+        let arena = &mut *t.arena;
         let mut hot_words = t.hot.to_vec();
         if arena.is_empty() || hot_words.len() < hot::WORDS {
             continue;
@@ -59,13 +60,13 @@ pub fn into_tool(
         // Calls still running end now (their inclusive costs so far).
         Runtime {
             hot: &mut hot_words,
-            arena: &mut arena,
+            arena,
             facts: &[],
             separate_recs: options.separate_recs,
         }
         .finish();
         let block = |g: u32, i: u32| by_index.get(&(g, i)).copied();
-        let runs = fold(&mut tool.tree, &Arena::new(&arena), t.thread, block, |f| {
+        let runs = fold(&mut tool.tree, &Arena::new(arena), t.thread, block, |f| {
             functions.get(&f).copied()
         })?;
         tool.block_runs += runs;

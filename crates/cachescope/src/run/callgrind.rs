@@ -288,22 +288,22 @@ fn contexts_summary(c: &engine::ContextsProfile) -> String {
 fn contexts_tool(
     opts: &RunOptions,
     cg: &CallgrindOptions,
-    contexts: &engine::ContextsProfile,
+    contexts: &mut engine::ContextsProfile,
 ) -> Result<CallTool, String> {
     let classify = Box::new(SymbolClassifier {
         names: opts.names,
         patterns: Arc::new(cg.clone()),
     });
-    let threads: Vec<callstack::contexts::ThreadArena> = contexts
+    let mut threads: Vec<callstack::contexts::ThreadArena> = contexts
         .threads
-        .iter()
+        .iter_mut()
         .map(|t| callstack::contexts::ThreadArena {
             thread: t.thread,
             hot: &t.hot,
-            arena: &t.arena,
+            arena: &mut t.arena,
         })
         .collect();
-    callstack::contexts::into_tool(cg.calls.clone(), classify, &contexts.blocks, &threads)
+    callstack::contexts::into_tool(cg.calls.clone(), classify, &contexts.blocks, &mut threads)
 }
 
 impl CgSink<'_> {
@@ -322,7 +322,7 @@ impl CgSink<'_> {
             return;
         };
         let tool = match proc_profile.contexts.take() {
-            Some(c) => match contexts_tool(self.opts, cg, &c) {
+            Some(mut c) => match contexts_tool(self.opts, cg, &mut c) {
                 Ok(tool) if self.opts.verbosity > 1 => {
                     self.log.umsg(pid, &contexts_summary(&c));
                     Some(tool)
