@@ -10,7 +10,7 @@ pub const FACT_WORDS: usize = 5;
 pub(crate) const ENTRY: u64 = 1;
 pub(crate) const SKIP: u64 = 2;
 pub(crate) const POP_ON_JUMP: u64 = 4;
-const NOTIFY: u64 = 8;
+pub(crate) const NOTIFY: u64 = 8;
 pub(crate) const SP_KNOWN: u64 = 16;
 pub(crate) const DESCRIBED: u64 = 32;
 
@@ -37,8 +37,8 @@ impl Facts {
     pub fn pack(&self) -> [u64; FACT_WORDS] {
         let f = &self.flow;
         let exit = match f.exit {
-            Exit::Call => 0,
-            Exit::Return => 1,
+            Exit::Call => EXIT_CALL,
+            Exit::Return => EXIT_RETURN,
             Exit::Jump => 2,
             Exit::FallThrough => 3,
         };
@@ -59,36 +59,75 @@ impl Facts {
 
     /// The facts of a table entry; `None` if no block was described there.
     pub fn unpack(w: &[u64]) -> Option<Facts> {
-        let flags = (w[3] >> 8) & 0xff;
-        if flags & DESCRIBED == 0 {
-            return None;
-        }
-        let exit = match w[3] & 0xff {
-            0 => Exit::Call,
-            1 => Exit::Return,
+        let p = Packed::of(w)?;
+        let exit = match p.exit() {
+            EXIT_CALL => Exit::Call,
+            EXIT_RETURN => Exit::Return,
             2 => Exit::Jump,
             _ => Exit::FallThrough,
         };
-        let start = w[0];
-        let mut flow = Flow::new(
-            start,
-            start + (w[2] & 0xffff_ffff),
-            start + (w[2] >> 32),
-            exit,
-        );
-        flow.function = w[1] as FnId;
-        flow.domain = (w[1] >> 32) as u32;
-        flow.entry = flags & ENTRY != 0;
-        flow.skip = flags & SKIP != 0;
-        flow.pop_on_jump = flags & POP_ON_JUMP != 0;
-        flow.notify = flags & NOTIFY != 0;
+        let mut flow = Flow::new(p.start(), p.call_site(), p.end(), exit);
+        flow.function = p.function();
+        flow.domain = p.domain();
+        flow.entry = p.has(ENTRY);
+        flow.skip = p.has(SKIP);
+        flow.pop_on_jump = p.has(POP_ON_JUMP);
+        flow.notify = p.has(NOTIFY);
         Some(Facts {
             flow,
-            group: w[4] as u32,
-            index: (w[3] >> 32) as u32,
-            instrs: ((w[3] >> 16) & 0xffff) as u32,
-            sp_known: flags & SP_KNOWN != 0,
+            group: p.group(),
+            index: p.index(),
+            instrs: p.instrs(),
+            sp_known: p.has(SP_KNOWN),
         })
+    }
+}
+
+/// Exit kinds as packed.
+pub(crate) const EXIT_CALL: u64 = 0;
+pub(crate) const EXIT_RETURN: u64 = 1;
+
+/// A block's packed facts, read in place (the runtime's fast paths read
+/// only the words they need).
+#[derive(Clone, Copy)]
+pub(crate) struct Packed<'a>(&'a [u64]);
+
+impl<'a> Packed<'a> {
+    /// The packed facts in `w` ([`FACT_WORDS`] words), if a block was
+    /// described there.
+    pub(crate) fn of(w: &'a [u64]) -> Option<Packed<'a>> {
+        let p = Packed(w.get(..FACT_WORDS)?);
+        p.has(DESCRIBED).then_some(p)
+    }
+    pub(crate) fn start(&self) -> u64 {
+        self.0[0]
+    }
+    pub(crate) fn function(&self) -> FnId {
+        self.0[1] as FnId
+    }
+    pub(crate) fn domain(&self) -> u32 {
+        (self.0[1] >> 32) as u32
+    }
+    pub(crate) fn call_site(&self) -> u64 {
+        self.0[0] + (self.0[2] & 0xffff_ffff)
+    }
+    pub(crate) fn end(&self) -> u64 {
+        self.0[0] + (self.0[2] >> 32)
+    }
+    pub(crate) fn exit(&self) -> u64 {
+        self.0[3] & 0xff
+    }
+    pub(crate) fn has(&self, flag: u64) -> bool {
+        (self.0[3] >> 8) & flag != 0
+    }
+    pub(crate) fn instrs(&self) -> u32 {
+        ((self.0[3] >> 16) & 0xffff) as u32
+    }
+    pub(crate) fn index(&self) -> u32 {
+        (self.0[3] >> 32) as u32
+    }
+    pub(crate) fn group(&self) -> u32 {
+        self.0[4] as u32
     }
 }
 

@@ -23,7 +23,9 @@
 //! read.
 
 use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE};
-use crate::facts::{DESCRIBED, ENTRY, FACT_WORDS, POP_ON_JUMP, SKIP, SP_KNOWN};
+use crate::facts::{
+    Packed, ENTRY, EXIT_CALL, EXIT_RETURN, FACT_WORDS, POP_ON_JUMP, SKIP, SP_KNOWN,
+};
 use crate::hot;
 use crate::runtime::{Runtime, ID};
 use callrules::Flow;
@@ -40,55 +42,15 @@ pub(crate) const MEMO_WORDS: usize = 4;
 /// back to: an emulated call, or counters that were moved).
 pub(crate) const FRAME_RESUME: usize = 7;
 
-/// Exit kinds as the facts pack them (`Facts::pack`).
-const EXIT_CALL: u64 = 0;
-const EXIT_RETURN: u64 = 1;
-
 /// The memo slot of an entry by block `x` from the counters at `cur`.
 pub(crate) fn memo_slot(x: u64, cur: u64) -> usize {
     let h = (cur >> 3 ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize;
     (h & (MEMO_ENTRIES - 1)) * MEMO_WORDS
 }
 
-/// A block's packed facts, read in place.
-#[derive(Clone, Copy)]
-struct Raw<'a>(&'a [u64]);
-
-impl Raw<'_> {
-    fn start(&self) -> u64 {
-        self.0[0]
-    }
-    fn function(&self) -> u32 {
-        self.0[1] as u32
-    }
-    fn domain(&self) -> u32 {
-        (self.0[1] >> 32) as u32
-    }
-    fn call_site(&self) -> u64 {
-        self.0[0] + (self.0[2] & 0xffff_ffff)
-    }
-    fn end(&self) -> u64 {
-        self.0[0] + (self.0[2] >> 32)
-    }
-    fn exit(&self) -> u64 {
-        self.0[3] & 0xff
-    }
-    fn has(&self, flag: u64) -> bool {
-        (self.0[3] >> 8) & flag != 0
-    }
-    fn index(&self) -> usize {
-        (self.0[3] >> 32) as usize
-    }
-    fn group(&self) -> u64 {
-        self.0[4] & 0xffff_ffff
-    }
-}
-
 /// Block `id`'s facts in `facts`, if it was described.
-fn raw(facts: &[u64], id: u64) -> Option<Raw<'_>> {
-    let at = id as usize * FACT_WORDS;
-    let w = facts.get(at..at + FACT_WORDS)?;
-    Raw(w).has(DESCRIBED).then_some(Raw(w))
+fn raw(facts: &[u64], id: u64) -> Option<Packed<'_>> {
+    Packed::of(facts.get(id as usize * FACT_WORDS..)?)
 }
 
 impl Runtime<'_> {
@@ -146,7 +108,7 @@ impl Runtime<'_> {
     /// sink, nor an old copy left by a growth (which has no room).
     #[inline(always)]
     pub(crate) fn current_record(&self, cur: u64) -> Option<usize> {
-        let at = ((cur - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER;
+        let at = self.record_of(cur);
         let moved = self.arena[at + NODE_HEADER - 1] == 0;
         (self.arena[at + ID] != NONE && !moved).then_some(at)
     }
@@ -175,8 +137,12 @@ impl Runtime<'_> {
             return;
         }
         let entry = if skip {
-            let counting = ((self.hot[hot::CUR] - self.hot[hot::ARENA]) / 8) as usize;
-            [cur, y, self.arena[counting - NODE_HEADER + ID], NONE]
+            [
+                cur,
+                y,
+                self.arena[self.record_of(self.hot[hot::CUR]) + ID],
+                NONE,
+            ]
         } else {
             let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
             [cur, y, self.arena[head::NODE], arc]
@@ -187,7 +153,14 @@ impl Runtime<'_> {
 
     /// A call (`x` ends in one) or an emulated call (a jump into `y`'s
     /// function) the memo knows.
-    fn fast_call(&mut self, x: u64, y: u64, xf: &Raw<'_>, yf: &Raw<'_>, sp: Option<u64>) -> bool {
+    fn fast_call(
+        &mut self,
+        x: u64,
+        y: u64,
+        xf: &Packed<'_>,
+        yf: &Packed<'_>,
+        sp: Option<u64>,
+    ) -> bool {
         let cur = self.hot[hot::CUR];
         let slot = self.arena[head::MEMO] as usize + memo_slot(x, cur);
         let memo = &self.arena[slot..slot + MEMO_WORDS];
@@ -211,7 +184,8 @@ impl Runtime<'_> {
             // The child is the context (and its counters the ones) the
             // full decision would find.
             let child_level = self.arena[child_at + 1] & 0xffff_ffff;
-            if child_level != u64::from(level) || self.arena[child_at + 3] != yf.group() {
+            if child_level != u64::from(level) || self.arena[child_at + 3] != u64::from(yf.group())
+            {
                 return false;
             }
         }
@@ -249,11 +223,11 @@ impl Runtime<'_> {
             self.arena[head::NODE] = child;
             self.arena[head::NONSKIPPED_NODE] = NONE;
         }
-        self.count_at(child_at, yf.index())
+        self.count_at(child_at, yf.index() as usize)
     }
 
     /// A return leaving the frames the stack pointer `sp` passed.
-    fn fast_return(&mut self, yf: &Raw<'_>, sp: u64) -> bool {
+    fn fast_return(&mut self, yf: &Packed<'_>, sp: u64) -> bool {
         // The frames left, down to `last`: none of them what a running
         // signal handler interrupted.
         let depth = self.arena[head::DEPTH] as usize;
@@ -273,7 +247,7 @@ impl Runtime<'_> {
             || frame[5] != NONE
             || frame[2] & 0xffff_ffff == 0xffff_ffff
             || resume == NONE
-            || self.arena[resume as usize + 3] != yf.group()
+            || self.arena[resume as usize + 3] != u64::from(yf.group())
             || self
                 .current_record(self.hot[hot::ARENA] + 8 * (resume + NODE_HEADER as u64))
                 .is_none()
@@ -283,16 +257,18 @@ impl Runtime<'_> {
         while self.arena[head::DEPTH] as usize > last {
             self.pop();
         }
-        self.count_at(resume as usize, yf.index())
+        self.count_at(resume as usize, yf.index() as usize)
     }
 
     /// A jump within the counters' group.
-    fn fast_jump(&mut self, yf: &Raw<'_>, sp: Option<u64>) -> bool {
+    fn fast_jump(&mut self, yf: &Packed<'_>, sp: Option<u64>) -> bool {
         if self.leaves_frames(sp) {
             return false;
         }
         match self.current_record(self.hot[hot::CUR]) {
-            Some(at) if self.arena[at + 3] == yf.group() => self.count_at(at, yf.index()),
+            Some(at) if self.arena[at + 3] == u64::from(yf.group()) => {
+                self.count_at(at, yf.index() as usize)
+            }
             _ => false,
         }
     }

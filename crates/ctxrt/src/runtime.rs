@@ -335,7 +335,14 @@ impl Runtime<'_> {
 
     /// The record of the counters [`hot::CUR`] points at.
     fn counting_record(&self) -> usize {
-        ((self.hot[hot::CUR] - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER
+        self.record_of(self.hot[hot::CUR])
+    }
+
+    /// The arena offset of the record whose counters start at `cur` (an
+    /// address as the hot words hold it).
+    #[inline(always)]
+    pub(crate) fn record_of(&self, cur: u64) -> usize {
+        ((cur - self.hot[hot::ARENA]) / 8) as usize - NODE_HEADER
     }
 
     /// Moves node `id` to counters with room for block number `index`'s,
