@@ -42,6 +42,11 @@ fn read(path: &Path) -> Profile {
 type Artefacts<'a> = &'a [(&'a str, &'a str)];
 
 fn compare_with_cachegrind(name: &str, artefacts: Artefacts) {
+    compare_with_cachegrind_under(name, &["--cache-sim=yes", "--branch-sim=yes"], artefacts);
+}
+
+/// [`compare_with_cachegrind`] with the simulation options `sims`.
+fn compare_with_cachegrind_under(name: &str, sims: &[&str], artefacts: Artefacts) {
     assert!(
         have("valgrind"),
         "valgrind is needed for this test (scripts/setup installs it)"
@@ -52,7 +57,6 @@ fn compare_with_cachegrind(name: &str, artefacts: Artefacts) {
         .join(format!("{name}.c"));
     let exe = dir.join(name);
     compile("gcc", &["-O1", "-g"], src.to_str().unwrap(), &exe);
-    let sims = ["--cache-sim=yes", "--branch-sim=yes"];
     let ours = dir.join("ours.out");
     let theirs = dir.join("theirs.out");
     let mut opts: Vec<String> = sims.iter().chain(&CACHES).map(|s| s.to_string()).collect();
@@ -81,7 +85,11 @@ fn compare_with_cachegrind(name: &str, artefacts: Artefacts) {
     assert_eq!(run.stdout, vg.stdout, "same output");
     let (ours, theirs) = (read(&ours), read(&theirs));
     assert_eq!(ours.events, theirs.events);
-    assert_eq!(ours.desc, theirs.desc, "the same caches, described alike");
+    if sims.contains(&"--cache-sim=yes") {
+        // (Valgrind 3.19 describes the caches even when it simulates none;
+        // current Cachegrind, which we follow, does not: spec §5.4.)
+        assert_eq!(ours.desc, theirs.desc, "the same caches, described alike");
+    }
     let suffix = format!("{name}.c");
     let (a, b) = (per_function(&ours, &suffix), per_function(&theirs, &suffix));
     assert_eq!(
@@ -121,6 +129,17 @@ fn sort_equals_cachegrind() {
     // the first branch's Bc (spec §0, item 5): the machine executes (and we
     // count) both, and their mispredictions.
     compare_with_cachegrind("sort", &[("merge_sort", "Bc"), ("merge_sort", "Bcm")]);
+}
+
+/// Without cache simulation every branch comes to the tool as a record of
+/// its own (no branch words): the same counts through that path.
+#[test]
+fn sort_branches_alone_equal_cachegrind() {
+    compare_with_cachegrind_under(
+        "sort",
+        &["--cache-sim=no", "--branch-sim=yes"],
+        &[("merge_sort", "Bc"), ("merge_sort", "Bcm")],
+    );
 }
 
 #[test]

@@ -62,12 +62,13 @@ fn charge(row: &mut [u64], first: usize, o: Outcome) {
 }
 
 /// Adds one branch and whether it was mispredicted to the `[executed,
-/// mispredicted]` columns from `first` on in `row`.
+/// mispredicted]` columns from `first` on of `slot`'s row (through
+/// [`CostTable::add`]: a table for block runs stores those columns, so a
+/// branch costs no row on the side).
 #[inline(always)]
-fn charge_branch(row: &mut [u64], first: usize, mispredicted: bool) {
-    let c = &mut row[first..first + 2];
-    c[0] += 1;
-    c[1] += u64::from(mispredicted);
+fn charge_branch(table: &mut CostTable, slot: usize, first: usize, mispredicted: bool) {
+    table.add(slot, first, 1);
+    table.add(slot, first + 1, u64::from(mispredicted));
 }
 
 /// Where a [`BlockSim`] charges what can miss: column `col` of row `slot`
@@ -786,19 +787,26 @@ impl CachegrindTool {
     }
 
     /// [`new`](Self::new) for a producer that reports block runs (the
-    /// engine): block runs charge misses alone (see [`BlockSim`]), so the
-    /// table's rows store just those until [`finish`](Self::finish) (the
-    /// few records of other kinds, a rep instruction's last check, go to
-    /// rows on the side). Not for record streams: each record would go to
-    /// a row on the side.
+    /// engine): block runs charge misses and branches alone (see
+    /// [`BlockSim`]), so the table's rows store just those until
+    /// [`finish`](Self::finish) (the few records of other kinds, a rep
+    /// instruction's last check, go to rows on the side). Not for record
+    /// streams: each record would go to a row on the side.
+    ///
+    /// The branch columns are stored because without cache simulation
+    /// every conditional branch and indirect transfer comes as a record
+    /// of its own (the next block tells its outcome): on the side, each
+    /// cost a hash lookup, and a python run's consumer spent a quarter of
+    /// its time there.
     pub fn for_block_runs(caches: Option<CacheSim>, branch_sim: bool) -> CachegrindTool {
         let mut tool = CachegrindTool::new(caches, branch_sim);
         let set = tool.events();
-        let misses = [Event::I1mr, Event::ILmr, Event::D1mr, Event::DLmr]
+        let stored = [Event::I1mr, Event::ILmr, Event::D1mr, Event::DLmr]
             .into_iter()
-            .chain([Event::D1mw, Event::DLmw]);
-        let misses: Vec<usize> = misses.filter_map(|e| set.index(e)).collect();
-        tool.table = CostTable::storing(set, &misses);
+            .chain([Event::D1mw, Event::DLmw])
+            .chain([Event::Bc, Event::Bcm, Event::Bi, Event::Bim]);
+        let stored: Vec<usize> = stored.filter_map(|e| set.index(e)).collect();
+        tool.table = CostTable::storing(set, &stored);
         tool
     }
 
@@ -1287,13 +1295,13 @@ impl Tool for CachegrindTool {
             Record::CondBranch(b) => {
                 if let Some(mispredicted) = self.sim.cond(b.pc, b.taken) {
                     let slot = self.branch_slot(b.pc);
-                    charge_branch(self.table.row_mut(slot), cols.cond, mispredicted);
+                    charge_branch(&mut self.table, slot, cols.cond, mispredicted);
                 }
             }
             Record::Indirect(t) => {
                 if let Some(mispredicted) = self.sim.indirect(t.pc, t.target) {
                     let slot = self.branch_slot(t.pc);
-                    charge_branch(self.table.row_mut(slot), cols.indirect, mispredicted);
+                    charge_branch(&mut self.table, slot, cols.indirect, mispredicted);
                 }
             }
             Record::Call(_) | Record::Return(_) => {}
