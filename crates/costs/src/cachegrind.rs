@@ -4,8 +4,8 @@
 
 use cachesim::{BranchPredictor, CacheConfig, CacheSim, Outcome};
 use events::{
-    AccessKind, BlockId, BlockInfo, KeptAccess, MruFilter, Needs, Record, SiteWords, Terminator,
-    Tool,
+    AccessKind, BlockId, BlockInfo, BranchWords, KeptAccess, MruFilter, Needs, Record, SiteWords,
+    Terminator, Tool,
 };
 
 use crate::set::{Event, EventCounts, EventSet};
@@ -175,7 +175,7 @@ impl SiteTally {
 
 /// The branch ending a block whose executions are counted: executed as
 /// often as the block ran (each execution ends in it; its mispredictions,
-/// found from the branch words ([`SiteWords::cond_word`]), are in
+/// found from the branch words ([`BranchWords`]), are in
 /// `BlockSim::branch_misses`); charged to the block's last instruction at
 /// the end.
 #[derive(Debug, Clone, Copy, Default)]
@@ -538,15 +538,28 @@ impl BlockSim {
     /// no branch the host cannot guess, its counters' loads overlap, and
     /// the caches' loop never meets a branch word (interleaved, a python
     /// run's 1.5 G branch words cost the consumer 7 ns each).
-    pub fn branch_words(&mut self, words: &[u64]) {
+    pub fn branch_words(&mut self, words: &[u32]) {
         let Some(bp) = &mut self.branches else {
             return;
         };
+        let mut high = 0;
         let mut i = words.len();
         while i > 0 {
             i -= 1;
             let w = words[i];
-            let block = SiteWords::branch_block(w) as usize;
+            if BranchWords::is_high(w) {
+                high = w;
+                continue;
+            }
+            let block = BranchWords::block(w, std::mem::take(&mut high)) as usize;
+            let indirect = BranchWords::is_indirect(w);
+            let target = if indirect {
+                // Its target is the two words before it, low half first.
+                i = i.saturating_sub(2);
+                BranchWords::target(words[i], words.get(i + 1).copied().unwrap_or(0))
+            } else {
+                0
+            };
             let (Some(&pc), Some(misses)) = (
                 self.branch_pcs.get(block),
                 self.branch_misses.get_mut(block),
@@ -554,14 +567,9 @@ impl BlockSim {
                 continue;
             };
             let pc = u64::from(pc);
-            let mispredicted = match SiteWords::is_indirect(w) {
-                true => {
-                    // Its target word is the one before it.
-                    i = i.saturating_sub(1);
-                    let target = words.get(i).map_or(0, |&t| SiteWords::target(t));
-                    bp.indirect(pc, target)
-                }
-                false => bp.cond(pc, SiteWords::taken(w)),
+            let mispredicted = match indirect {
+                true => bp.indirect(pc, target),
+                false => bp.cond(pc, BranchWords::taken(w)),
             };
             // Without a branch: the host would mispredict as often as the
             // model.
@@ -1264,7 +1272,7 @@ impl Tool for CachegrindTool {
         self.sim.site_accesses(words, &mut self.table)
     }
 
-    fn branch_words(&mut self, words: &[u64]) {
+    fn branch_words(&mut self, words: &[u32]) {
         self.sim.branch_words(words);
     }
 
@@ -1782,8 +1790,8 @@ mod tests {
         let (mut refs, mut delivered) = (0, 0);
         // The branch stream since the last hand-over, in execution order
         // (handed over last first, as a buffer fills with it from its end).
-        let mut stream: Vec<u64> = Vec::new();
-        let hand_over = |stream: &mut Vec<u64>, tools: [&mut CachegrindTool; 2]| {
+        let mut stream: Vec<u32> = Vec::new();
+        let hand_over = |stream: &mut Vec<u32>, tools: [&mut CachegrindTool; 2]| {
             stream.reverse();
             for t in tools {
                 t.branch_words(stream);
@@ -1803,15 +1811,14 @@ mod tests {
             let (branch, branch_words) = match b.terminator() {
                 Terminator::CondJump { .. } => {
                     let taken = rand(3) != 0;
-                    let words = vec![SiteWords::cond_word(n as u32, taken)];
+                    let mut words = Vec::new();
+                    BranchWords::push_cond(&mut words, n as u32, taken);
                     (Some(Record::CondBranch(CondBranch { pc, taken })), words)
                 }
                 Terminator::IndirectJump => {
                     let target = 0x40_0000 + 16 * rand(40);
-                    let words = vec![
-                        SiteWords::indirect_word(n as u32),
-                        SiteWords::target_word(target),
-                    ];
+                    let mut words = Vec::new();
+                    BranchWords::push_indirect(&mut words, n as u32, target);
                     (Some(Record::Indirect(Transfer { pc, target })), words)
                 }
                 _ => (None, Vec::new()),

@@ -71,7 +71,8 @@ pub(crate) struct SharedBuffers {
     pub base: u64,
 }
 
-/// Words of a trace buffer: their byte offset in the buffers and how many.
+/// Words of a trace buffer: their byte offset in the buffers and how many
+/// (64-bit records, or 32-bit branch words).
 pub(crate) type Span = (usize, usize);
 
 impl SharedBuffers {
@@ -80,7 +81,7 @@ impl SharedBuffers {
     pub fn view(&self, buffer: usize, records: Span, branches: Span) -> BufferView {
         // (Checked now, not when the consumer reads: a bad range is the
         // tracer's error.)
-        let _ = (self.words(records), self.words(branches));
+        let _ = (self.words(records), self.halves(branches));
         self.gate.open(buffer);
         BufferView {
             buffers: self.clone(),
@@ -92,6 +93,10 @@ impl SharedBuffers {
 
     fn words(&self, (off, n): Span) -> &[u64] {
         self.map.words(off, n)
+    }
+
+    fn halves(&self, (off, n): Span) -> &[u32] {
+        self.map.halves(off, n)
     }
 }
 
@@ -114,8 +119,8 @@ impl BufferView {
     }
 
     /// The branch words, last first.
-    pub fn branch_words(&self) -> &[u64] {
-        self.buffers.words(self.branches)
+    pub fn branch_words(&self) -> &[u32] {
+        self.buffers.halves(self.branches)
     }
 
     /// The client address of the first branch word.

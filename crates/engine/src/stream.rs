@@ -67,7 +67,7 @@ pub trait StreamTool: events::Tool + Send {
 /// a rep string block's record says where among them its own branches go.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct BranchStream<'a> {
-    words: &'a [u64],
+    words: &'a [u32],
     base: u64,
 }
 
@@ -77,7 +77,7 @@ impl BranchStream<'_> {
     /// from `layout::TRACE_SLACK` above its limit).
     fn written_before(&self, limit: u64) -> usize {
         let at = limit.wrapping_add(crate::layout::TRACE_SLACK);
-        let index = at.saturating_sub(self.base) / 8;
+        let index = at.saturating_sub(self.base) / 4;
         (index as usize).min(self.words.len())
     }
 }
@@ -139,11 +139,12 @@ pub(crate) enum Msg {
 /// them.
 pub(crate) enum Words {
     /// Copied out of the client into one of the circulating buffers: the
-    /// records, then from `branches_at` on the branch words, the first of
-    /// which was at `branches_base` in the client.
+    /// records, then from `branches_at` on the `branches` 32-bit branch
+    /// words, the first of which was at `branches_base` in the client.
     Copied {
         words: Vec<u64>,
         branches_at: usize,
+        branches: usize,
         branches_base: u64,
     },
     /// In place, in a trace buffer shared with the client.
@@ -167,9 +168,10 @@ impl Words {
             Words::Copied {
                 words,
                 branches_at,
+                branches,
                 branches_base,
             } => BranchStream {
-                words: &words[*branches_at..],
+                words: &bytemuck::cast_slice(&words[*branches_at..])[..*branches],
                 base: *branches_base,
             },
             Words::Shared(view) => BranchStream {
@@ -180,9 +182,10 @@ impl Words {
     }
 }
 
-/// Record buffers circulating between the tracer and the consumer: the
-/// client waits when all are with the consumer (memory stays bounded, 2 MiB
-/// each, up to 3 MiB with the slack); other messages (block metadata) never
+/// Record buffers circulating between the tracer and the consumer (where
+/// trace buffers cannot be shared and are copied out): the client waits
+/// when all are with the consumer (memory stays bounded, a trace buffer's
+/// words each, `layout::TRACE_BYTES` and up to the slack more); other messages (block metadata) never
 /// wait behind the simulation. Four: when the consumer keeps up, one or two
 /// are in use; when it does not, more buffers only hold more memory (eight
 /// put bzip2's peak RSS above Cachegrind's, at the same speed).
@@ -190,7 +193,7 @@ const IN_FLIGHT: usize = 4;
 
 /// The circulating record buffers. The tracer takes one per flush (and
 /// waits if none is free); the consumer gives it back once decoded
-/// (allocating and faulting in 2 MiB per flush cost more than the copy).
+/// (allocating and faulting in a buffer per flush cost more than the copy).
 #[derive(Clone)]
 struct Pool {
     give: SyncSender<Vec<u64>>,
@@ -324,9 +327,16 @@ impl StreamLink {
     }
 
     /// Complete records of thread `thread`, then from `branches_at` on its
-    /// branch words, the first of which was at `branches_base` (the buffer
-    /// goes on to the consumer, or straight back when empty).
-    pub fn records(&self, thread: u64, words: Vec<u64>, branches_at: usize, branches_base: u64) {
+    /// `branches` 32-bit branch words, the first of which was at
+    /// `branches_base` (the buffer goes on to the consumer, or straight
+    /// back when empty).
+    pub fn records(
+        &self,
+        thread: u64,
+        words: Vec<u64>,
+        (branches_at, branches): (usize, usize),
+        branches_base: u64,
+    ) {
         if words.is_empty() {
             self.recycle(words);
         } else {
@@ -336,6 +346,7 @@ impl StreamLink {
                 words: Words::Copied {
                     words,
                     branches_at,
+                    branches,
                     branches_base,
                 },
             });
@@ -1019,11 +1030,11 @@ mod tests {
         signals: usize,
         /// Branches in the order the predictor would see them: branch
         /// words, and `REP_TAKEN`/`REP_NOT_TAKEN` for a rep block's.
-        branches: Vec<u64>,
+        branches: Vec<u32>,
     }
 
-    const REP_TAKEN: u64 = 1;
-    const REP_NOT_TAKEN: u64 = 0;
+    const REP_TAKEN: u32 = 1;
+    const REP_NOT_TAKEN: u32 = 0;
 
     impl events::Tool for Counted {
         fn needs(&self) -> Needs {
@@ -1044,7 +1055,7 @@ mod tests {
                     .push(if b.taken { REP_TAKEN } else { REP_NOT_TAKEN });
             }
         }
-        fn branch_words(&mut self, words: &[u64]) {
+        fn branch_words(&mut self, words: &[u32]) {
             self.branches.extend(words.iter().rev());
         }
         fn site_accesses(&mut self, words: &[u64]) -> usize {
@@ -1109,12 +1120,12 @@ mod tests {
         let mut tool = Counted::default();
         let mut decoder = Decoder::new(events::Tool::needs(&tool));
         decoder.add(rep_block(None));
-        let c = |n: u32| SiteWords::cond_word(n + 1, n.is_multiple_of(2));
+        let c = |n: u32| events::BranchWords::tag(n + 1) | u32::from(n.is_multiple_of(2));
         // Written c0, c1, c2 from the top of the buffer down (at `base`
         // the last), the rep block after c1.
         let base = 0x10_0000;
         let stream = [c(2), c(1), c(0)];
-        let limit_after_c1 = (base + 8) - crate::layout::TRACE_SLACK;
+        let limit_after_c1 = (base + 4) - crate::layout::TRACE_SLACK;
         let words = [0, 2, 0x5000, 0x9000, 0, 0x5002, 0x9000, 0, limit_after_c1];
         let branches = BranchStream {
             words: &stream,

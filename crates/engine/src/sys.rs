@@ -764,28 +764,47 @@ impl SharedMap {
     }
 
     /// The `n` little-endian 64-bit words from offset `off` (a multiple
-    /// of 8), without a copy: a trace buffer that the consumer decodes in
-    /// place.
+    /// of 8), without a copy: a trace buffer's records, which the consumer
+    /// decodes in place.
     ///
     /// # Panics
     /// If the range is outside the mapping or `off` is not 8-aligned.
     pub fn words(&self, off: usize, n: usize) -> &[u64] {
-        assert!(off.is_multiple_of(8), "words at the unaligned offset {off}");
+        self.slice(off, n)
+    }
+
+    /// The `n` little-endian 32-bit words from offset `off` (a multiple
+    /// of 4), without a copy: a trace buffer's branch words.
+    ///
+    /// # Panics
+    /// If the range is outside the mapping or `off` is not 4-aligned.
+    pub fn halves(&self, off: usize, n: usize) -> &[u32] {
+        self.slice(off, n)
+    }
+
+    /// `n` values of `T` from offset `off` (a multiple of their size).
+    fn slice<T: bytemuck::Pod>(&self, off: usize, n: usize) -> &[T] {
+        let size = std::mem::size_of::<T>();
+        assert!(
+            off.is_multiple_of(size),
+            "words at the unaligned offset {off}"
+        );
         assert!(n
-            .checked_mul(8)
+            .checked_mul(size)
             .and_then(|b| b.checked_add(off))
             .is_some_and(|e| e <= self.len));
         // SAFETY: the range is inside the live mapping (checked above),
         // which lives as long as `self`; the mapping is page-aligned and
-        // `off` a multiple of 8, so the words are aligned. Nothing writes
-        // them while the slice lives: the client writes a trace buffer only
-        // after the tracer hands it back, which waits until the consumer
-        // has dropped its view (`space::trace::Gate`), and the tracer's own
-        // writes (markers, a moved open record) go past the viewed words.
-        // (Client code never addresses its thread area, the engine's
-        // GS-relative memory; a wild store into it would wreck the spill
-        // slots as well, and is outside what the engine runs.)
-        unsafe { std::slice::from_raw_parts(self.ptr.add(off) as *const u64, n) }
+        // `off` a multiple of the values' size (a power of two), so they
+        // are aligned, and any bits are a value of `T` (`Pod`). Nothing
+        // writes them while the slice lives: the client writes a trace
+        // buffer only after the tracer hands it back, which waits until the
+        // consumer has dropped its view (`space::trace::Gate`), and the
+        // tracer's own writes (markers, a moved open record) go past the
+        // viewed words. (Client code never addresses its thread area, the
+        // engine's GS-relative memory; a wild store into it would wreck the
+        // spill slots as well, and is outside what the engine runs.)
+        unsafe { std::slice::from_raw_parts(self.ptr.add(off) as *const T, n) }
     }
 
     /// Copies `buf.len()` bytes from offset `off`.

@@ -345,8 +345,8 @@ pub struct MruFilter {
     /// the end through
     /// [`Tool::block_runs`]. With [`Needs::cond_branches`] or
     /// [`Needs::indirect_targets`], the outcome of the branch ending each
-    /// execution comes as a *branch word* (see [`SiteWords::cond_word`]),
-    /// in a stream of its own ([`Tool::branch_words`]). The fetches
+    /// execution comes as a *branch word* (see [`BranchWords`]), in a
+    /// stream of its own ([`Tool::branch_words`]). The fetches
     /// checked are those
     /// [`fetch_starts`] lists; a kept one names its place in that list.
     pub fetch_set_bits: Option<u8>,
@@ -497,16 +497,8 @@ pub fn site_run(words: &[u64]) -> usize {
 /// whether it is an instruction fetch (bit 63). Sites start at 1, so a site
 /// word is above 2^32, where no block id or marker is.
 ///
-/// A word whose top 25 bits are all set (its site the field's top value,
-/// which names no reference) is a *branch word* instead: the outcome of
-/// the conditional or indirect branch that ends an execution of a counted
-/// block, written where the branch ran (the predictor is simulated in
-/// execution order, like the caches), in a stream apart from the site
-/// words ([`Tool::branch_words`]). It holds the block's id in bits 8
-/// to 38 (see [`SiteWords::branch_tag`]), in bit 0 whether a conditional
-/// branch was taken and in bit 1 whether the branch is an indirect one,
-/// whose target goes with it in the next word of its stream (with bit 63
-/// set, so that it too lies above 2^32).
+/// The outcomes of the branches that end counted blocks go apart, in a
+/// stream of 32-bit [`BranchWords`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SiteWords {
     /// Bits of the line number: the site's field starts there.
@@ -527,8 +519,7 @@ impl SiteWords {
     }
 
     /// How many sites the words can name (sites are below it; 0 is none).
-    /// The field's top value is no site's: with it the word is a branch
-    /// word (see [`SiteWords::is_branch`]).
+    /// The field's top value is no site's.
     pub fn sites(self) -> u32 {
         self.site_field_mask()
     }
@@ -583,84 +574,101 @@ impl SiteWords {
         word & Self::STRADDLES != 0
     }
 
-    /// The branch word of a conditional branch ending block `id`, taken or
-    /// not (see [`SiteWords`]).
-    pub fn cond_word(id: u32, taken: bool) -> u64 {
-        Self::branch_tag(id) | u64::from(taken)
-    }
-
-    /// The branch word of an indirect jump or call ending block `id`; the
-    /// word after it is [`SiteWords::target_word`].
-    pub fn indirect_word(id: u32) -> u64 {
-        Self::branch_tag(id) | Self::INDIRECT
-    }
-
-    /// The branch word of block `id` without its outcome bits (its low
-    /// byte is 0, where a producer stores the outcome).
-    pub fn branch_tag(id: u32) -> u64 {
-        debug_assert!(id < 1 << 30, "block ids stay below 2^30");
-        Self::BRANCH | u64::from(id ^ Self::FLIP) << 8
-    }
-
-    /// For blocks below 2^23: [`SiteWords::branch_tag`] as a 32-bit
-    /// immediate that sign-extends to it (one store of a word, whose low
-    /// byte a `setcc` then fills).
-    pub fn short_branch_tag(id: u32) -> Option<u32> {
-        (id < 1 << 23).then(|| Self::branch_tag(id) as u32)
-    }
-
-    /// The word after an indirect branch word: its target.
-    pub fn target_word(target: u64) -> u64 {
-        target | Self::FETCH
-    }
-
-    /// The target in a [`SiteWords::target_word`].
-    #[inline(always)]
-    pub fn target(word: u64) -> u64 {
-        word & !Self::FETCH
-    }
-
-    /// Whether `word` (a site word's place) is a branch word: its top 25
-    /// bits are set, so its site is the one no reference is given.
-    #[inline(always)]
-    pub fn is_branch(word: u64) -> bool {
-        word >= Self::BRANCH
-    }
-
-    /// The block whose branch a branch word tells.
-    #[inline(always)]
-    pub fn branch_block(word: u64) -> u32 {
-        (word >> 8) as u32 & ((1 << 31) - 1) ^ Self::FLIP
-    }
-
-    /// Whether a conditional branch word's branch was taken.
-    #[inline(always)]
-    pub fn taken(word: u64) -> bool {
-        word & 1 != 0
-    }
-
-    /// Whether a branch word is an indirect branch's (its target follows).
-    #[inline(always)]
-    pub fn is_indirect(word: u64) -> bool {
-        word & Self::INDIRECT != 0
-    }
-
-    /// The bits every branch word has: 39 and up, which covers the site
-    /// field (from 39 to 43 on) for every line size, and the fetch and
-    /// straddle bits.
-    const BRANCH: u64 = u64::MAX << 39;
-    /// The bit of an indirect branch word.
-    const INDIRECT: u64 = 2;
-    /// The block's field (bits 8 to 38) holds its id with bits 23 to 30
-    /// flipped: for ids below 2^23 they are then all set, as in a
-    /// sign-extended 32-bit immediate with bit 31 set.
-    const FLIP: u32 = 0xff << 23;
-
     /// Whether a word of a buffer is a site word (block ids and markers lie
     /// below 2^32).
     #[inline(always)]
     pub fn is_site_word(word: u64) -> bool {
         word > u64::from(u32::MAX)
+    }
+}
+
+/// The branch stream's 32-bit words ([`Tool::branch_words`]): the outcome
+/// of the conditional or indirect branch that ends an execution of a
+/// counted block, written where the branch ran (the predictor is simulated
+/// in execution order, like the caches), in a stream apart from the site
+/// words. The producer's buffer fills with them from its end down, so a
+/// branch's words are written from the highest address down and a slice
+/// of the stream holds them last first.
+///
+/// A branch's word holds its block's id in bits 8 to 31 and, in its low
+/// byte, whether a conditional branch was taken ([`BranchWords::TAKEN`],
+/// the byte a producer's `setcc` writes) or that the branch is an indirect
+/// one ([`BranchWords::INDIRECT`]), whose target follows it as a 64-bit
+/// value (two words, the low half last). A block id of 2^24 or more has
+/// its high bits in a word of their own before its branch's word
+/// ([`BranchWords::HIGH`]). Half the bytes of the 64-bit words they
+/// replaced: python-json's 1.3 G conditional branches had written 10 GB.
+pub struct BranchWords;
+
+impl BranchWords {
+    /// Bit 0: the conditional branch was taken.
+    pub const TAKEN: u32 = 1;
+    /// Bit 1: an indirect branch; its target follows.
+    pub const INDIRECT: u32 = 2;
+    /// Bit 2: no branch's word but bits 24 and up of the next one's block
+    /// id, in bits 8 to 31.
+    pub const HIGH: u32 = 4;
+    /// Block ids below this fit a branch's word alone.
+    pub const SHORT_IDS: u32 = 1 << 24;
+
+    /// Block `id`'s branch word without its outcome (low byte 0).
+    pub fn tag(id: u32) -> u32 {
+        (id % Self::SHORT_IDS) << 8
+    }
+
+    /// The word before block `id`'s branch word, if its id needs one.
+    pub fn high(id: u32) -> Option<u32> {
+        (id >= Self::SHORT_IDS).then(|| (id >> 24) << 8 | Self::HIGH)
+    }
+
+    /// Appends the words of a conditional branch of block `id`, taken or
+    /// not, in the order they are written.
+    pub fn push_cond(out: &mut Vec<u32>, id: u32, taken: bool) {
+        out.extend(Self::high(id));
+        out.push(Self::tag(id) | u32::from(taken));
+    }
+
+    /// Appends the words of an indirect branch of block `id` to `target`,
+    /// in the order they are written.
+    pub fn push_indirect(out: &mut Vec<u32>, id: u32, target: u64) {
+        out.extend(Self::high(id));
+        out.extend([
+            Self::tag(id) | Self::INDIRECT,
+            (target >> 32) as u32,
+            target as u32,
+        ]);
+    }
+
+    /// Whether `word` holds the high bits of the next word's block id.
+    #[inline(always)]
+    pub fn is_high(word: u32) -> bool {
+        word & Self::HIGH != 0
+    }
+
+    /// The block of a branch word, with the high bits `high` of a
+    /// [`BranchWords::is_high`] word before it (else 0).
+    #[inline(always)]
+    pub fn block(word: u32, high: u32) -> u32 {
+        (high >> 8) << 24 | word >> 8
+    }
+
+    /// Whether a conditional branch's word says taken.
+    #[inline(always)]
+    pub fn taken(word: u32) -> bool {
+        word & Self::TAKEN != 0
+    }
+
+    /// Whether a branch word is an indirect branch's (its target follows).
+    #[inline(always)]
+    pub fn is_indirect(word: u32) -> bool {
+        word & Self::INDIRECT != 0
+    }
+
+    /// The target of an indirect branch from the two words after its
+    /// word, in a slice's order (low half first).
+    #[inline(always)]
+    pub fn target(low: u32, high: u32) -> u64 {
+        u64::from(high) << 32 | u64::from(low)
     }
 }
 
@@ -832,15 +840,13 @@ pub trait Tool {
         site_run(words)
     }
 
-    /// The branch words ([`SiteWords::cond_word`],
-    /// [`SiteWords::indirect_word`]) of the branches that blocks whose
-    /// executions are counted end in, when the tool simulates branches:
-    /// one thread's since its last, a stream of their own beside the
-    /// kept references (the two models share nothing), *last first*: the
-    /// producer's buffer fills with them from its end down. An indirect
-    /// branch's target word comes right before its word in the slice. The
+    /// The branch words ([`BranchWords`]) of the branches that blocks
+    /// whose executions are counted end in, when the tool simulates
+    /// branches: one thread's since its last, a stream of their own beside
+    /// the kept references (the two models share nothing), *last first*:
+    /// the producer's buffer fills with them from its end down. The
     /// default ignores them.
-    fn branch_words(&mut self, words: &[u64]) {
+    fn branch_words(&mut self, words: &[u32]) {
         let _ = words;
     }
 
@@ -932,7 +938,7 @@ macro_rules! forward_tool {
         fn site_accesses(&mut self, words: &[u64]) -> usize {
             self.$field.site_accesses(words)
         }
-        fn branch_words(&mut self, words: &[u64]) {
+        fn branch_words(&mut self, words: &[u32]) {
             self.$field.branch_words(words)
         }
         fn block_runs(&mut self, id: $crate::BlockId, runs: u64) {
@@ -1195,39 +1201,48 @@ mod tests {
     }
 
     #[test]
-    fn a_branch_word_holds_its_block_and_outcome_and_has_no_site() {
-        for line_bits in [4, 6, 8] {
-            let l = SiteWords::new(line_bits);
-            let top = (1 << 30) - 1;
-            for (id, taken) in [(top, true), (7, false), (1 << 23, true), (0, false)] {
-                let w = SiteWords::cond_word(id, taken);
-                assert!(SiteWords::is_site_word(w) && SiteWords::is_branch(w));
-                assert!(!SiteWords::is_indirect(w) && SiteWords::taken(w) == taken);
-                assert_eq!(SiteWords::branch_block(w), id);
-                assert_eq!(l.site(w), l.sites(), "no reference's site");
+    fn a_branch_word_holds_its_block_and_outcome() {
+        // Read as a consumer does: the slice last first, a high word's
+        // bits kept for the word after it.
+        fn read(written: &[u32]) -> Vec<(u32, bool, Option<u64>)> {
+            let words: Vec<u32> = written.iter().rev().copied().collect();
+            let (mut out, mut high, mut i) = (Vec::new(), 0, words.len());
+            while i > 0 {
+                i -= 1;
+                let w = words[i];
+                if BranchWords::is_high(w) {
+                    high = w;
+                    continue;
+                }
+                let block = BranchWords::block(w, std::mem::take(&mut high));
+                let target = BranchWords::is_indirect(w).then(|| {
+                    i -= 2;
+                    BranchWords::target(words[i], words[i + 1])
+                });
+                out.push((block, BranchWords::taken(w), target));
             }
-            let w = SiteWords::indirect_word(5);
-            assert!(SiteWords::is_branch(w) && SiteWords::is_indirect(w));
-            assert_eq!(SiteWords::branch_block(w), 5);
-            // A reference's word never is one, even at the top site and line.
-            let line = (1u64 << l.site_shift()) - 1;
-            assert!(!SiteWords::is_branch(l.word(
-                l.sites() - 1,
-                true,
-                true,
-                line
-            )));
-            // A target in the low 4 GiB still lies above 2^32 in its word.
-            let t = SiteWords::target_word(0x40_1000);
-            assert!(SiteWords::is_site_word(t) && SiteWords::target(t) == 0x40_1000);
+            out
         }
-        // Below 2^23 the tag is a sign-extended 32-bit immediate.
-        for id in [0, 5, (1 << 23) - 1] {
-            let imm = SiteWords::short_branch_tag(id).expect("a short tag");
-            assert_eq!(i64::from(imm as i32) as u64, SiteWords::branch_tag(id));
-            assert_eq!(SiteWords::branch_tag(id) & 0xff, 0);
+        let top = (1 << 30) - 1;
+        let mut written = Vec::new();
+        let mut expected = Vec::new();
+        for (id, taken) in [
+            (top, true),
+            (7, false),
+            (1 << 24, true),
+            ((1 << 24) - 1, true),
+        ] {
+            BranchWords::push_cond(&mut written, id, taken);
+            expected.push((id, taken, None));
         }
-        assert_eq!(SiteWords::short_branch_tag(1 << 23), None);
+        for (id, target) in [(5, 0x7fff_ffff_f000), (1 << 25, 0x40_1000)] {
+            BranchWords::push_indirect(&mut written, id, target);
+            expected.push((id, false, Some(target)));
+        }
+        assert_eq!(read(&written), expected);
+        // Short ids: one word, its low byte free for the outcome.
+        assert_eq!(BranchWords::high((1 << 24) - 1), None);
+        assert_eq!(BranchWords::tag(5) & 0xff, 0);
     }
 
     #[test]
@@ -1358,7 +1373,7 @@ mod tests {
             self.0.push("site_accesses");
             7
         }
-        fn branch_words(&mut self, _: &[u64]) {
+        fn branch_words(&mut self, _: &[u32]) {
             self.0.push("branch_words");
         }
         fn block_runs(&mut self, _: BlockId, _: u64) {

@@ -12,7 +12,7 @@
 
 use super::{based, gs, Emitter, Label};
 use crate::layout;
-use events::SiteWords;
+use events::BranchWords;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 /// Condition code of `jne`.
@@ -23,9 +23,10 @@ const JNE: u8 = 5;
 /// a flush site's number.
 pub const FLUSH_AT: u64 = 1 << 63;
 
-/// Where the branch stream's next word goes, from the buffer's limit (see
-/// `Emitter::append_branch`): the word below the limit plus the slack.
-const TOP_BRANCH: i64 = layout::TRACE_SLACK as i64 - 8;
+/// Where the branch stream's next (32-bit) word goes, from the buffer's
+/// limit (see `Emitter::append_branch`): the word below the limit plus the
+/// slack.
+const TOP_BRANCH: i64 = layout::TRACE_SLACK as i64 - 4;
 
 /// The bit that marks the id word of a (block id, kept access) pair in
 /// the buffer (counted executions), so that the consumer knows a pair
@@ -195,29 +196,6 @@ fn setcc(cc: u8) -> Code {
         Code::Setg_rm8,
     ];
     SETCC[usize::from(cc & 15)]
-}
-
-/// `cmovcc r64, r/m64` for condition code `cc`.
-fn cmov(cc: u8) -> Code {
-    const CMOV: [Code; 16] = [
-        Code::Cmovo_r64_rm64,
-        Code::Cmovno_r64_rm64,
-        Code::Cmovb_r64_rm64,
-        Code::Cmovae_r64_rm64,
-        Code::Cmove_r64_rm64,
-        Code::Cmovne_r64_rm64,
-        Code::Cmovbe_r64_rm64,
-        Code::Cmova_r64_rm64,
-        Code::Cmovs_r64_rm64,
-        Code::Cmovns_r64_rm64,
-        Code::Cmovp_r64_rm64,
-        Code::Cmovnp_r64_rm64,
-        Code::Cmovl_r64_rm64,
-        Code::Cmovge_r64_rm64,
-        Code::Cmovle_r64_rm64,
-        Code::Cmovg_r64_rm64,
-    ];
-    CMOV[usize::from(cc & 15)]
 }
 
 impl KeptForm {
@@ -708,65 +686,59 @@ impl Emitter {
     }
 
     /// Appends the branch word of the conditional branch ending block `id`
-    /// (`events::SiteWords::cond_word`) to the branch stream, just before
-    /// that branch runs: `word` and `ptr` (borrowed) are clobbered, the
-    /// flags and the client's registers are left as they are.
+    /// (`events::BranchWords`, with the word of its id's high bits first
+    /// if it has one) to the branch stream, just before that branch runs:
+    /// `word` and `ptr` (borrowed) are clobbered, the flags and the
+    /// client's registers are left as they are.
     pub fn cond_branch_word(&mut self, word: Register, ptr: Register, id: u32, taken: Taken) {
-        let tag = SiteWords::branch_tag(id);
-        match (taken, SiteWords::short_branch_tag(id)) {
-            // The usual case: one store of the tag, `setcc` on its low byte.
-            (Taken::Flags(_) | Taken::Always, Some(short)) => {
-                self.append_branch(ptr, |e| {
-                    let at = MemoryOperand::with_base_displ(ptr, TOP_BRANCH);
-                    match taken {
-                        Taken::Flags(cc) => {
-                            e.insn(Instruction::with2(Code::Mov_rm64_imm32, at, short as i32));
-                            e.insn(Instruction::with1(setcc(cc), at));
-                        }
-                        _ => {
-                            let taken = (short | 1) as i32;
-                            e.insn(Instruction::with2(Code::Mov_rm64_imm32, at, taken));
-                        }
-                    }
-                    8
-                });
-                return;
-            }
-            (Taken::Always, None) => {
-                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag | 1));
-            }
-            (Taken::Flags(cc), None) => {
-                // cmovcc reads the flags and sets none.
-                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag));
-                self.insn(Instruction::with2(Code::Mov_r64_imm64, ptr, tag | 1));
-                self.insn(Instruction::with2(cmov(cc), word, ptr));
-            }
-            (Taken::Guest(opcode), _) => {
-                // The guest's own branch (`jrcxz`, `loop`...), run on a
-                // copy of RCX, tells where it will go; all before the
-                // append, which an interruption may run again.
-                let (taken, done) = (self.new_label(), self.new_label());
-                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag));
-                self.store_gs(Register::RCX, layout::S_RCX0);
-                self.short_branch(opcode, taken);
-                self.jmp_short(done);
-                self.bind(taken);
-                self.insn(Instruction::with2(Code::Mov_r64_imm64, word, tag | 1));
-                self.bind(done);
-                self.load_gs(Register::RCX, layout::S_RCX0);
-            }
+        let tag = BranchWords::tag(id);
+        let high = BranchWords::high(id);
+        // The branch's word, below the high bits' if there are some.
+        let top = TOP_BRANCH - if high.is_some() { 4 } else { 0 };
+        let size = TOP_BRANCH + 4 - top;
+        let word32 = word.full_register32();
+        if let Taken::Guest(opcode) = taken {
+            // The guest's own branch (`jrcxz`, `loop`...), run on a copy
+            // of RCX, tells where it will go; all before the append, which
+            // an interruption may run again.
+            let (taken, done) = (self.new_label(), self.new_label());
+            self.insn(Instruction::with2(Code::Mov_r32_imm32, word32, tag));
+            self.store_gs(Register::RCX, layout::S_RCX0);
+            self.short_branch(opcode, taken);
+            self.jmp_short(done);
+            self.bind(taken);
+            self.insn(Instruction::with2(Code::Mov_r32_imm32, word32, tag | 1));
+            self.bind(done);
+            self.load_gs(Register::RCX, layout::S_RCX0);
         }
         self.append_branch(ptr, |e| {
-            e.store_at(ptr, TOP_BRANCH, word);
-            8
+            if let Some(high) = high {
+                let at = MemoryOperand::with_base_displ(ptr, TOP_BRANCH);
+                e.insn(Instruction::with2(Code::Mov_rm32_imm32, at, high));
+            }
+            let at = MemoryOperand::with_base_displ(ptr, top);
+            match taken {
+                // The usual case: one store of the tag, `setcc` on its low
+                // byte.
+                Taken::Flags(cc) => {
+                    e.insn(Instruction::with2(Code::Mov_rm32_imm32, at, tag));
+                    e.insn(Instruction::with1(setcc(cc), at));
+                }
+                Taken::Always => {
+                    e.insn(Instruction::with2(Code::Mov_rm32_imm32, at, tag | 1));
+                }
+                Taken::Guest(_) => {
+                    e.insn(Instruction::with2(Code::Mov_rm32_r32, at, word32));
+                }
+            }
+            size as i32
         });
     }
 
     /// Appends the branch word of the indirect jump or call ending block
-    /// `id` and, below it, its target, in RCX
-    /// (`events::SiteWords::indirect_word`) to the branch stream, with the
-    /// client's RAX and RCX in their spill slots: RAX is used and
-    /// reloaded; the flags are left as they are.
+    /// `id` and, below it, its target, in RCX (`events::BranchWords`) to
+    /// the branch stream, with the client's RAX and RCX in their spill
+    /// slots: RAX is used and reloaded; the flags are left as they are.
     ///
     /// With `copy` (the thread-area offset of the branch's slot in the
     /// thread's copy of the indirect-target table, `layout::AREA_BTAC`), a
@@ -779,7 +751,11 @@ impl Emitter {
     /// changes the same slot: one misprediction the tool misses.)
     pub fn indirect_branch_word(&mut self, id: u32, copy: Option<u32>) {
         let (rax, rcx) = (Register::RAX, Register::RCX);
-        let word = SiteWords::indirect_word(id);
+        let tag = BranchWords::tag(id) | BranchWords::INDIRECT;
+        let high = BranchWords::high(id);
+        // The branch's word, below the high bits' if there are some, and
+        // the target's 8 bytes below it.
+        let top = TOP_BRANCH - if high.is_some() { 4 } else { 0 };
         let same = copy.map(|slot| {
             // RCX minus the copy without touching the flags (`not`,
             // `lea`), tested by `jrcxz` with the target in RAX meanwhile.
@@ -797,26 +773,17 @@ impl Emitter {
             same
         });
         self.append_branch(rax, |e| {
-            for (at, half) in [(0, word as u32), (4, (word >> 32) as u32)] {
-                e.insn(Instruction::with2(
-                    Code::Mov_rm32_imm32,
-                    MemoryOperand::with_base_displ(rax, TOP_BRANCH + at),
-                    half,
-                ));
+            if let Some(high) = high {
+                let at = MemoryOperand::with_base_displ(rax, TOP_BRANCH);
+                e.insn(Instruction::with2(Code::Mov_rm32_imm32, at, high));
             }
-            let target = TOP_BRANCH - 8;
-            e.store_at(rax, target, rcx);
-            // The target word's top byte (a user address's is 0) gets bit 63.
-            debug_assert_eq!(SiteWords::target_word(0), 0x80 << 56);
-            e.insn(Instruction::with2(
-                Code::Mov_rm8_imm8,
-                MemoryOperand::with_base_displ(rax, target + 7),
-                0x80u32,
-            ));
+            let at = MemoryOperand::with_base_displ(rax, top);
+            e.insn(Instruction::with2(Code::Mov_rm32_imm32, at, tag));
+            e.store_at(rax, top - 8, rcx);
             if let Some(slot) = copy {
                 e.store_gs(rcx, slot);
             }
-            16
+            (TOP_BRANCH + 4 - (top - 8)) as i32
         });
         if let Some(same) = same {
             let done = self.new_label();
@@ -1017,5 +984,34 @@ impl Emitter {
     /// `S_TARGET` (RAX, RCX and R11 spilled as for every exit).
     pub fn flush_stub(&mut self) {
         self.exit_stub(layout::MAGIC_FLUSH);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block numbered past 2^24 has its id's high bits in a word of
+    /// their own, above its branch's word.
+    #[test]
+    fn a_long_block_id_writes_its_high_bits_first() {
+        let id = (3 << 24) | 7;
+        let mut e = Emitter::new(0x5555_0000_0000);
+        e.cond_branch_word(Register::R10, Register::R11, id, Taken::Flags(5));
+        let d = crate::emit::tests::disasm_at(&e.bytes, e.base);
+        let high = BranchWords::high(id).expect("a high word");
+        let tag = BranchWords::tag(id);
+        let expect = [
+            format!("mov dword ptr [r11+0FFFFCh],{high:X}h"),
+            format!("mov dword ptr [r11+0FFFF8h],{tag:X}h"),
+            "setne [r11+0FFFF8h]".to_string(),
+            "lea r11,[r11-8]".to_string(),
+        ];
+        let at: Vec<Option<usize>> = expect
+            .iter()
+            .map(|l| d.iter().position(|x| x == l))
+            .collect();
+        assert!(at.iter().all(Option::is_some), "{d:#?}");
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{d:#?}");
     }
 }

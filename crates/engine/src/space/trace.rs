@@ -306,7 +306,7 @@ impl Space {
         };
         let (buffer, from, down_to) = (a.buffer, a.from, a.down_to);
         let ordered = from <= ptr && ptr <= down && down <= down_to;
-        if !ordered || !(ptr - from).is_multiple_of(8) || !(down_to - down).is_multiple_of(8) {
+        if !ordered || !(ptr - from).is_multiple_of(8) || !(down_to - down).is_multiple_of(4) {
             return Err(EngineError(format!(
                 "trace buffer of thread area {area:#x} is corrupt (write pointer {ptr:#x}, branch words from {down:#x})"
             )));
@@ -321,14 +321,16 @@ impl Space {
         Ok((buffer, handed))
     }
 
-    /// The words of `h` (records, then branch words), read in one go each
-    /// into a recycled buffer; returns it and where its branch words start.
-    fn read_handed(&mut self, h: Handed) -> Result<(Vec<u64>, usize), EngineError> {
+    /// The words of `h` (records, then its 32-bit branch words, two to a
+    /// word), read in one go each into a recycled buffer; returns it, where
+    /// its branch words start and how many there are.
+    fn read_handed(&mut self, h: Handed) -> Result<(Vec<u64>, (usize, usize)), EngineError> {
         let Some(t) = &mut self.tracing else {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), (0, 0)));
         };
         let up = ((h.to - h.from) / 8) as usize;
-        let down = ((h.down_to - h.down) / 8) as usize;
+        let branch_bytes = (h.down_to - h.down) as usize;
+        let down = branch_bytes.div_ceil(8);
         let asked = Instant::now();
         let mut words = t.link.buffer(up + down);
         let got = Instant::now();
@@ -337,11 +339,11 @@ impl Space {
             .mem
             .read_into(h.from, bytemuck::cast_slice_mut(records))
             .and_then(|()| {
-                self.mem
-                    .read_into(h.down, bytemuck::cast_slice_mut(branches))
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(branches);
+                self.mem.read_into(h.down, &mut bytes[..branch_bytes])
             });
         let Some(t) = &mut self.tracing else {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), (0, 0)));
         };
         if let Err(e) = read {
             // Back into circulation: the tracer waits for free buffers.
@@ -350,8 +352,8 @@ impl Space {
         }
         t.stats.wait_time += got - asked;
         t.stats.read_time += got.elapsed();
-        t.stats.bytes += 8 * words.len() as u64;
-        Ok((words, up))
+        t.stats.bytes += (8 * up + branch_bytes) as u64;
+        Ok((words, (up, branch_bytes / 4)))
     }
 
     /// What `h` holds goes to the consumer: in place if its thread's
@@ -366,8 +368,10 @@ impl Space {
             let first = h.area + AREA_TRACE;
             // (The buffer `from` lies in: the area may have moved on.)
             let buffer = ((h.from - first) / TRACE_BUFFER) as usize;
-            let range = |at: u64, to: u64| ((at - first) as usize, ((to - at) / 8) as usize);
-            let view = shared.view(buffer, range(h.from, h.to), range(h.down, h.down_to));
+            // Records in 64-bit words, branch words in 32-bit ones.
+            let range =
+                |at: u64, to: u64, size: u64| ((at - first) as usize, ((to - at) / size) as usize);
+            let view = shared.view(buffer, range(h.from, h.to, 8), range(h.down, h.down_to, 4));
             t.stats.bytes += (h.to - h.from) + (h.down_to - h.down);
             t.link.shared_records(h.area, view);
         } else if later {
@@ -380,9 +384,9 @@ impl Space {
     /// `h`'s words, copied out, go to the consumer.
     fn hand_over_copy(&mut self, h: Handed) {
         // (Memory already gone: nothing more to hand over.)
-        let (words, branches_at) = self.read_handed(h).unwrap_or_default();
+        let (words, branches) = self.read_handed(h).unwrap_or_default();
         if let Some(t) = &self.tracing {
-            t.link.records(h.area, words, branches_at, h.down);
+            t.link.records(h.area, words, branches, h.down);
         }
     }
 

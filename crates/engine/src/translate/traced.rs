@@ -31,7 +31,7 @@ pub struct TraceMode {
     pub filter: Option<MruGeometry>,
     /// With counted executions (`filter` with fetches): the outcome of each
     /// conditional and indirect branch ending a block, as a branch word
-    /// (`events::SiteWords::cond_word`) written where the branch runs.
+    /// (`events::BranchWords`) written where the branch runs.
     pub branches: bool,
 }
 
@@ -1179,14 +1179,14 @@ mod tests {
 
     #[test]
     fn a_counted_block_tells_its_branch_in_a_branch_word() {
-        // cmp rdi,rsi ; jne +0x10: the tag (block 7) stored as a
-        // sign-extended immediate, its low byte set by `setne`, before
-        // the branch reads the same flags.
+        // cmp rdi,rsi ; jne +0x10: the tag (block 7) stored as a 32-bit
+        // word, its low byte set by `setne`, before the branch reads the
+        // same flags.
         let d = with_branch_words(&[0x48, 0x39, 0xf7, 0x75, 0x10]);
-        let tag = events::SiteWords::short_branch_tag(7).unwrap();
+        let tag = events::BranchWords::tag(7);
         let store = d
             .iter()
-            .position(|l| l.starts_with("mov qword ptr [") && l.ends_with(&format!("{tag:X}h")))
+            .position(|l| l.starts_with("mov dword ptr [") && l.ends_with(&format!("{tag:X}h")))
             .expect("the tag's store");
         let set = d.iter().position(|l| l.starts_with("setne [")).unwrap();
         let jne = set + d[set..].iter().position(|l| l.starts_with("jne ")).unwrap();
@@ -1197,6 +1197,12 @@ mod tests {
                 .any(|p| l.starts_with(p))
         };
         assert!(!d[set..jne].iter().any(|l| sets_flags(&l)), "{d:#?}");
+        // Four bytes of the branch stream.
+        assert!(
+            d.iter()
+                .any(|l| l.starts_with("lea ") && l.ends_with("-4]")),
+            "{d:#?}"
+        );
         // Without branch simulation, nothing of it.
         let t = filtered_with(&[0x48, 0x39, 0xf7, 0x75, 0x10], true, Some(1), false);
         let d = crate::emit::tests::disasm_at(&t.code, t.host);
@@ -1210,7 +1216,7 @@ mod tests {
         let d = with_branch_words(&[0xe2, 0xfe]);
         let loops = d.iter().filter(|l| l.starts_with("loop ")).count();
         assert_eq!(loops, 2, "{d:#?}");
-        let tag = events::SiteWords::branch_tag(7);
+        let tag = events::BranchWords::tag(7);
         for word in [tag, tag | 1] {
             let imm = format!("{word:X}h");
             assert!(d.iter().any(|l| l.ends_with(&imm)), "{imm} {d:#?}");
@@ -1219,22 +1225,15 @@ mod tests {
 
     #[test]
     fn an_indirect_jump_tells_its_target_after_its_branch_word() {
-        // jmp rax: the word (block 7, bit 1) in two halves, then the
-        // target from RCX with bit 63 set in its top byte.
+        // jmp rax: the word (block 7, bit 1), then the target from RCX.
         let d = with_branch_words(&[0xff, 0xe0]);
-        let word = events::SiteWords::indirect_word(7);
-        for half in [word as u32, (word >> 32) as u32] {
-            let imm = format!("{half:X}h");
-            assert!(d.iter().any(|l| l.ends_with(&imm)), "{imm} {d:#?}");
-        }
+        let word = events::BranchWords::tag(7) | events::BranchWords::INDIRECT;
+        let imm = format!("mov dword ptr [rax+0FFFFCh],{word:X}h");
+        assert!(d.iter().any(|l| *l == imm), "{imm} {d:#?}");
         // In the branch stream, below the limit plus the slack: the word
-        // on top, its target under it.
-        assert!(d.iter().any(|l| l == "mov [rax+0FFFF0h],rcx"), "{d:#?}");
-        assert!(
-            d.iter().any(|l| l == "mov byte ptr [rax+0FFFF7h],80h"),
-            "{d:#?}"
-        );
-        assert!(d.iter().any(|l| l == "lea rax,[rax-10h]"), "{d:#?}");
+        // on top, its target's 8 bytes under it.
+        assert!(d.iter().any(|l| l == "mov [rax+0FFFF4h],rcx"), "{d:#?}");
+        assert!(d.iter().any(|l| l == "lea rax,[rax-0Ch]"), "{d:#?}");
     }
 
     #[test]
@@ -1256,7 +1255,7 @@ mod tests {
         let load = at(&|l| l.starts_with("mov rax,gs:[") && l.contains(&slot));
         let jrcxz = at(&|l| l.starts_with("jrcxz "));
         let store = at(&|l| l.starts_with("mov gs:[") && l.contains(&slot) && l.ends_with(",rcx"));
-        let target = at(&|l| l == "mov [rax+0FFFF0h],rcx");
+        let target = at(&|l| l == "mov [rax+0FFFF4h],rcx");
         assert!(load < jrcxz && jrcxz < target && target < store, "{d:#?}");
         assert!(d[load..jrcxz].iter().any(|l| l == "not rax"), "{d:#?}");
         assert!(
