@@ -618,7 +618,7 @@ impl BranchWords {
 
     /// The word before block `id`'s branch word, if its id needs one.
     pub fn high(id: u32) -> Option<u32> {
-        (id >= Self::SHORT_IDS).then(|| (id >> 24) << 8 | Self::HIGH)
+        (id >= Self::SHORT_IDS).then_some((id >> 24) << 8 | Self::HIGH)
     }
 
     /// Appends the words of a conditional branch of block `id`, taken or
