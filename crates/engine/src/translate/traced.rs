@@ -506,7 +506,8 @@ pub(super) fn translate_traced(
     let (a_reg, r) = borrow(&mut items, &mut stop, &mut info, mode.filter.is_some())?;
     let mut accesses = BlockAccesses::of(&items, mode.data);
     let rep_block = matches!(items.first(), Some(Item::Insn(i)) if is_rep(i));
-    let filter = mode.filter.filter(|_| mode.data && !mode.sp);
+    // (Without data, a filter checks nothing: branches alone, counted.)
+    let filter = mode.filter.filter(|_| !mode.sp);
     if filter.is_some() && !rep_block {
         // Cut before the instruction whose accesses pass the limit.
         if let Some(n) = accesses.first_past(MAX_FILTERED_ACCESSES) {
@@ -576,7 +577,7 @@ pub(super) fn translate_traced(
     };
     // The fetches a counted block checks, each before its instruction.
     let fetch_checks: Vec<(usize, FetchCheck)> = match counted {
-        Some(g) => events::fetch_starts(&block_info, g.line_bits)
+        Some(g) if mode.data => events::fetch_starts(&block_info, g.line_bits)
             .enumerate()
             .map(|(k, n)| {
                 let i = block_info.instrs()[n];
@@ -589,7 +590,7 @@ pub(super) fn translate_traced(
                 (n, check)
             })
             .collect(),
-        None => Vec::new(),
+        _ => Vec::new(),
     };
     // How what the checks keep is written: counted blocks name each
     // reference by a site of its own, one word (by a pair of the block's
