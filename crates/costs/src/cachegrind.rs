@@ -542,24 +542,8 @@ impl BlockSim {
         let Some(bp) = &mut self.branches else {
             return;
         };
-        let mut high = 0;
-        let mut i = words.len();
-        while i > 0 {
-            i -= 1;
-            let w = words[i];
-            if BranchWords::is_high(w) {
-                high = w;
-                continue;
-            }
-            let block = BranchWords::block(w, std::mem::take(&mut high)) as usize;
-            let indirect = BranchWords::is_indirect(w);
-            let target = if indirect {
-                // Its target is the two words before it, low half first.
-                i = i.saturating_sub(2);
-                BranchWords::target(words[i], words.get(i + 1).copied().unwrap_or(0))
-            } else {
-                0
-            };
+        for b in BranchWords::decode(words) {
+            let block = b.block as usize;
             let (Some(&pc), Some(misses)) = (
                 self.branch_pcs.get(block),
                 self.branch_misses.get_mut(block),
@@ -567,9 +551,9 @@ impl BlockSim {
                 continue;
             };
             let pc = u64::from(pc);
-            let mispredicted = match indirect {
-                true => bp.indirect(pc, target),
-                false => bp.cond(pc, BranchWords::taken(w)),
+            let mispredicted = match b.target {
+                Some(target) => bp.indirect(pc, target),
+                None => bp.cond(pc, b.taken),
             };
             // Without a branch: the host would mispredict as often as the
             // model.

@@ -670,6 +670,64 @@ impl BranchWords {
     pub fn target(low: u32, high: u32) -> u64 {
         u64::from(high) << 32 | u64::from(low)
     }
+
+    /// The branches a slice of the stream tells (last first, as handed
+    /// over: [`Tool::branch_words`]), in execution order.
+    #[inline(always)]
+    pub fn decode(words: &[u32]) -> BranchDecoder<'_> {
+        BranchDecoder {
+            words,
+            next: words.len(),
+        }
+    }
+}
+
+/// A branch as its words tell it ([`BranchWords::decode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BranchOutcome {
+    /// The block the branch ends.
+    pub block: u32,
+    /// Whether a conditional branch was taken.
+    pub taken: bool,
+    /// An indirect branch's target.
+    pub target: Option<u64>,
+}
+
+/// The branches of a slice of the branch stream, in execution order.
+#[derive(Debug, Clone)]
+pub struct BranchDecoder<'a> {
+    words: &'a [u32],
+    /// The index past the next word to read (the slice is read from its
+    /// end).
+    next: usize,
+}
+
+impl Iterator for BranchDecoder<'_> {
+    type Item = BranchOutcome;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<BranchOutcome> {
+        self.next = self.next.checked_sub(1)?;
+        let mut w = self.words[self.next];
+        let mut high = 0;
+        if BranchWords::is_high(w) {
+            // (Rare: a block numbered past 2^24.)
+            high = w;
+            self.next = self.next.checked_sub(1)?;
+            w = self.words[self.next];
+        }
+        let target = BranchWords::is_indirect(w).then(|| {
+            // Its target is the two words before it, low half first.
+            self.next = self.next.saturating_sub(2);
+            let low = self.words[self.next];
+            BranchWords::target(low, self.words.get(self.next + 1).copied().unwrap_or(0))
+        });
+        Some(BranchOutcome {
+            block: BranchWords::block(w, high),
+            taken: BranchWords::taken(w),
+            target,
+        })
+    }
 }
 
 impl Needs {
@@ -1202,26 +1260,12 @@ mod tests {
 
     #[test]
     fn a_branch_word_holds_its_block_and_outcome() {
-        // Read as a consumer does: the slice last first, a high word's
-        // bits kept for the word after it.
+        // Read as a consumer does: the slice last first.
         fn read(written: &[u32]) -> Vec<(u32, bool, Option<u64>)> {
             let words: Vec<u32> = written.iter().rev().copied().collect();
-            let (mut out, mut high, mut i) = (Vec::new(), 0, words.len());
-            while i > 0 {
-                i -= 1;
-                let w = words[i];
-                if BranchWords::is_high(w) {
-                    high = w;
-                    continue;
-                }
-                let block = BranchWords::block(w, std::mem::take(&mut high));
-                let target = BranchWords::is_indirect(w).then(|| {
-                    i -= 2;
-                    BranchWords::target(words[i], words[i + 1])
-                });
-                out.push((block, BranchWords::taken(w), target));
-            }
-            out
+            BranchWords::decode(&words)
+                .map(|b| (b.block, b.taken, b.target))
+                .collect()
         }
         let top = (1 << 30) - 1;
         let mut written = Vec::new();
