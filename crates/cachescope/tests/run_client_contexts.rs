@@ -126,15 +126,11 @@ fn cxx_exception() {
     compare("exception.cpp", &["-O1"]);
 }
 
-/// A handler is a root of its own both ways, with equal self costs and
-/// call counts; the inclusive costs of the calls the handler interrupted
-/// differ (the stream path counts 16 Ir more per signal in them: still to
-/// explain, see the plan).
+/// A handler is a root of its own both ways; the calls it interrupted
+/// have equal inclusive costs (the blocks run after a handler's
+/// `rt_sigreturn`, before the runtime's next entry, count on: they were
+/// lost until session 19, 16 Ir per signal in `raise`).
 #[test]
 fn signal_handler() {
-    let [stream, client] = both("signal.c", &["-O0"]);
-    assert_eq!(differences(&stream.selfs, &client.selfs), "");
-    let counts =
-        |c: &Costs| -> BTreeMap<_, _> { c.calls.iter().map(|(k, v)| (k.clone(), v.0)).collect() };
-    assert_eq!(differences(&counts(&stream), &counts(&client)), "");
+    compare("signal.c", &["-O0"]);
 }

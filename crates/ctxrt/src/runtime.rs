@@ -104,7 +104,7 @@ impl Runtime<'_> {
         // Handlers whose `rt_sigreturn` put the interrupted code's words
         // back have ended.
         while self.arena[head::SIGNALS_LEN] > self.hot[hot::SIGNALS] {
-            self.end_signal();
+            self.end_signal(true);
         }
         let yf = self.facts_of(y)?;
         let mut last = self.hot[hot::LAST];
@@ -245,9 +245,14 @@ impl Runtime<'_> {
         Ok(())
     }
 
-    /// The innermost handler ended (returned, or left by `longjmp`): back
-    /// to what it interrupted, its Ir nobody's inclusive cost.
-    fn end_signal(&mut self) {
+    /// The innermost handler ended (`returned` by `rt_sigreturn`, or left
+    /// by `longjmp`): back to what it interrupted, its Ir nobody's
+    /// inclusive cost. A return put the interrupted code's running Ir back
+    /// itself (with the other hot words), and the blocks run since it,
+    /// before this entry noticed, have counted on from there: that count
+    /// stays (reset to the handler's start, it lost them: 16 Ir per signal
+    /// in `raise`).
+    fn end_signal(&mut self, returned: bool) {
         let Some(n) = (self.arena[head::SIGNALS_LEN] as usize).checked_sub(1) else {
             return;
         };
@@ -258,7 +263,9 @@ impl Runtime<'_> {
         self.arena[head::NONSKIPPED_NODE] = r[2];
         self.arena[head::NONSKIPPED_SITE] = r[3];
         self.arena[head::LAST_SP] = r[4];
-        self.hot[hot::IR] = r[5];
+        if !returned {
+            self.hot[hot::IR] = r[5];
+        }
         self.arena[head::SIGNALS_LEN] = n as u64;
         self.hot[hot::SIGNALS] = n as u64;
     }
@@ -573,7 +580,7 @@ impl Runtime<'_> {
     pub(crate) fn pop(&mut self) {
         while self.arena[head::SIGNALS_LEN] > 0 && self.bottom() >= self.arena[head::DEPTH] as usize
         {
-            self.end_signal();
+            self.end_signal(false);
         }
         let depth = self.arena[head::DEPTH] as usize;
         let Some(top) = depth.checked_sub(1) else {
