@@ -772,6 +772,13 @@ impl Emitter {
             self.insn(Instruction::with2(Code::Xchg_rm64_r64, rcx, rax));
             same
         });
+        // The target goes in two 32-bit halves, through a spill slot free
+        // in a block that ends in an indirect branch (a rep string block's):
+        // one 64-bit store could be unaligned, and a client running with
+        // EFLAGS.AC set faults on that. An interrupted append runs again
+        // from the slot, which handlers' blocks do not change (spill slots
+        // are kept around them).
+        self.store_gs(rcx, layout::S_RCX0);
         self.append_branch(rax, |e| {
             if let Some(high) = high {
                 let at = MemoryOperand::with_base_displ(rax, TOP_BRANCH);
@@ -779,7 +786,14 @@ impl Emitter {
             }
             let at = MemoryOperand::with_base_displ(rax, top);
             e.insn(Instruction::with2(Code::Mov_rm32_imm32, at, tag));
-            e.store_at(rax, top - 8, rcx);
+            for half in [0, 4] {
+                let ecx = Register::ECX;
+                let from = gs(layout::S_RCX0 + half);
+                e.insn(Instruction::with2(Code::Mov_r32_rm32, ecx, from));
+                let at = MemoryOperand::with_base_displ(rax, top - 8 + i64::from(half));
+                e.insn(Instruction::with2(Code::Mov_rm32_r32, at, ecx));
+            }
+            e.load_gs(rcx, layout::S_RCX0);
             if let Some(slot) = copy {
                 e.store_gs(rcx, slot);
             }
