@@ -799,11 +799,12 @@ impl CachegrindTool {
     /// instruction's last check, go to rows on the side). Not for record
     /// streams: each record would go to a row on the side.
     ///
-    /// The branch columns are stored because without cache simulation
-    /// every conditional branch and indirect transfer comes as a record
-    /// of its own (the next block tells its outcome): on the side, each
-    /// cost a hash lookup, and a python run's consumer spent a quarter of
-    /// its time there.
+    /// The branch columns are stored because, where the producer has no
+    /// filter (caches of unequal line sizes), every conditional branch and
+    /// indirect transfer comes as a record of its own (the next block
+    /// tells its outcome): on the side, each cost a hash lookup (a quarter
+    /// of a python run's consumer time, when branches alone took that
+    /// path). With the filter, branches are tallied per block.
     pub fn for_block_runs(caches: Option<CacheSim>, branch_sim: bool) -> CachegrindTool {
         let mut tool = CachegrindTool::new(caches, branch_sim);
         let set = tool.events();

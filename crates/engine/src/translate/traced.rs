@@ -24,10 +24,11 @@ pub struct TraceMode {
     /// The stack pointer at calls, returns and indirect jumps (call
     /// graphs): one more word in the records of blocks that end so.
     pub sp: bool,
-    /// With `data` and without `sp`: D1's geometry, whose most recently
-    /// used line each access is checked against in the client; records
-    /// hold only the accesses kept (`events::KeptAccess` words after the
-    /// id; see `emit::trace`).
+    /// Without `sp`: D1's geometry, whose most recently used line each
+    /// access is checked against in the client; records hold only the
+    /// accesses kept (`events::KeptAccess` words after the id; see
+    /// `emit::trace`). Without `data` nothing is checked: executions are
+    /// counted and only branch words written (branches alone).
     pub filter: Option<MruGeometry>,
     /// With counted executions (`filter` with fetches): the outcome of each
     /// conditional and indirect branch ending a block, as a branch word
