@@ -132,6 +132,12 @@ pub trait ClientMemory {
         let _ = (addr, len, client_fd);
         None
     }
+
+    /// The process has exited and nothing will read its memory again:
+    /// the memory files it shares with the tool (code cache chunks, trace
+    /// buffers) are emptied, their pages freed (see
+    /// [`SharedMap::discard`]).
+    fn discard_shared(&mut self) {}
 }
 
 /// The writes of one stop, waiting to be made (see the module doc).
@@ -302,6 +308,12 @@ impl ClientMemory for ProcMemory {
 
     fn share(&mut self, addr: u64, len: u64, client_fd: i32) -> bool {
         self.share_buffers(addr, len, client_fd).is_some()
+    }
+
+    fn discard_shared(&mut self) {
+        for (_, map) in &self.windows {
+            map.discard();
+        }
     }
 
     fn share_buffers(&mut self, addr: u64, len: u64, client_fd: i32) -> Option<Arc<SharedMap>> {

@@ -723,6 +723,27 @@ impl SharedMap {
         }
     }
 
+    /// Empties the memory file (a hole punched over all of it): its pages
+    /// are freed in every process that maps it shared, and in the
+    /// client's private mappings wherever it has no copy of its own. For a
+    /// process that has exited: its code and trace buffers are no longer
+    /// needed, and the tool's profile building that follows would
+    /// otherwise add its own peak to the client's whole memory.
+    pub fn discard(&self) {
+        // SAFETY: a plain system call on the descriptor this value owns;
+        // no reference into the mapping is ever handed out, so nothing
+        // observes the bytes becoming zeros. A failure leaves the bytes as
+        // they were, which is only memory not freed.
+        unsafe {
+            libc::fallocate(
+                self.fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                self.len as libc::off_t,
+            );
+        }
+    }
+
     /// Copies `bytes` to offset `off`.
     ///
     /// # Panics

@@ -249,6 +249,15 @@ impl Space {
         self.areas.thread_exited(area, &mut *self.mem);
     }
 
+    /// The process has exited and its profile is collected: the memory
+    /// files it shares with the tool are emptied, so that the profile's
+    /// building does not add its peak to the client's code cache and
+    /// trace buffers (a forked child runs only code it has its own copy
+    /// of, see [`Space::fork_copy`]).
+    pub fn discard_shared(&mut self) {
+        self.mem.discard_shared();
+    }
+
     /// The guest target of the exit stub that stopped at `rip`, and how
     /// far past the target's translation the thread goes on (past its
     /// context entry when the transfer keeps the context, contexts mode).

@@ -247,6 +247,11 @@ impl Tracer<'_> {
         }
         let proc = self.procs.remove(&task.tgid).expect("present");
         let profile = proc.space.borrow_mut().collect(task.tgid);
+        // Unless another process shares the address space (a clone with
+        // CLONE_VM but not CLONE_THREAD), nothing runs its code again.
+        if std::rc::Rc::strong_count(&proc.space) == 1 {
+            proc.space.borrow_mut().discard_shared();
+        }
         self.sink.process_finished(profile);
         if self.procs.is_empty() {
             // The last process: the tool is about to exit, and freeing the
