@@ -5,7 +5,9 @@
 //! children's parent is the program, and a caller that waits for it finds
 //! its profile and summary complete the moment the wait returns, while a
 //! daemon it leaves behind does not hold that wait. A vfork child is a
-//! process of its own, with its own profile, as under Valgrind.
+//! process of its own, with its own profile, as under Valgrind. A child
+//! that outlives its parent runs on correctly after the parent's memory
+//! files were emptied at its exit.
 
 mod run_support;
 
@@ -321,4 +323,38 @@ fn a_vfork_child_has_its_own_counts_and_profile_as_under_valgrind() {
     let r = under_cachescope(&dir.0, &["-q"], exe.as_os_str(), &["spawn"], None);
     assert_eq!(r.stdout, nat.stdout, "{}", r.stderr_text());
     assert_eq!(r.end, nat.end);
+}
+
+/// A child that goes on after its parent's exit runs code translated
+/// before the fork, in code-cache pages the parent shared with the tool and
+/// emptied at its exit (`Space::discard_shared`): the child has its own
+/// copy of each (`Space::fork_copy`), so its counts are right. It inherits
+/// the parent's count of `work` (one call) and adds two calls of its own.
+#[test]
+fn an_orphan_runs_on_after_its_parent_emptied_its_code_cache() {
+    let dir = TempDir::new("orphan");
+    let exe = build(&dir, "procmodel");
+    let status = Command::new(cachescope())
+        .args(["-q", "--cachegrind-out-file=cg.%p"])
+        .arg(&exe)
+        .arg("orphan")
+        .current_dir(&dir.0)
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let profiles = || files_with_prefix(&dir.0, "cg.");
+    while profiles().len() < 2 {
+        assert!(Instant::now() < deadline, "no profile of the orphan");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // (A profile appears whole: written aside and renamed.)
+    let mut work: Vec<u64> = profiles()
+        .iter()
+        .map(|p| CgOut::read(p).functions_in("procmodel.c")["work"])
+        .collect();
+    work.sort();
+    assert!(work[0] > 100_000, "{work:?}");
+    assert_eq!(work[1], 3 * work[0], "{work:?}");
 }
