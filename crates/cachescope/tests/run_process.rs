@@ -11,7 +11,7 @@
 
 mod run_support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,36 @@ fn number_after(text: &str, key: &str) -> i32 {
         .unwrap()
         .parse()
         .unwrap()
+}
+
+/// Starts `exe` (procmodel) in `mode` under cachescope, quiet, writing
+/// `cg.<pid>` profiles in `dir`, with no standard streams.
+fn spawn_quiet(dir: &TempDir, exe: &Path, mode: &str) -> std::process::Child {
+    Command::new(cachescope())
+        .args(["-q", "--cachegrind-out-file=cg.%p"])
+        .arg(exe)
+        .arg(mode)
+        .current_dir(&dir.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (20 s at most) until `dir` holds `n` profiles (`cg.<pid>`; one
+/// being written is a hidden temporary file until it is whole) and
+/// returns them; `what` names the late one in the failure.
+fn wait_for_profiles(dir: &TempDir, n: usize, what: &str) -> Vec<PathBuf> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let profiles = files_with_prefix(&dir.0, "cg.");
+        if profiles.len() >= n {
+            return profiles;
+        }
+        assert!(Instant::now() < deadline, "no profile of the {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -167,16 +197,7 @@ fn a_daemon_left_behind_does_not_hold_the_callers_wait() {
     let dir = TempDir::new("daemon");
     let exe = build(&dir, "procmodel");
     let started = Instant::now();
-    let mut child = Command::new(cachescope())
-        .args(["-q", "--cachegrind-out-file=cg.%p"])
-        .arg(&exe)
-        .arg("daemon")
-        .current_dir(&dir.0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_quiet(&dir, &exe, "daemon");
     let pid = child.id();
     let status = child.wait().unwrap();
     let waited = started.elapsed();
@@ -186,21 +207,7 @@ fn a_daemon_left_behind_does_not_hold_the_callers_wait() {
     let o = CgOut::read(&dir.join(&format!("cg.{pid}")));
     assert!(o.functions_in("procmodel.c")["work"] > 100_000);
     // The daemon's own profile follows when it ends.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let profiles = || {
-        std::fs::read_dir(&dir.0)
-            .unwrap()
-            .filter(|e| {
-                let name = e.as_ref().unwrap().file_name();
-                let name = name.to_string_lossy();
-                name.starts_with("cg.") && name[3..].parse::<u32>().is_ok()
-            })
-            .count()
-    };
-    while profiles() < 2 {
-        assert!(Instant::now() < deadline, "no profile of the daemon");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_profiles(&dir, 2, "daemon");
 }
 
 #[test]
@@ -334,23 +341,9 @@ fn a_vfork_child_has_its_own_counts_and_profile_as_under_valgrind() {
 fn an_orphan_runs_on_after_its_parent_emptied_its_code_cache() {
     let dir = TempDir::new("orphan");
     let exe = build(&dir, "procmodel");
-    let status = Command::new(cachescope())
-        .args(["-q", "--cachegrind-out-file=cg.%p"])
-        .arg(&exe)
-        .arg("orphan")
-        .current_dir(&dir.0)
-        .stdin(Stdio::null())
-        .status()
-        .unwrap();
+    let status = spawn_quiet(&dir, &exe, "orphan").wait().unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let profiles = || files_with_prefix(&dir.0, "cg.");
-    while profiles().len() < 2 {
-        assert!(Instant::now() < deadline, "no profile of the orphan");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // (A profile appears whole: written aside and renamed.)
-    let mut work: Vec<u64> = profiles()
+    let mut work: Vec<u64> = wait_for_profiles(&dir, 2, "orphan")
         .iter()
         .map(|p| CgOut::read(p).functions_in("procmodel.c")["work"])
         .collect();
