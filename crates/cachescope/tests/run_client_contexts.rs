@@ -134,3 +134,42 @@ fn cxx_exception() {
 fn signal_handler() {
     compare("signal.c", &["-O0"]);
 }
+
+/// The engine's inline fast paths (its stub, before the runtime) take
+/// most entries (most of these small programs' are the dynamic linker's):
+/// `fib.c`'s calls and returns, and the PLT calls
+/// into the C library and their returns; the costs are the stream path's
+/// (`recursion_levels`, `calls_recursion_and_callbacks`). A regression
+/// that sends them all to the runtime would still be exact, only slow:
+/// this says so.
+#[test]
+fn inline_fast_paths_take_most_entries() {
+    for (src, at_least) in [("fib.c", 0.7), ("calls.c", 0.5)] {
+        let dir = TempDir::new(&format!("client-contexts-inline-{src}"));
+        let exe = callgrind_fixture(&dir, &[src], &[&["-O0"], NOW].concat());
+        let out = format!("--callgrind-out-file={}", dir.join("out").display());
+        let args = [
+            "--tool=callgrind",
+            "-v",
+            "-v",
+            "--client-contexts=yes",
+            &out,
+        ];
+        let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
+        let text = run.stderr_text();
+        let line = text
+            .lines()
+            .find(|l| l.contains("client contexts:"))
+            .unwrap_or_else(|| panic!("{src}: no contexts summary in {text}"));
+        // "client contexts: N context entries, F by a fast path (P%), I of them inline"
+        let numbers: Vec<u64> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let (entries, inline) = (numbers[1], numbers[numbers.len() - 1]);
+        assert!(
+            entries > 0 && inline as f64 >= at_least * entries as f64,
+            "{src}: {line}"
+        );
+    }
+}

@@ -15,8 +15,9 @@
 /// No node, arc or block.
 pub const NONE: u64 = u64::MAX;
 
-/// Header words, by index.
-pub(crate) mod head {
+/// Header words, by index (also read and written by the engine's inline
+/// fast paths, see [`crate::abi`]).
+pub mod head {
     /// Words used (the next record goes there); 0 until the first entry.
     pub const USED: usize = 0;
     /// The current node ([`super::NONE`] before a thread's first block).
@@ -24,42 +25,58 @@ pub(crate) mod head {
     /// Frames on the stack, and the vector holding them (offset, capacity
     /// in frames).
     pub const DEPTH: usize = 3;
+    /// The frames' vector (offset).
     pub const STACK: usize = 4;
+    /// Its capacity in frames.
     pub const STACK_CAP: usize = 5;
     /// The node table (offset, length, capacity).
     pub const NODES: usize = 6;
+    /// Its length.
     pub const NODES_LEN: usize = 7;
+    /// Its capacity.
     pub const NODES_CAP: usize = 8;
     /// The table of nodes by key (offset, capacity).
     pub const NODE_INDEX: usize = 9;
+    /// Its capacity.
     pub const NODE_INDEX_CAP: usize = 10;
     /// The arcs (offset, length in arcs, capacity in words).
     pub const ARCS: usize = 11;
+    /// Their number.
     pub const ARCS_LEN: usize = 12;
+    /// Their capacity in words.
     pub const ARCS_CAP: usize = 13;
     /// The table of arcs by key (offset, capacity).
     pub const ARC_INDEX: usize = 14;
+    /// Its capacity.
     pub const ARC_INDEX_CAP: usize = 15;
     /// Per function, its frames on the stack (offset, capacity).
     pub const ACTIVE: usize = 16;
+    /// Its capacity.
     pub const ACTIVE_CAP: usize = 17;
     /// The last stack pointer known.
     pub const LAST_SP: usize = 18;
     /// In skipped code: the context and call site it is charged to.
     pub const NONSKIPPED_NODE: usize = 19;
+    /// And the call site.
     pub const NONSKIPPED_SITE: usize = 20;
     /// What each running signal handler interrupted (offset, length,
     /// capacity in records).
     pub const SIGNALS: usize = 21;
+    /// Its length.
     pub const SIGNALS_LEN: usize = 22;
+    /// Its capacity in records.
     pub const SIGNALS_CAP: usize = 23;
     /// The call memo (`crate::fast`: offset, capacity in words).
     pub const MEMO: usize = 24;
+    /// Its capacity in words.
     pub const MEMO_CAP: usize = 25;
     /// Context entries a fast path took (`crate::fast`).
     pub const FAST_ENTRIES: usize = 26;
     /// Context entries the runtime was asked for, fast or not.
     pub const ENTRIES: usize = 27;
+    /// Context entries the engine's stub took inline, without the runtime
+    /// (also counted in [`FAST_ENTRIES`] and [`ENTRIES`]).
+    pub const INLINE_ENTRIES: usize = 28;
     /// Words of header.
     pub const WORDS: usize = 32;
 }
@@ -75,8 +92,12 @@ pub(crate) mod head {
 pub const NODE_HEADER: usize = 6;
 /// Words of an arc.
 pub const ARC_WORDS: usize = 5;
-/// Words of a frame.
-pub(crate) const FRAME_WORDS: usize = 8;
+/// Words of a frame: the stack pointer after the call, the address it
+/// returns to (0: an emulated call), the caller node (low half, all ones
+/// for none) and the callee's function (high half), the arc ([`NONE`]
+/// for skipped code), the running Ir at the call, the skipped-code node
+/// and site before it, and the resume record (`crate::fast`).
+pub const FRAME_WORDS: usize = 8;
 /// Words of what a signal handler interrupted: the context, the stack's
 /// depth, the skipped-code state, the last stack pointer, the running Ir.
 pub(crate) const SIGNAL_WORDS: usize = 6;
@@ -158,6 +179,16 @@ impl<'a> Arena<'a> {
             (0, 0)
         } else {
             (self.words[head::ENTRIES], self.words[head::FAST_ENTRIES])
+        }
+    }
+
+    /// Context entries the engine's stub took inline (a share of the fast
+    /// ones).
+    pub fn inline_entries(&self) -> u64 {
+        if self.used() == 0 {
+            0
+        } else {
+            self.words[head::INLINE_ENTRIES]
         }
     }
 

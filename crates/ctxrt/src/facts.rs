@@ -7,12 +7,21 @@ use callrules::{Exit, Flow, FnId};
 /// Words per block in the facts table.
 pub const FACT_WORDS: usize = 5;
 
-pub(crate) const ENTRY: u64 = 1;
-pub(crate) const SKIP: u64 = 2;
-pub(crate) const POP_ON_JUMP: u64 = 4;
-pub(crate) const NOTIFY: u64 = 8;
-pub(crate) const SP_KNOWN: u64 = 16;
-pub(crate) const DESCRIBED: u64 = 32;
+// Flags of a block's packed facts: bits 8-15 of word 3, above its exit
+// kind and below its instruction count (the engine's inline fast paths
+// test them as the byte at offset 25).
+/// The first block of a function.
+pub const ENTRY: u64 = 1;
+/// Skipped code (the PLT, `--fn-skip`).
+pub const SKIP: u64 = 2;
+/// A jump out of it pops a frame (Callgrind's `pop_on_jump`).
+pub const POP_ON_JUMP: u64 = 4;
+/// Its function has options the tool must hear of.
+pub const NOTIFY: u64 = 8;
+/// The stack pointer is known when it is left.
+pub const SP_KNOWN: u64 = 16;
+/// A block was described here.
+pub const DESCRIBED: u64 = 32;
 
 /// A block's facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,9 +92,10 @@ impl Facts {
     }
 }
 
-/// Exit kinds as packed.
-pub(crate) const EXIT_CALL: u64 = 0;
-pub(crate) const EXIT_RETURN: u64 = 1;
+/// Exit kinds as packed (the low byte of word 3).
+pub const EXIT_CALL: u64 = 0;
+/// A return.
+pub const EXIT_RETURN: u64 = 1;
 
 /// A block's packed facts, read in place (the runtime's fast paths read
 /// only the words they need).

@@ -31,20 +31,33 @@ use crate::runtime::{Runtime, ID};
 use callrules::Flow;
 
 /// Entries of the call memo (a power of two).
-pub(crate) const MEMO_ENTRIES: usize = 1 << 14;
+pub const MEMO_ENTRIES: usize = 1 << 14;
 /// Words of a memo entry: the counting record's address the call was
-/// made from (0: empty), the block entered, the child node, the arc
-/// ([`NONE`] for a skipped function's call).
-pub(crate) const MEMO_WORDS: usize = 4;
+/// made from (0: empty), its key ([`memo_key`]: the blocks left and
+/// entered), the child node, the arc ([`NONE`] for a skipped function's
+/// call).
+pub const MEMO_WORDS: usize = 4;
+/// The multiplier of [`memo_slot`]'s hash.
+pub const MEMO_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// A memo entry's key for block `x` entering block `y` (block ids are
+/// below 2^32). Both are kept: two call sites of one function entering
+/// the same callee from the same counters may share a slot, and each has
+/// its own arc.
+#[inline(always)]
+pub fn memo_key(x: u64, y: u64) -> u64 {
+    y | x << 32
+}
 
 /// Where a frame keeps its resume record: the arena offset of the
 /// counters its call was made from ([`NONE`] if there are none to go
 /// back to: an emulated call, or counters that were moved).
-pub(crate) const FRAME_RESUME: usize = 7;
+pub const FRAME_RESUME: usize = 7;
 
-/// The memo slot of an entry by block `x` from the counters at `cur`.
-pub(crate) fn memo_slot(x: u64, cur: u64) -> usize {
-    let h = (cur >> 3 ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize;
+/// The memo slot (its first word's index in the memo) of an entry by
+/// block `x` from the counters at `cur`.
+pub fn memo_slot(x: u64, cur: u64) -> usize {
+    let h = (cur >> 3 ^ x.wrapping_mul(MEMO_HASH) >> 40) as usize;
     (h & (MEMO_ENTRIES - 1)) * MEMO_WORDS
 }
 
@@ -139,13 +152,13 @@ impl Runtime<'_> {
         let entry = if skip {
             [
                 cur,
-                y,
+                memo_key(x, y),
                 self.arena[self.record_of(self.hot[hot::CUR]) + ID],
                 NONE,
             ]
         } else {
             let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
-            [cur, y, self.arena[head::NODE], arc]
+            [cur, memo_key(x, y), self.arena[head::NODE], arc]
         };
         let at = self.arena[head::MEMO] as usize + memo_slot(x, cur);
         self.arena[at..at + MEMO_WORDS].copy_from_slice(&entry);
@@ -164,7 +177,7 @@ impl Runtime<'_> {
         let cur = self.hot[hot::CUR];
         let slot = self.arena[head::MEMO] as usize + memo_slot(x, cur);
         let memo = &self.arena[slot..slot + MEMO_WORDS];
-        if memo[0] != cur || memo[1] != y || self.leaves_frames(sp) {
+        if memo[0] != cur || memo[1] != memo_key(x, y) || self.leaves_frames(sp) {
             return false;
         }
         let (child, arc) = (memo[2], memo[3]);

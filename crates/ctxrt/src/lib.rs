@@ -34,5 +34,15 @@ mod runtime;
 mod table;
 
 pub use arena::{ArcRecord, Arena, NodeKind, NodeRecord, NONE};
+
+/// The layout that the engine's inline fast paths (its runtime stub)
+/// read and write as the runtime does: the arena's header, frames, node
+/// records, block facts and the call memo.
+pub mod abi {
+    pub use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER};
+    pub use crate::facts::{DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, SKIP, SP_KNOWN};
+    pub use crate::fast::{memo_key, memo_slot, FRAME_RESUME, MEMO_ENTRIES, MEMO_HASH, MEMO_WORDS};
+    pub use crate::runtime::ID;
+}
 pub use facts::{Facts, FACT_WORDS};
 pub use runtime::{fresh_thread, Error, Runtime, FIRST_COUNTERS};

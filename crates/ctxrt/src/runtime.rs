@@ -23,7 +23,7 @@ pub enum Error {
 pub const FIRST_COUNTERS: usize = 8;
 
 /// Where a node record keeps its id.
-pub(crate) const ID: usize = 4;
+pub const ID: usize = 4;
 
 /// Where a fresh thread counts until its first context entry (a thread
 /// made by `clone` goes on in the block that made it): a record after the

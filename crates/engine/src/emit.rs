@@ -8,7 +8,9 @@
 //! sequence go to [`Label`]s resolved when the label is bound.
 
 mod contexts;
+mod fast_entry;
 pub use contexts::{CONTEXT_ENTRY_BYTES, UNCHECKED};
+pub use fast_entry::FastEntry;
 mod signals;
 mod smc;
 mod trace;

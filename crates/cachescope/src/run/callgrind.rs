@@ -271,17 +271,23 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
     })
 }
 
-/// What `-v -v` says of the client's runtime: context entries, and the
-/// share its fast paths took.
+/// What `-v -v` says of the client's runtime: context entries, the
+/// share its fast paths took, and how many of those the engine's stub
+/// took inline.
 fn contexts_summary(c: &engine::ContextsProfile) -> String {
-    let (mut entries, mut fast) = (0, 0);
+    let (mut entries, mut fast, mut inline) = (0, 0, 0);
     for t in &c.threads {
-        let (e, f) = ctxrt::Arena::new(&t.arena).entries();
+        let arena = ctxrt::Arena::new(&t.arena);
+        let (e, f) = arena.entries();
         entries += e;
         fast += f;
+        inline += arena.inline_entries();
     }
     let share = 100.0 * fast as f64 / entries.max(1) as f64;
-    format!("client contexts: {entries} context entries, {fast} by a fast path ({share:.1}%)")
+    format!(
+        "client contexts: {entries} context entries, {fast} by a fast path ({share:.1}%), \
+         {inline} of them inline"
+    )
 }
 
 /// The call tool of a process whose contexts the client kept.

@@ -189,7 +189,13 @@ fn setup_contexts(
     mem.write(blob, &image);
     let (xmm, _) = crate::runtime::vector_registers();
     let mut stub = Emitter::new(core + layout::RT_STUB);
-    stub.runtime_stub(core, &xmm);
+    // The inline fast paths first, then the runtime stub they fall into.
+    let fast = crate::emit::FastEntry {
+        facts: facts as u64,
+        blocks: FACTS_CAPACITY,
+        separate_recs: cfg.separate_recs,
+    };
+    stub.context_entry_stub(core, &xmm, fast);
     debug_assert!(layout::RT_STUB + (stub.bytes.len() as u64) < layout::RT_BLOB);
     mem.write(core + layout::RT_STUB, &stub.bytes);
     mem.write(
