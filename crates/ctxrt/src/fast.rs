@@ -31,7 +31,7 @@ use crate::runtime::{Runtime, ID};
 use callrules::Flow;
 
 /// Entries of the call memo (a power of two).
-pub const MEMO_ENTRIES: usize = 1 << 14;
+pub const MEMO_ENTRIES: usize = 1 << 16;
 /// Words of a memo entry: the counting record's address the call was
 /// made from (0: empty), its key ([`memo_key`]: the blocks left and
 /// entered), the child node, the arc ([`NONE`] for a skipped function's

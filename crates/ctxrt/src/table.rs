@@ -2,13 +2,19 @@
 //! words, each an id plus one (0: empty), probed linearly from a hash of
 //! the key; the caller compares keys by reading the record an id names.
 
-/// Fibonacci hashing of a key's words.
+/// A hash of a key's words, every bit of every word mixed into the bits
+/// [`find`] takes (splitmix64's steps). Keys differ in their high halves
+/// too (a node's function, an arc's callee), which a multiply alone
+/// carries only into higher bits.
 pub(crate) fn hash(words: &[u64]) -> u64 {
-    let mut h = 0u64;
+    let mut h = 0x9e37_79b9_7f4a_7c15u64;
     for &w in words {
-        h = (h.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
+        h = (h ^ w).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 31;
     }
-    h
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ h >> 31
 }
 
 /// Where `key` (hashed `h`) is in the table at `words`, or where it would

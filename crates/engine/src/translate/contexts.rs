@@ -88,6 +88,7 @@ pub(super) fn translate_contexts(
             b.e.keep_flags_on_stack(false);
         }
     }
+    let store_last = leaves_context(&items, &stop, &mut *b.ctx);
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {
         match (placement, item, rep) {
@@ -137,14 +138,18 @@ pub(super) fn translate_contexts(
                 } else if i.flow_control() == FlowControl::Next {
                     b.copy(i, code, guest)?;
                 } else {
-                    b.e.store_last(cb.id);
+                    if store_last {
+                        b.e.store_last(cb.id);
+                    }
                     b.terminator(i, code, guest)?;
                 }
             }
         }
     }
     if let Stop::Continue(next) = stop {
-        b.e.store_last(cb.id);
+        if store_last {
+            b.e.store_last(cb.id);
+        }
         b.exit_jmp_next(next, PointKind::Clean);
     }
     for ((grow, back, id), r) in grows {
@@ -163,4 +168,37 @@ pub(super) fn translate_contexts(
     }
     b.t.info = Some(info);
     Ok(b.t)
+}
+
+/// Whether the block must store its id as the block left before it
+/// leaves: some way out of it may reach a context entry, where the
+/// runtime reads it. A block whose every exit keeps the context (a direct
+/// jump, conditional branch or fall-through within its counter group,
+/// linked past the target's entry: `Builder::mark_plain`'s test) need
+/// not: the next entry is reached from a later block, which stores its
+/// own. A block with a system call stores it all the same: a `clone`
+/// child goes on after it, and its first entry takes the block left for
+/// the block that made it.
+fn leaves_context(items: &[Item], stop: &Stop, ctx: &mut dyn TransCtx) -> bool {
+    let syscall = items.iter().any(|it| match it {
+        Item::Insn(i) => i.mnemonic() == Mnemonic::Syscall,
+        Item::ClientRequest(_) | Item::Illegal(..) => true,
+    });
+    if syscall {
+        return true;
+    }
+    let last = match items.last() {
+        Some(Item::Insn(i)) if i.flow_control() != FlowControl::Next => Some(i),
+        _ => None,
+    };
+    match (last, stop) {
+        (None, Stop::Continue(next)) => !ctx.same_context(*next),
+        (Some(i), Stop::Terminator) if i.is_jmp_short_or_near() => {
+            !ctx.same_context(i.near_branch_target())
+        }
+        (Some(i), Stop::Terminator) if i.is_jcc_short_or_near() => {
+            !(ctx.same_context(i.near_branch_target()) && ctx.same_context(i.next_ip()))
+        }
+        _ => true,
+    }
 }
