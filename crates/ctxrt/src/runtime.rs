@@ -738,7 +738,7 @@ mod tests {
             hot[hot::LAST] = NONE;
             Client {
                 hot,
-                arena: vec![0; 1 << 18],
+                arena: vec![0; 1 << 20],
                 facts: Vec::new(),
                 recs: 2,
             }
