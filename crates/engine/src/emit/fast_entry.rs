@@ -38,6 +38,8 @@ fn word(base: Register, word: usize) -> MemoryOperand {
     based(base, 8 * word as i32)
 }
 
+// A block's facts are a power of two of bytes (found by a shift).
+const _: () = assert!(ctxrt::FACT_WORDS.is_power_of_two());
 /// Byte offsets in a block's packed facts (`ctxrt::Facts::pack`).
 const FACT_START: i32 = 0;
 const FACT_FUNCTION: i32 = 8;
@@ -166,10 +168,13 @@ impl Emitter {
         self.jcc_label(JE, restore_to_slow);
         // RDI = y's facts, RAX = x's.
         op!(self, Mov_r64_imm64, R8, fast.facts);
-        op!(self, Lea_r64_m, RDI, indexed(RCX, RCX, 4, 0));
-        op!(self, Lea_r64_m, RDI, indexed(R8, RDI, 8, 0));
-        op!(self, Lea_r64_m, RAX, indexed(RDX, RDX, 4, 0));
-        op!(self, Lea_r64_m, RAX, indexed(R8, RAX, 8, 0));
+        let shift = (8 * ctxrt::FACT_WORDS).trailing_zeros() as i32;
+        op!(self, Mov_r64_rm64, RDI, RCX);
+        op!(self, Shl_rm64_imm8, RDI, shift);
+        op!(self, Add_r64_rm64, RDI, R8);
+        op!(self, Mov_r64_rm64, RAX, RDX);
+        op!(self, Shl_rm64_imm8, RAX, shift);
+        op!(self, Add_r64_rm64, RAX, R8);
         op!(
             self,
             Test_rm8_imm8,
