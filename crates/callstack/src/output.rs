@@ -168,27 +168,62 @@ impl CallTool {
             }
         }
         // Per block: its instructions' sites, each run of equal ones as
-        // one with its length, made once (a block runs in many contexts).
-        let mut block_sites: FxHashMap<u32, Vec<(Site, u64)>> = FxHashMap::default();
+        // one with its length, made once (a block runs in many contexts),
+        // at `sites[block_sites[block]]`.
+        let mut sites: Vec<(Site, u64)> = Vec::new();
+        let mut block_sites: Vec<(u32, u32)> = Vec::new();
+        // The runs summed per (function key, block), in order of first
+        // use: a block's cost lines are its function's at each context's
+        // level, so one function key takes the runs of all its contexts
+        // (the 2 M pairs of a python JSON run become 47 K). Names are
+        // interned, and the sums made, in the order the pairs come, so
+        // the part is the one a cost line per pair makes.
+        let mut summed: Vec<(FunctionKey, u32, u64)> = Vec::new();
+        // Per block, its last entry of `summed`; per entry, the one before
+        // of the same block (a block runs under a few keys).
+        let mut block_last: Vec<u32> = Vec::new();
+        let mut before: Vec<u32> = Vec::new();
+        const NONE: u32 = u32::MAX;
         for &(node, block, runs) in &costs.runs {
             if !wanted(node) {
                 continue;
             }
             let key = key_of(&mut namer, node);
-            let sites = block_sites.entry(block).or_insert_with(|| {
-                let mut sites: Vec<(Site, u64)> = Vec::new();
+            let b = block as usize;
+            if block_sites.len() <= b {
+                block_sites.resize(b + 1, (NONE, 0));
+                block_last.resize(b + 1, NONE);
+            }
+            if block_sites[b].0 == NONE {
+                let start = sites.len();
                 for &addr in self.block_state(block).instrs.iter() {
                     let s = site(&mut namer, addr);
-                    match sites.last_mut() {
+                    match sites[start..].last_mut() {
                         Some((last, n)) if *last == s => *n += 1,
                         _ => sites.push((s, 1)),
                     }
                 }
-                sites
-            });
-            for &(s, n) in sites.iter() {
-                builder.add_cost(key, s, &[runs * n]);
-                total[0] += runs * n;
+                block_sites[b] = (start as u32, (sites.len() - start) as u32);
+            }
+            let mut e = block_last[b];
+            while e != NONE && summed[e as usize].0 != key {
+                e = before[e as usize];
+            }
+            if e == NONE {
+                before.push(block_last[b]);
+                block_last[b] = summed.len() as u32;
+                summed.push((key, block, runs));
+            } else {
+                let s = &mut summed[e as usize].2;
+                *s = s.wrapping_add(runs);
+            }
+        }
+        for &(key, block, runs) in &summed {
+            let (start, len) = block_sites[block as usize];
+            for &(s, n) in &sites[start as usize..][..len as usize] {
+                let ir = runs.wrapping_mul(n);
+                builder.add_cost(key, s, &[ir]);
+                total[0] = total[0].wrapping_add(ir);
             }
         }
         for (&(node, addr), row) in costs

@@ -64,8 +64,12 @@ pub struct Tree {
     /// For each slot, the slot its thread charged next the last time
     /// (`hot::NO_SLOT`: none yet), a cache in front of `run_index`.
     pub next: Vec<u32>,
-    /// Slots by (node, block).
+    /// Slots by (node, block), for the slots below `run_indexed`.
     run_index: Index,
+    /// The slots `run_index` and `next` cover: slots made by
+    /// [`push_slot`](Tree::push_slot) (the fold of contexts mode, which
+    /// finds its slots without the index) are added at the next lookup.
+    run_indexed: usize,
     /// Ir charged to single instructions of a context: code of skipped
     /// functions (on their caller's call site, as Callgrind does) and the
     /// final check of rep string instructions.
@@ -268,6 +272,7 @@ impl Tree {
     /// The slot counting executions of `block` in `node`, made if new.
     pub fn run_slot(&mut self, node: NodeId, block: u32) -> u32 {
         self.reacquire();
+        self.index_runs();
         let keys = &mut self.run_keys;
         match self.run_index.find(&(node, block), |i| keys[i as usize]) {
             Ok(i) => i,
@@ -278,9 +283,32 @@ impl Tree {
                 // Its rows, if any, are made by the tool (it knows the size).
                 let i = (keys.len() - 1) as u32;
                 self.run_index.insert(at, i, |i| keys[i as usize]);
+                self.run_indexed = keys.len();
                 i
             }
         }
+    }
+
+    /// A new slot counting executions of `block` in `node`, which the
+    /// caller knows has none: no lookup (the fold makes millions; the
+    /// index takes them at the next [`run_slot`](Self::run_slot)).
+    pub(crate) fn push_slot(&mut self, node: NodeId, block: u32) -> u32 {
+        self.runs.push(0);
+        self.run_keys.push((node, block));
+        (self.run_keys.len() - 1) as u32
+    }
+
+    /// Puts the slots [`push_slot`](Self::push_slot) made into the index
+    /// and `next`.
+    fn index_runs(&mut self) {
+        let (from, to) = (self.run_indexed, self.run_keys.len());
+        if from == to {
+            return;
+        }
+        let keys = &self.run_keys;
+        self.run_index.extend(from..to, |i| keys[i as usize]);
+        self.next.resize(to, crate::hot::NO_SLOT);
+        self.run_indexed = to;
     }
 }
 
@@ -293,6 +321,7 @@ impl Tree {
         self.children = Index::default();
         self.arc_index = Index::default();
         self.run_index = Index::default();
+        self.run_indexed = 0;
         self.next = Vec::new();
         self.released = true;
     }
@@ -303,18 +332,18 @@ impl Tree {
             return;
         }
         let nodes = &self.nodes;
-        self.children.extend(nodes.len(), |i| {
+        self.children.extend(0..nodes.len(), |i| {
             let n = &nodes[i as usize];
             (n.parent, n.function, n.level, n.thread)
         });
         let arcs = &self.arcs;
-        self.arc_index.extend(arcs.len(), |i| {
+        self.arc_index.extend(0..arcs.len(), |i| {
             let a = &arcs[i as usize];
             (a.caller, a.call_site, a.callee, a.target)
         });
-        let keys = &self.run_keys;
-        self.run_index.extend(keys.len(), |i| keys[i as usize]);
-        self.next = vec![crate::hot::NO_SLOT; keys.len()];
+        // The slots (and `next`) are indexed afresh by `index_runs`.
+        debug_assert_eq!(self.run_indexed, 0);
+        debug_assert!(self.next.is_empty());
     }
 
     /// The row of extra costs of `node` at `addr` (a simulation's), made
