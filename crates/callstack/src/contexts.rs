@@ -162,6 +162,11 @@ struct Folder {
     stamps: Vec<(NodeId, u32)>,
     /// The node all of whose slots are in `stamps`.
     stamped: Option<NodeId>,
+    /// The threads the tree has nodes of.
+    threads: rustc_hash::FxHashSet<u32>,
+    /// Per function of the tool's, the client's function number plus one
+    /// that the thread being folded mapped to it (0: none yet).
+    owner: Vec<u32>,
 }
 
 impl Folder {
@@ -172,6 +177,8 @@ impl Folder {
             before: Vec::with_capacity(tree.run_keys.len()),
             stamps: vec![(NO_NODE, NO_SLOT); blocks],
             stamped: None,
+            threads: tree.nodes.iter().map(|n| n.thread).collect(),
+            owner: Vec::new(),
         };
         for (slot, &(node, _)) in tree.run_keys.iter().enumerate() {
             f.link(node, slot as u32);
@@ -237,6 +244,15 @@ impl Folder {
     ) -> Result<u64, String> {
         let mut runs_folded = 0;
         let mut nodes: Vec<NodeId> = Vec::with_capacity(arena.nodes().size_hint().0);
+        // The arena has one context per (parent, function, level), as the
+        // tree has one node: while the thread's tree is new and the
+        // client's functions map to distinct ones of the tool's, each of
+        // its contexts (and so each arc) is a node (an arc) of its own,
+        // made without looking for it (the lookups were a third of the
+        // fold). Two client functions of one tool function (never seen)
+        // would merge contexts: from there on, each is looked up.
+        let mut direct = self.threads.insert(thread);
+        self.owner.clear();
         let node = |nodes: &[NodeId], id: u64| -> Result<NodeId, String> {
             if id == NONE {
                 return Ok(NO_NODE);
@@ -253,7 +269,22 @@ impl Folder {
                 NodeKind::Context => {
                     let f = function(n.function)
                         .ok_or_else(|| format!("a context of unknown function {}", n.function))?;
-                    tree.child(parent, f, n.level, thread)
+                    if direct {
+                        let i = f as usize;
+                        if self.owner.len() <= i {
+                            self.owner.resize(i + 1, 0);
+                        }
+                        let client = n.function + 1;
+                        match self.owner[i] {
+                            0 => self.owner[i] = client,
+                            c => direct = c == client,
+                        }
+                    }
+                    if direct {
+                        tree.push_node(parent, f, n.level, thread)
+                    } else {
+                        tree.child(parent, f, n.level, thread)
+                    }
                 }
                 NodeKind::Skip | NodeKind::Foreign => NO_NODE,
             };
@@ -262,11 +293,13 @@ impl Folder {
             if n.kind != NodeKind::Skip {
                 self.stamp(tree, at);
             }
+            // A skip node's code is all charged to its call site.
+            let mut skip_ir = 0u64;
             for (i, &ir) in n.counters.iter().enumerate().filter(|(_, &ir)| ir > 0) {
                 let (id, instrs) = block(n.group, i as u32)
                     .ok_or_else(|| format!("no block {i} of counter group {}", n.group))?;
                 match n.kind {
-                    NodeKind::Skip => *tree.extra.at(parent, n.site) += ir,
+                    NodeKind::Skip => skip_ir = skip_ir.wrapping_add(ir),
                     NodeKind::Context | NodeKind::Foreign => {
                         let instrs = u64::from(instrs.max(1));
                         if ir % instrs != 0 {
@@ -281,10 +314,17 @@ impl Folder {
                     }
                 }
             }
+            if skip_ir > 0 {
+                *tree.extra.at(parent, n.site) += skip_ir;
+            }
         }
         for a in arena.arcs() {
             let (caller, callee) = (node(&nodes, a.caller)?, node(&nodes, a.callee)?);
-            let i = tree.arc(caller, a.site, callee, a.target) as usize;
+            let i = if direct {
+                tree.push_arc(caller, a.site, callee, a.target)
+            } else {
+                tree.arc(caller, a.site, callee, a.target)
+            } as usize;
             tree.arcs[i].calls += a.calls;
             tree.arcs[i].inclusive += a.inclusive;
         }

@@ -106,9 +106,14 @@ impl CallTool {
         let mut c = Vec::with_capacity(order.len());
         // Each context's function key, made once per (function, level).
         let mut keys: FxHashMap<(u32, u32), FunctionKey> = FxHashMap::default();
+        // And per node, once known (a node has many cost lines).
+        let mut node_keys: Vec<Option<FunctionKey>> = vec![None; tree.nodes.len()];
         let mut key_of = |namer: &mut Namer, n: NodeId| -> FunctionKey {
+            if let Some(key) = node_keys[n as usize] {
+                return key;
+            }
             let node = tree.nodes[n as usize];
-            *keys.entry((node.function, node.level)).or_insert_with(|| {
+            let key = *keys.entry((node.function, node.level)).or_insert_with(|| {
                 let c = &self.functions[node.function as usize].class;
                 let name = if node.level > 1 {
                     format!("{}'{}", c.function, node.level)
@@ -121,7 +126,9 @@ impl CallTool {
                     file: names.files.intern(&c.file),
                     function: names.functions.intern(&name),
                 }
-            })
+            });
+            node_keys[n as usize] = Some(key);
+            key
         };
         let mut site = |namer: &mut Namer, addr: u64| -> Site {
             let (file, line) = *located.entry(addr).or_insert_with(|| {
@@ -249,7 +256,8 @@ impl CallTool {
             let callee = key_of(&mut namer, arc.callee);
             let s = site(&mut namer, arc.call_site);
             let target = site(&mut namer, arc.target).position;
-            builder.add_call(caller, s, callee, target, *calls, &permute(inclusive));
+            permute_into(&mut c, inclusive);
+            builder.add_call(caller, s, callee, target, *calls, &c);
         }
         Part {
             positions: Positions {
