@@ -10,7 +10,6 @@ use crate::tree::{FnId, NodeId, Tree, NO_NODE};
 use crate::Classify;
 use ctxrt::{hot, Arena, NodeKind, Runtime, NONE};
 use events::{BlockId, BlockInfo, Tool};
-use rustc_hash::FxHashMap;
 
 /// One thread's contexts as the client left them.
 pub struct ThreadArena<'a> {
@@ -36,21 +35,29 @@ pub fn into_tool(
     threads: &mut [ThreadArena],
 ) -> Result<CallTool, String> {
     let mut tool = CallTool::new(options.clone(), classify);
-    // The client's function numbers to the tool's, and each (function,
-    // number) to its block.
-    let mut functions: FxHashMap<FnId, FnId> = FxHashMap::default();
-    let mut by_index: FxHashMap<(FnId, u32), (u32, u32)> = FxHashMap::default();
+    // The client's function numbers to the tool's, and each (counter
+    // group, number) to its block: both are dense numbers, so tables
+    // rather than maps (the fold looks a block up per counter).
+    let mut functions: Vec<FnId> = Vec::new();
+    let mut by_index = Numbered::default();
     for (id, b) in blocks.iter().enumerate() {
         let Some((info, f, group, index)) = b else {
             continue;
         };
         tool.block(BlockId(id as u32), info);
         let mine = tool.function_of_block(id as u32).expect("just described");
-        if *functions.entry(*f).or_insert(mine) != mine {
+        let f = *f as usize;
+        if functions.len() <= f {
+            functions.resize(f + 1, NO_FUNCTION);
+        }
+        if functions[f] == NO_FUNCTION {
+            functions[f] = mine;
+        } else if functions[f] != mine {
             return Err(format!("function {f} names two of the tool's"));
         }
-        by_index.insert((*group, *index), (id as u32, info.instrs().len() as u32));
+        by_index.insert(*group, *index, id as u32, info.instrs().len() as u32);
     }
+    let mut folder = Folder::new(&tool.tree, blocks.len());
     for t in threads {
         let arena = &mut *t.arena;
         let mut hot_words = t.hot.to_vec();
@@ -65,14 +72,57 @@ pub fn into_tool(
             separate_recs: options.separate_recs,
         }
         .finish();
-        let block = |g: u32, i: u32| by_index.get(&(g, i)).copied();
-        let runs = fold(&mut tool.tree, &Arena::new(arena), t.thread, block, |f| {
-            functions.get(&f).copied()
-        })?;
+        let runs = folder.fold(
+            &mut tool.tree,
+            &Arena::new(arena),
+            t.thread,
+            |g, i| by_index.get(g, i),
+            |f| {
+                functions
+                    .get(f as usize)
+                    .copied()
+                    .filter(|&f| f != NO_FUNCTION)
+            },
+        )?;
         tool.block_runs += runs;
         tool.adopt_thread(t.thread, hot_words[hot::IR]);
     }
     Ok(tool)
+}
+
+/// No function of the tool's (a client function number no block has).
+const NO_FUNCTION: FnId = FnId::MAX;
+
+/// Blocks by counter group and number in it: (block id, instructions).
+#[derive(Default)]
+struct Numbered {
+    groups: Vec<Vec<(u32, u32)>>,
+}
+
+/// No block at a (group, number).
+const NO_BLOCK: u32 = u32::MAX;
+
+impl Numbered {
+    fn insert(&mut self, group: u32, index: u32, id: u32, instrs: u32) {
+        let (g, i) = (group as usize, index as usize);
+        if self.groups.len() <= g {
+            self.groups.resize_with(g + 1, Vec::new);
+        }
+        let blocks = &mut self.groups[g];
+        if blocks.len() <= i {
+            blocks.resize(i + 1, (NO_BLOCK, 0));
+        }
+        blocks[i] = (id, instrs);
+    }
+
+    #[inline]
+    fn get(&self, group: u32, index: u32) -> Option<(u32, u32)> {
+        self.groups
+            .get(group as usize)?
+            .get(index as usize)
+            .copied()
+            .filter(|b| b.0 != NO_BLOCK)
+    }
 }
 
 /// Folds one thread's arena into `tree` as thread `thread`. `block`
@@ -88,57 +138,198 @@ pub fn fold(
     block: impl Fn(u32, u32) -> Option<(u32, u32)>,
     function: impl Fn(FnId) -> Option<FnId>,
 ) -> Result<u64, String> {
-    let mut runs_folded = 0;
-    let mut nodes: Vec<NodeId> = Vec::new();
-    let node = |nodes: &[NodeId], id: u64| -> Result<NodeId, String> {
-        if id == NONE {
-            return Ok(NO_NODE);
-        }
-        nodes
-            .get(id as usize)
-            .copied()
-            .filter(|&n| n != NO_NODE)
-            .ok_or_else(|| format!("context {id} is named before it is made"))
-    };
-    for n in arena.nodes() {
-        let parent = node(&nodes, n.parent)?;
-        let own = match n.kind {
-            NodeKind::Context => {
-                let f = function(n.function)
-                    .ok_or_else(|| format!("a context of unknown function {}", n.function))?;
-                tree.child(parent, f, n.level, thread)
-            }
-            NodeKind::Skip | NodeKind::Foreign => NO_NODE,
+    let blocks = tree.run_keys.iter().map(|&(_, b)| b as usize + 1).max();
+    let mut folder = Folder::new(tree, blocks.unwrap_or(0));
+    folder.fold(tree, arena, thread, block, function)
+}
+
+/// No slot.
+const NO_SLOT: u32 = u32::MAX;
+
+/// What the fold keeps to find a (context, block)'s run slot without a
+/// hash per pair: the arena's counters come grouped by node, and a
+/// context is charged by its own node and, rarely, by others (a foreign
+/// node's code, a thread number used again), so each context's slots are
+/// a list, and a table by block says which slot of the context charged
+/// last holds the block.
+struct Folder {
+    /// Per tree node, its last slot (`NO_SLOT`: none), at the node's
+    /// number plus one (code charged to no context is at 0).
+    last: Vec<u32>,
+    /// Per slot, the slot of the same node before it.
+    before: Vec<u32>,
+    /// Per block id, a (node, slot) holding it; complete for `stamped`.
+    stamps: Vec<(NodeId, u32)>,
+    /// The node all of whose slots are in `stamps`.
+    stamped: Option<NodeId>,
+    /// The threads the tree has nodes of.
+    threads: rustc_hash::FxHashSet<u32>,
+    /// Per function of the tool's, the client's function number plus one
+    /// that the thread being folded mapped to it (0: none yet).
+    owner: Vec<u32>,
+}
+
+impl Folder {
+    /// A folder for `tree` (its slots listed) and blocks below `blocks`.
+    fn new(tree: &Tree, blocks: usize) -> Folder {
+        let mut f = Folder {
+            last: vec![NO_SLOT; tree.nodes.len() + 1],
+            before: Vec::with_capacity(tree.run_keys.len()),
+            stamps: vec![(NO_NODE, NO_SLOT); blocks],
+            stamped: None,
+            threads: tree.nodes.iter().map(|n| n.thread).collect(),
+            owner: Vec::new(),
         };
-        nodes.push(own);
-        for (i, &ir) in n.counters.iter().enumerate().filter(|(_, &ir)| ir > 0) {
-            let (id, instrs) = block(n.group, i as u32)
-                .ok_or_else(|| format!("no block {i} of counter group {}", n.group))?;
-            match n.kind {
-                NodeKind::Skip => *tree.extra.at(parent, n.site) += ir,
-                NodeKind::Context | NodeKind::Foreign => {
-                    let at = if own == NO_NODE { parent } else { own };
-                    let instrs = u64::from(instrs.max(1));
-                    if ir % instrs != 0 {
-                        return Err(format!(
-                            "block {id} counted {ir} Ir in runs of {instrs} (counter group {}, number {i}, {:?})",
-                            n.group, n.kind
-                        ));
+        for (slot, &(node, _)) in tree.run_keys.iter().enumerate() {
+            f.link(node, slot as u32);
+        }
+        f
+    }
+
+    /// Records `slot` as `node`'s last.
+    #[inline]
+    fn link(&mut self, node: NodeId, slot: u32) {
+        let n = node.wrapping_add(1) as usize;
+        if self.last.len() <= n {
+            self.last.resize(n + 1, NO_SLOT);
+        }
+        self.before.push(self.last[n]);
+        self.last[n] = slot;
+    }
+
+    /// Makes `stamps` complete for `node`.
+    fn stamp(&mut self, tree: &Tree, node: NodeId) {
+        if self.stamped == Some(node) {
+            return;
+        }
+        self.stamped = Some(node);
+        let n = node.wrapping_add(1) as usize;
+        let mut slot = self.last.get(n).copied().unwrap_or(NO_SLOT);
+        while slot != NO_SLOT {
+            let b = tree.run_keys[slot as usize].1 as usize;
+            if self.stamps.len() <= b {
+                self.stamps.resize(b + 1, (NO_NODE, NO_SLOT));
+            }
+            self.stamps[b] = (node, slot);
+            slot = self.before[slot as usize];
+        }
+    }
+
+    /// The slot of `block` in `node` (made if new), `node` stamped.
+    #[inline]
+    fn slot(&mut self, tree: &mut Tree, node: NodeId, block: u32) -> u32 {
+        let b = block as usize;
+        if self.stamps.len() <= b {
+            self.stamps.resize(b + 1, (NO_NODE, NO_SLOT));
+        }
+        match self.stamps[b] {
+            (n, slot) if n == node => slot,
+            _ => {
+                let slot = tree.push_slot(node, block);
+                self.link(node, slot);
+                self.stamps[b] = (node, slot);
+                slot
+            }
+        }
+    }
+
+    /// [`fold`] with this folder's lists.
+    fn fold(
+        &mut self,
+        tree: &mut Tree,
+        arena: &Arena,
+        thread: u32,
+        block: impl Fn(u32, u32) -> Option<(u32, u32)>,
+        function: impl Fn(FnId) -> Option<FnId>,
+    ) -> Result<u64, String> {
+        let mut runs_folded = 0;
+        let mut nodes: Vec<NodeId> = Vec::with_capacity(arena.nodes().size_hint().0);
+        // The arena has one context per (parent, function, level), as the
+        // tree has one node: while the thread's tree is new and the
+        // client's functions map to distinct ones of the tool's, each of
+        // its contexts (and so each arc) is a node (an arc) of its own,
+        // made without looking for it (the lookups were a third of the
+        // fold). Two client functions of one tool function (never seen)
+        // would merge contexts: from there on, each is looked up.
+        let mut direct = self.threads.insert(thread);
+        self.owner.clear();
+        let node = |nodes: &[NodeId], id: u64| -> Result<NodeId, String> {
+            if id == NONE {
+                return Ok(NO_NODE);
+            }
+            nodes
+                .get(id as usize)
+                .copied()
+                .filter(|&n| n != NO_NODE)
+                .ok_or_else(|| format!("context {id} is named before it is made"))
+        };
+        for n in arena.nodes() {
+            let parent = node(&nodes, n.parent)?;
+            let own = match n.kind {
+                NodeKind::Context => {
+                    let f = function(n.function)
+                        .ok_or_else(|| format!("a context of unknown function {}", n.function))?;
+                    if direct {
+                        let i = f as usize;
+                        if self.owner.len() <= i {
+                            self.owner.resize(i + 1, 0);
+                        }
+                        let client = n.function + 1;
+                        match self.owner[i] {
+                            0 => self.owner[i] = client,
+                            c => direct = c == client,
+                        }
                     }
-                    let slot = tree.run_slot(at, id) as usize;
-                    tree.runs[slot] += ir / instrs;
-                    runs_folded += ir / instrs;
+                    if direct {
+                        tree.push_node(parent, f, n.level, thread)
+                    } else {
+                        tree.child(parent, f, n.level, thread)
+                    }
+                }
+                NodeKind::Skip | NodeKind::Foreign => NO_NODE,
+            };
+            nodes.push(own);
+            let at = if own == NO_NODE { parent } else { own };
+            if n.kind != NodeKind::Skip {
+                self.stamp(tree, at);
+            }
+            // A skip node's code is all charged to its call site.
+            let mut skip_ir = 0u64;
+            for (i, &ir) in n.counters.iter().enumerate().filter(|(_, &ir)| ir > 0) {
+                let (id, instrs) = block(n.group, i as u32)
+                    .ok_or_else(|| format!("no block {i} of counter group {}", n.group))?;
+                match n.kind {
+                    NodeKind::Skip => skip_ir = skip_ir.wrapping_add(ir),
+                    NodeKind::Context | NodeKind::Foreign => {
+                        let instrs = u64::from(instrs.max(1));
+                        if ir % instrs != 0 {
+                            return Err(format!(
+                                "block {id} counted {ir} Ir in runs of {instrs} (counter group {}, number {i}, {:?})",
+                                n.group, n.kind
+                            ));
+                        }
+                        let slot = self.slot(tree, at, id) as usize;
+                        tree.runs[slot] += ir / instrs;
+                        runs_folded += ir / instrs;
+                    }
                 }
             }
+            if skip_ir > 0 {
+                *tree.extra.at(parent, n.site) += skip_ir;
+            }
         }
+        for a in arena.arcs() {
+            let (caller, callee) = (node(&nodes, a.caller)?, node(&nodes, a.callee)?);
+            let i = if direct {
+                tree.push_arc(caller, a.site, callee, a.target)
+            } else {
+                tree.arc(caller, a.site, callee, a.target)
+            } as usize;
+            tree.arcs[i].calls += a.calls;
+            tree.arcs[i].inclusive += a.inclusive;
+        }
+        Ok(runs_folded)
     }
-    for a in arena.arcs() {
-        let (caller, callee) = (node(&nodes, a.caller)?, node(&nodes, a.callee)?);
-        let i = tree.arc(caller, a.site, callee, a.target) as usize;
-        tree.arcs[i].calls += a.calls;
-        tree.arcs[i].inclusive += a.inclusive;
-    }
-    Ok(runs_folded)
 }
 
 #[cfg(test)]
@@ -148,6 +339,7 @@ mod tests {
     use callrules::{Exit, Flow};
     use ctxrt::{Facts, FACT_WORDS};
     use events::Terminator;
+    use rustc_hash::FxHashMap;
 
     /// A function of the random program.
     #[derive(Clone)]
@@ -441,6 +633,18 @@ mod tests {
             Some((b as u32, p.blocks[b].instrs as u32))
         };
         fold(&mut tree, &Arena::new(&arena), 1, by_index, Some).expect("folds");
+        // Each (context, block) has one slot, which the tree's index finds;
+        // folded again into the same tree (every context charged a second
+        // time), no slot is made and each counts twice.
+        let keys: rustc_hash::FxHashSet<_> = tree.run_keys.iter().collect();
+        assert_eq!(keys.len(), tree.run_keys.len(), "a slot per pair");
+        let mut twice = tree.clone();
+        fold(&mut twice, &Arena::new(&arena), 1, by_index, Some).expect("folds");
+        assert_eq!(twice.run_keys, tree.run_keys);
+        assert!(twice.runs.iter().zip(&tree.runs).all(|(&a, &b)| a == 2 * b));
+        for (s, &(n, b)) in tree.run_keys.iter().enumerate() {
+            assert_eq!(twice.run_slot(n, b), s as u32);
+        }
         let client = results(
             &tree,
             |f| p.functions[f as usize].name.clone(),

@@ -71,10 +71,15 @@ impl Index {
         }
     }
 
-    /// Records every position below `len` not recorded yet (`key_at` as
-    /// for `find`): an index rebuilt from the entries it indexes.
-    pub fn extend<K: Hash + Eq>(&mut self, len: usize, key_at: impl Fn(u32) -> K) {
-        for i in 0..len as u32 {
+    /// Records every position of `positions` not recorded yet (`key_at`
+    /// as for `find`): an index rebuilt from the entries it indexes, or
+    /// given the entries made without it.
+    pub fn extend<K: Hash + Eq>(
+        &mut self,
+        positions: std::ops::Range<usize>,
+        key_at: impl Fn(u32) -> K,
+    ) {
+        for i in positions.start as u32..positions.end as u32 {
             if let Err(at) = self.find(&key_at(i), &key_at) {
                 self.insert(at, i, &key_at);
             }

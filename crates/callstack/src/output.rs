@@ -106,9 +106,14 @@ impl CallTool {
         let mut c = Vec::with_capacity(order.len());
         // Each context's function key, made once per (function, level).
         let mut keys: FxHashMap<(u32, u32), FunctionKey> = FxHashMap::default();
+        // And per node, once known (a node has many cost lines).
+        let mut node_keys: Vec<Option<FunctionKey>> = vec![None; tree.nodes.len()];
         let mut key_of = |namer: &mut Namer, n: NodeId| -> FunctionKey {
+            if let Some(key) = node_keys[n as usize] {
+                return key;
+            }
             let node = tree.nodes[n as usize];
-            *keys.entry((node.function, node.level)).or_insert_with(|| {
+            let key = *keys.entry((node.function, node.level)).or_insert_with(|| {
                 let c = &self.functions[node.function as usize].class;
                 let name = if node.level > 1 {
                     format!("{}'{}", c.function, node.level)
@@ -121,7 +126,9 @@ impl CallTool {
                     file: names.files.intern(&c.file),
                     function: names.functions.intern(&name),
                 }
-            })
+            });
+            node_keys[n as usize] = Some(key);
+            key
         };
         let mut site = |namer: &mut Namer, addr: u64| -> Site {
             let (file, line) = *located.entry(addr).or_insert_with(|| {
@@ -168,27 +175,62 @@ impl CallTool {
             }
         }
         // Per block: its instructions' sites, each run of equal ones as
-        // one with its length, made once (a block runs in many contexts).
-        let mut block_sites: FxHashMap<u32, Vec<(Site, u64)>> = FxHashMap::default();
+        // one with its length, made once (a block runs in many contexts),
+        // at `sites[block_sites[block]]`.
+        let mut sites: Vec<(Site, u64)> = Vec::new();
+        let mut block_sites: Vec<(u32, u32)> = Vec::new();
+        // The runs summed per (function key, block), in order of first
+        // use: a block's cost lines are its function's at each context's
+        // level, so one function key takes the runs of all its contexts
+        // (the 2 M pairs of a python JSON run become 47 K). Names are
+        // interned, and the sums made, in the order the pairs come, so
+        // the part is the one a cost line per pair makes.
+        let mut summed: Vec<(FunctionKey, u32, u64)> = Vec::new();
+        // Per block, its last entry of `summed`; per entry, the one before
+        // of the same block (a block runs under a few keys).
+        let mut block_last: Vec<u32> = Vec::new();
+        let mut before: Vec<u32> = Vec::new();
+        const NONE: u32 = u32::MAX;
         for &(node, block, runs) in &costs.runs {
             if !wanted(node) {
                 continue;
             }
             let key = key_of(&mut namer, node);
-            let sites = block_sites.entry(block).or_insert_with(|| {
-                let mut sites: Vec<(Site, u64)> = Vec::new();
+            let b = block as usize;
+            if block_sites.len() <= b {
+                block_sites.resize(b + 1, (NONE, 0));
+                block_last.resize(b + 1, NONE);
+            }
+            if block_sites[b].0 == NONE {
+                let start = sites.len();
                 for &addr in self.block_state(block).instrs.iter() {
                     let s = site(&mut namer, addr);
-                    match sites.last_mut() {
+                    match sites[start..].last_mut() {
                         Some((last, n)) if *last == s => *n += 1,
                         _ => sites.push((s, 1)),
                     }
                 }
-                sites
-            });
-            for &(s, n) in sites.iter() {
-                builder.add_cost(key, s, &[runs * n]);
-                total[0] += runs * n;
+                block_sites[b] = (start as u32, (sites.len() - start) as u32);
+            }
+            let mut e = block_last[b];
+            while e != NONE && summed[e as usize].0 != key {
+                e = before[e as usize];
+            }
+            if e == NONE {
+                before.push(block_last[b]);
+                block_last[b] = summed.len() as u32;
+                summed.push((key, block, runs));
+            } else {
+                let s = &mut summed[e as usize].2;
+                *s = s.wrapping_add(runs);
+            }
+        }
+        for &(key, block, runs) in &summed {
+            let (start, len) = block_sites[block as usize];
+            for &(s, n) in &sites[start as usize..][..len as usize] {
+                let ir = runs.wrapping_mul(n);
+                builder.add_cost(key, s, &[ir]);
+                total[0] = total[0].wrapping_add(ir);
             }
         }
         for (&(node, addr), row) in costs
@@ -214,7 +256,8 @@ impl CallTool {
             let callee = key_of(&mut namer, arc.callee);
             let s = site(&mut namer, arc.call_site);
             let target = site(&mut namer, arc.target).position;
-            builder.add_call(caller, s, callee, target, *calls, &permute(inclusive));
+            permute_into(&mut c, inclusive);
+            builder.add_call(caller, s, callee, target, *calls, &c);
         }
         Part {
             positions: Positions {

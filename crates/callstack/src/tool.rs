@@ -841,13 +841,28 @@ impl CallTool {
             Some(_) => &tree.arc_costs[i * width..][..width],
             None => std::slice::from_ref(&tree.arcs[i].inclusive),
         };
-        let written: rustc_hash::FxHashSet<_> = (0..tree.arcs.len())
-            .filter(|&i| costs(i).iter().any(|&c| c != 0))
-            .map(|i| group(&tree.arcs[i]))
-            .collect();
+        let has_cost = |i: usize| costs(i).iter().any(|&c| c != 0);
+        // Only calls without cost need their group's: when there are none
+        // (no collection switched off, the usual case), an arc is written
+        // exactly when it has a cost, and no set of groups is made (on
+        // python-json, a third of a million arcs hashed twice).
+        let grouped = take || (0..tree.arcs.len()).any(|i| tree.arcs[i].calls > 0 && !has_cost(i));
+        let written: rustc_hash::FxHashSet<_> = if grouped {
+            (0..tree.arcs.len())
+                .filter(|&i| has_cost(i))
+                .map(|i| group(&tree.arcs[i]))
+                .collect()
+        } else {
+            Default::default()
+        };
         for (i, arc) in tree.arcs.iter().enumerate() {
             let row = costs(i);
-            if (arc.calls > 0 || row.iter().any(|&c| c != 0)) && written.contains(&group(arc)) {
+            let write = if grouped {
+                (arc.calls > 0 || has_cost(i)) && written.contains(&group(arc))
+            } else {
+                has_cost(i)
+            };
+            if write {
                 snap.arcs.push((i as u32, arc.calls));
                 snap.arc_costs.extend_from_slice(row);
             }

@@ -51,12 +51,18 @@ pub struct Arc {
 pub struct Tree {
     /// The nodes, parents before children.
     pub nodes: Vec<Node>,
-    /// Nodes by (parent, function, level, thread).
+    /// Nodes by (parent, function, level, thread), for the nodes below
+    /// `nodes_indexed`.
     children: Index,
+    /// The nodes `children` covers (see `run_indexed`).
+    nodes_indexed: usize,
     /// The arcs.
     pub arcs: Vec<Arc>,
-    /// Arcs by (caller, call site, callee, target).
+    /// Arcs by (caller, call site, callee, target), for the arcs below
+    /// `arcs_indexed`.
     arc_index: Index,
+    /// The arcs `arc_index` covers (see `run_indexed`).
+    arcs_indexed: usize,
     /// Executions of each (node, block) pair, by slot.
     pub runs: Vec<u64>,
     /// The (node, block id) of each slot.
@@ -64,15 +70,18 @@ pub struct Tree {
     /// For each slot, the slot its thread charged next the last time
     /// (`hot::NO_SLOT`: none yet), a cache in front of `run_index`.
     pub next: Vec<u32>,
-    /// Slots by (node, block).
+    /// Slots by (node, block), for the slots below `run_indexed`.
     run_index: Index,
+    /// The slots `run_index` and `next` cover: slots made by
+    /// [`push_slot`](Tree::push_slot) (the fold of contexts mode, which
+    /// finds its slots without the index), and all of them after
+    /// [`release_lookups`](Tree::release_lookups), are added at the next
+    /// lookup. Nodes and arcs likewise.
+    run_indexed: usize,
     /// Ir charged to single instructions of a context: code of skipped
     /// functions (on their caller's call site, as Callgrind does) and the
     /// final check of rep string instructions.
     pub extra: Extra,
-    /// Whether the indexes and `next` were released (rebuilt at the next
-    /// lookup).
-    released: bool,
     /// Recent calls: (caller, function, level, thread, arc's caller, call
     /// site, target) to (callee's context, arc).
     calls: Memo<CallKey, (NodeId, u32)>,
@@ -185,7 +194,7 @@ impl Tree {
     /// The node for `function` at `level` called from `parent` (a root of
     /// `thread`'s tree when `parent` is [`NO_NODE`]), made if new.
     pub fn child(&mut self, parent: NodeId, function: FnId, level: u32, thread: u32) -> NodeId {
-        self.reacquire();
+        self.index_nodes();
         let key = |n: &Node| (n.parent, n.function, n.level, n.thread);
         let node = Node {
             parent,
@@ -200,6 +209,7 @@ impl Tree {
                 nodes.push(node);
                 let i = (nodes.len() - 1) as NodeId;
                 self.children.insert(at, i, |i| key(&nodes[i as usize]));
+                self.nodes_indexed = nodes.len();
                 i
             }
         }
@@ -241,7 +251,7 @@ impl Tree {
     /// The arc from `caller` at `call_site` to `callee` entered at
     /// `target`, made if new.
     pub fn arc(&mut self, caller: NodeId, call_site: u64, callee: NodeId, target: u64) -> u32 {
-        self.reacquire();
+        self.index_arcs();
         let key = |a: &Arc| (a.caller, a.call_site, a.callee, a.target);
         let arcs = &mut self.arcs;
         let k = (caller, call_site, callee, target);
@@ -260,6 +270,7 @@ impl Tree {
                 costs.resize(costs.len() + self.width, 0);
                 let i = (arcs.len() - 1) as u32;
                 self.arc_index.insert(at, i, |i| key(&arcs[i as usize]));
+                self.arcs_indexed = arcs.len();
                 i
             }
         }
@@ -267,7 +278,7 @@ impl Tree {
 
     /// The slot counting executions of `block` in `node`, made if new.
     pub fn run_slot(&mut self, node: NodeId, block: u32) -> u32 {
-        self.reacquire();
+        self.index_runs();
         let keys = &mut self.run_keys;
         match self.run_index.find(&(node, block), |i| keys[i as usize]) {
             Ok(i) => i,
@@ -278,9 +289,97 @@ impl Tree {
                 // Its rows, if any, are made by the tool (it knows the size).
                 let i = (keys.len() - 1) as u32;
                 self.run_index.insert(at, i, |i| keys[i as usize]);
+                self.run_indexed = keys.len();
                 i
             }
         }
+    }
+
+    /// A new node for `function` at `level` called from `parent` in
+    /// `thread`, which the caller knows is not there: no lookup (the
+    /// index takes it at the next [`child`](Self::child)).
+    pub(crate) fn push_node(
+        &mut self,
+        parent: NodeId,
+        function: FnId,
+        level: u32,
+        thread: u32,
+    ) -> NodeId {
+        self.nodes.push(Node {
+            parent,
+            function,
+            level,
+            thread,
+        });
+        (self.nodes.len() - 1) as NodeId
+    }
+
+    /// A new arc, which the caller knows is not there (as
+    /// [`push_node`](Self::push_node); [`arc`](Self::arc) indexes it).
+    pub(crate) fn push_arc(
+        &mut self,
+        caller: NodeId,
+        call_site: u64,
+        callee: NodeId,
+        target: u64,
+    ) -> u32 {
+        self.arcs.push(Arc {
+            caller,
+            call_site,
+            callee,
+            target,
+            calls: 0,
+            inclusive: 0,
+        });
+        self.arc_costs.resize(self.arc_costs.len() + self.width, 0);
+        (self.arcs.len() - 1) as u32
+    }
+
+    /// A new slot counting executions of `block` in `node`, which the
+    /// caller knows has none: no lookup (the fold makes millions; the
+    /// index takes them at the next [`run_slot`](Self::run_slot)).
+    pub(crate) fn push_slot(&mut self, node: NodeId, block: u32) -> u32 {
+        self.runs.push(0);
+        self.run_keys.push((node, block));
+        (self.run_keys.len() - 1) as u32
+    }
+
+    /// Puts the nodes not indexed yet into the index.
+    fn index_nodes(&mut self) {
+        let (from, to) = (self.nodes_indexed, self.nodes.len());
+        if from < to {
+            let nodes = &self.nodes;
+            self.children.extend(from..to, |i| {
+                let n = &nodes[i as usize];
+                (n.parent, n.function, n.level, n.thread)
+            });
+            self.nodes_indexed = to;
+        }
+    }
+
+    /// Puts the arcs not indexed yet into the index.
+    fn index_arcs(&mut self) {
+        let (from, to) = (self.arcs_indexed, self.arcs.len());
+        if from < to {
+            let arcs = &self.arcs;
+            self.arc_index.extend(from..to, |i| {
+                let a = &arcs[i as usize];
+                (a.caller, a.call_site, a.callee, a.target)
+            });
+            self.arcs_indexed = to;
+        }
+    }
+
+    /// Puts the slots not indexed yet into the index and `next`.
+    fn index_runs(&mut self) {
+        let (from, to) = (self.run_indexed, self.run_keys.len());
+        if from == to {
+            return;
+        }
+        let keys = &self.run_keys;
+        self.run_index.extend(from..to, |i| keys[i as usize]);
+        self.next.resize(to, crate::hot::NO_SLOT);
+        self.run_indexed = to;
     }
 }
 
@@ -291,30 +390,12 @@ impl Tree {
     /// they are rebuilt first.
     pub fn release_lookups(&mut self) {
         self.children = Index::default();
+        self.nodes_indexed = 0;
         self.arc_index = Index::default();
+        self.arcs_indexed = 0;
         self.run_index = Index::default();
+        self.run_indexed = 0;
         self.next = Vec::new();
-        self.released = true;
-    }
-
-    /// Rebuilds what [`release_lookups`](Self::release_lookups) freed.
-    fn reacquire(&mut self) {
-        if !std::mem::take(&mut self.released) {
-            return;
-        }
-        let nodes = &self.nodes;
-        self.children.extend(nodes.len(), |i| {
-            let n = &nodes[i as usize];
-            (n.parent, n.function, n.level, n.thread)
-        });
-        let arcs = &self.arcs;
-        self.arc_index.extend(arcs.len(), |i| {
-            let a = &arcs[i as usize];
-            (a.caller, a.call_site, a.callee, a.target)
-        });
-        let keys = &self.run_keys;
-        self.run_index.extend(keys.len(), |i| keys[i as usize]);
-        self.next = vec![crate::hot::NO_SLOT; keys.len()];
     }
 
     /// The row of extra costs of `node` at `addr` (a simulation's), made
