@@ -70,7 +70,7 @@ impl Runtime<'_> {
     /// Enters block `y` with the stack pointer `sp` by a fast path, if one
     /// applies; `false` leaves the entry to the full decision.
     pub(crate) fn fast_enter(&mut self, y: u64, sp: u64) -> bool {
-        let x = self.hot[hot::LAST];
+        let x = hot::block_left(self.hot[hot::LAST]);
         if x >= hot::SIGNAL_START
             || x == y
             || self.arena[head::USED] == 0

@@ -27,3 +27,19 @@ pub const WORDS: usize = 6;
 /// [`LAST`] when a signal handler starts (its trampoline stores it): its
 /// first block starts a root, as in Callgrind.
 pub const SIGNAL_START: u64 = u64::MAX - 1;
+
+/// Added to [`LAST`] by a block that leaves by `ret` (block ids are
+/// below it): the engine's inline fast paths know a return from the word
+/// alone, without the block's facts.
+pub const RETURN_TAG: u64 = 1 << 30;
+
+/// The block left, as [`LAST`] holds it: its id (without the
+/// [`RETURN_TAG`]), [`crate::NONE`] or [`SIGNAL_START`].
+#[inline(always)]
+pub fn block_left(last: u64) -> u64 {
+    if last < SIGNAL_START {
+        last & !RETURN_TAG
+    } else {
+        last
+    }
+}

@@ -107,7 +107,7 @@ impl Runtime<'_> {
             self.end_signal(true);
         }
         let yf = self.facts_of(y)?;
-        let mut last = self.hot[hot::LAST];
+        let mut last = hot::block_left(self.hot[hot::LAST]);
         if last == hot::SIGNAL_START {
             self.start_signal()?;
             last = NONE;

@@ -167,11 +167,11 @@ mod native {
         let facts = facts();
         let config = [facts.as_ptr() as u64, facts.len() as u64, 2];
         let entries = [(0u64, NONE, 0x8000u64), (1, 0, 0x7ff8), (2, 1, 0x8000)];
-        let mut blob_arena = vec![0u64; 1 << 17];
+        let mut blob_arena = vec![0u64; 1 << 20];
         let mut hot_words = vec![0u64; hot::WORDS];
         hot_words[hot::ARENA] = blob_arena.as_mut_ptr() as u64;
         hot_words[hot::ARENA_WORDS] = blob_arena.len() as u64;
-        let mut lib_arena = vec![0u64; 1 << 17];
+        let mut lib_arena = vec![0u64; 1 << 20];
         let mut lib_hot = hot_words.clone();
         lib_hot[hot::ARENA] = blob_arena.as_ptr() as u64;
         for (y, last, sp) in entries {

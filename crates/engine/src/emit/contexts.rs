@@ -88,12 +88,14 @@ impl Emitter {
     }
 
     /// `mov qword gs:[LAST], id`: block `id` is about to leave (flag-free;
-    /// the runtime reads it at the next context entry).
-    pub fn store_last(&mut self, id: u32) {
+    /// the runtime reads it at the next context entry), by `ret` if
+    /// `returns` (tagged with `hot::RETURN_TAG`).
+    pub fn store_last(&mut self, id: u32, returns: bool) {
+        let tag = if returns { hot::RETURN_TAG } else { 0 };
         self.insn(Instruction::with2(
             Code::Mov_rm64_imm32,
             gs(hot_word(hot::LAST)),
-            id as i32,
+            (u64::from(id) | tag) as i32,
         ));
     }
 

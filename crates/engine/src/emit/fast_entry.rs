@@ -26,7 +26,9 @@ use crate::layout;
 use ctxrt::abi::{self, head};
 use ctxrt::hot;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
-use Register::{EAX, EBX, ECX, R10, R11, R8, R8D, R9, R9D, RAX, RBX, RCX, RDI, RDX, RSI};
+use Register::{
+    EAX, EBX, ECX, EDX, R10, R10L, R11, R8, R8D, R9, R9D, RAX, RBX, RCX, RDI, RDX, RSI,
+};
 
 /// Thread-area offset of hot word `i`.
 fn hot_word(i: usize) -> u32 {
@@ -38,7 +40,9 @@ fn word(base: Register, word: usize) -> MemoryOperand {
     based(base, 8 * word as i32)
 }
 
-// A block's facts are a power of two of bytes (found by a shift).
+// A block's facts are a power of two of bytes (found by a shift), and
+// block ids leave room for the return tag.
+const _: () = assert!(crate::space::FACTS_CAPACITY <= hot::RETURN_TAG);
 const _: () = assert!(ctxrt::FACT_WORDS.is_power_of_two());
 /// Byte offsets in a block's packed facts (`ctxrt::Facts::pack`).
 const FACT_START: i32 = 0;
@@ -146,11 +150,20 @@ impl Emitter {
         op!(self, Mov_r64_rm64, RCX, based(Register::RSP, ARG));
         op!(self, Test_rm64_r64, RCX, RCX);
         self.jcc_label(JS, restore_to_slow); // a growth
+                                             // RDX = x, untagged; R10L = whether it left by `ret` (the tag).
         op!(self, Mov_r64_rm64, RDX, gs(hot_word(hot::LAST)));
+        op!(self, Cmp_rm64_imm8, RDX, hot::SIGNAL_START as i64 as i32);
+        self.jcc_label(JAE, restore_to_slow); // none, or a handler's start
+        op!(
+            self,
+            Btr_rm32_imm8,
+            EDX,
+            hot::RETURN_TAG.trailing_zeros() as i32
+        );
+        op!(self, Setb_rm8, R10L);
         op!(self, Cmp_rm64_r64, RDX, RCX);
         self.jcc_label(JE, restore_to_slow);
-        // Both described blocks (NONE and a handler's start are past the
-        // table).
+        // Both described blocks.
         op!(self, Mov_r64_imm64, RAX, fast.blocks);
         op!(self, Cmp_rm64_r64, RDX, RAX);
         self.jcc_label(JAE, restore_to_slow);
@@ -166,15 +179,12 @@ impl Emitter {
         self.jcc_label(JNE, restore_to_slow);
         op!(self, Cmp_rm64_imm8, word(RSI, head::NODE), -1);
         self.jcc_label(JE, restore_to_slow);
-        // RDI = y's facts, RAX = x's.
-        op!(self, Mov_r64_imm64, R8, fast.facts);
+        // RDI = y's facts.
         let shift = (8 * ctxrt::FACT_WORDS).trailing_zeros() as i32;
+        op!(self, Mov_r64_imm64, R8, fast.facts);
         op!(self, Mov_r64_rm64, RDI, RCX);
         op!(self, Shl_rm64_imm8, RDI, shift);
         op!(self, Add_r64_rm64, RDI, R8);
-        op!(self, Mov_r64_rm64, RAX, RDX);
-        op!(self, Shl_rm64_imm8, RAX, shift);
-        op!(self, Add_r64_rm64, RAX, R8);
         op!(
             self,
             Test_rm8_imm8,
@@ -182,17 +192,26 @@ impl Emitter {
             abi::DESCRIBED as i32
         );
         self.jcc_label(JE, restore_to_slow);
+        // R11 = the client's stack pointer at the entry.
+        op!(self, Lea_r64_m, R11, based(Register::RSP, CLIENT_SP));
+        // A return needs nothing of x's facts (a block that leaves by
+        // `ret` is described, with the stack pointer known, before it
+        // runs); the other entries read them: RAX = x's.
+        op!(self, Test_rm8_r8, R10L, R10L);
+        self.jcc_label(JNE, ret_path);
+        op!(self, Mov_r64_rm64, RAX, RDX);
+        op!(self, Shl_rm64_imm8, RAX, shift);
+        op!(self, Add_r64_rm64, RAX, R8);
         // x described, with the stack pointer known at its exit.
         let want = (abi::DESCRIBED | abi::SP_KNOWN) as i32;
         op!(self, Movzx_r32_rm8, R8D, based(RAX, FACT_FLAGS));
         op!(self, And_rm32_imm8, R8D, want);
         op!(self, Cmp_rm32_imm8, R8D, want);
         self.jcc_label(JNE, restore_to_slow);
-        // R11 = the client's stack pointer at the entry.
-        op!(self, Lea_r64_m, R11, based(Register::RSP, CLIENT_SP));
         op!(self, Movzx_r32_rm8, R8D, based(RAX, FACT_EXIT));
+        // (A return is tagged: untagged, the word is not what it seems.)
         op!(self, Cmp_rm32_imm8, R8D, abi::EXIT_RETURN as i32);
-        self.jcc_label(JE, ret_path);
+        self.jcc_label(JE, restore_to_slow);
         let (jump, call_skip) = (self.new_label(), self.new_label());
         op!(self, Cmp_rm32_imm8, R8D, abi::EXIT_CALL as i32);
         self.jcc_label(JNE, jump);

@@ -111,7 +111,7 @@ pub(super) fn translate_contexts(
             Item::ClientRequest(ip) => {
                 b.t.counted.push(*ip);
                 end = ip + 19;
-                b.e.store_last(cb.id);
+                b.e.store_last(cb.id, false);
                 b.client_request(end);
             }
             Item::Illegal(ip, len) => {
@@ -139,7 +139,8 @@ pub(super) fn translate_contexts(
                     b.copy(i, code, guest)?;
                 } else {
                     if store_last {
-                        b.e.store_last(cb.id);
+                        let returns = i.flow_control() == FlowControl::Return;
+                        b.e.store_last(cb.id, returns);
                     }
                     b.terminator(i, code, guest)?;
                 }
@@ -148,7 +149,7 @@ pub(super) fn translate_contexts(
     }
     if let Stop::Continue(next) = stop {
         if store_last {
-            b.e.store_last(cb.id);
+            b.e.store_last(cb.id, false);
         }
         b.exit_jmp_next(next, PointKind::Clean);
     }
