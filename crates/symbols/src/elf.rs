@@ -287,6 +287,29 @@ impl ObjectInfo {
         Some(self.display_names[i].get_or_init(show).clone())
     }
 
+    /// The function name at file address `svma` shown under `opts` (as
+    /// [`function_at_with`](Self::function_at_with)) and whether it starts
+    /// exactly there (as [`is_function_entry`](Self::is_function_entry)),
+    /// with one search of the symbol table.
+    pub fn function_entry_at(
+        &self,
+        svma: u64,
+        opts: crate::demangle::NameOptions,
+    ) -> Option<(Rc<str>, bool)> {
+        let i = self.symbols.lookup(svma)?;
+        let entry = self.symbols.range(i).0 == svma;
+        let show = || {
+            Rc::from(crate::demangle::display_name_with(
+                self.symbols.name(i),
+                opts,
+            ))
+        };
+        if opts != crate::demangle::NameOptions::default() {
+            return Some((show(), entry));
+        }
+        Some((self.display_names[i].get_or_init(show).clone(), entry))
+    }
+
     /// The function name shown under `opts` if a function starts exactly at
     /// file address `svma`.
     pub fn function_starting_at(

@@ -160,6 +160,15 @@ impl Symbolizer {
         loaded
     }
 
+    /// The object mapped by `m` and its load bias (`runtime address - file
+    /// address`), if it can be read: what [`code_facts`](Self::code_facts)
+    /// looks up for each address, for a caller that keeps it per mapping
+    /// and asks the object itself ([`ObjectInfo::function_entry_at`],
+    /// [`ObjectInfo::line_at`], [`ObjectInfo::section_kind`]).
+    pub fn mapped_object(&mut self, m: &Mapping) -> Option<(Rc<ObjectInfo>, u64)> {
+        self.resolve_mapping(m)
+    }
+
     /// The object mapped by `m` and its load bias, if it can be read.
     fn resolve_mapping(&mut self, m: &Mapping) -> Option<Resolved> {
         if m.path.as_os_str().is_empty() {
