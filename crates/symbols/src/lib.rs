@@ -25,6 +25,7 @@ mod elf;
 pub mod lines;
 mod perfmap;
 mod preload;
+mod shared;
 pub mod symtab;
 pub mod unwind;
 
@@ -153,7 +154,7 @@ impl Symbolizer {
         };
         let loaded = match ahead {
             Preloaded::Read(data) => data.map(ObjectInfo::from),
-            Preloaded::NotRead => ObjectInfo::load(path).ok(),
+            Preloaded::NotRead => shared::read(path).map(ObjectInfo::from),
         }
         .map(Rc::new);
         self.objects.insert(path.to_path_buf(), loaded.clone());
