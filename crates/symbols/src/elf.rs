@@ -4,6 +4,7 @@
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym};
 use object::read::ReadCache;
@@ -89,7 +90,7 @@ pub struct ObjectInfo {
     path: PathBuf,
     debug_path: Option<PathBuf>,
     segments: Vec<Segment>,
-    symbols: SymbolTable,
+    symbols: Arc<SymbolTable>,
     display_names: Vec<OnceCell<Rc<str>>>,
     lines: LineTable,
     text: Option<Range>,
@@ -111,13 +112,14 @@ pub enum SectionKind {
 
 /// An [`ObjectInfo`] as read from disk, before names are shared for the
 /// thread that symbolizes: reading (the expensive part) can happen on
-/// another thread (see [`crate::Preloader`]).
-#[derive(Debug)]
+/// another thread (see [`crate::Preloader`]). A copy shares the symbol
+/// and line tables with the original (see [`ObjectData::read_shared`]).
+#[derive(Debug, Clone)]
 pub struct ObjectData {
     path: PathBuf,
     debug_path: Option<PathBuf>,
     segments: Vec<Segment>,
-    symbols: SymbolTable,
+    symbols: Arc<SymbolTable>,
     lines: LineData,
     text: Option<Range>,
     plt: Option<Range>,
@@ -147,6 +149,12 @@ impl ObjectInfo {
 }
 
 impl ObjectData {
+    /// The symbol table, shared by copies (tests check that copies share).
+    #[cfg(test)]
+    pub(crate) fn symbols(&self) -> &Arc<SymbolTable> {
+        &self.symbols
+    }
+
     /// Reads the ELF file at `path` and, if found, its separate debug file.
     pub fn read(path: &Path) -> Result<Self, String> {
         let data = open(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -206,7 +214,7 @@ impl ObjectData {
             path: path.to_path_buf(),
             debug_path: debug_path.filter(|_| debug_file.is_some()),
             segments,
-            symbols: SymbolTable::new(raw),
+            symbols: Arc::new(SymbolTable::new(raw)),
             lines,
             text: sections.text,
             plt: sections.plt,
@@ -285,6 +293,29 @@ impl ObjectInfo {
             return Some(show());
         }
         Some(self.display_names[i].get_or_init(show).clone())
+    }
+
+    /// The function name at file address `svma` shown under `opts` (as
+    /// [`function_at_with`](Self::function_at_with)) and whether it starts
+    /// exactly there (as [`is_function_entry`](Self::is_function_entry)),
+    /// with one search of the symbol table.
+    pub fn function_entry_at(
+        &self,
+        svma: u64,
+        opts: crate::demangle::NameOptions,
+    ) -> Option<(Rc<str>, bool)> {
+        let i = self.symbols.lookup(svma)?;
+        let entry = self.symbols.range(i).0 == svma;
+        let show = || {
+            Rc::from(crate::demangle::display_name_with(
+                self.symbols.name(i),
+                opts,
+            ))
+        };
+        if opts != crate::demangle::NameOptions::default() {
+            return Some((show(), entry));
+        }
+        Some((self.display_names[i].get_or_init(show).clone(), entry))
     }
 
     /// The function name shown under `opts` if a function starts exactly at

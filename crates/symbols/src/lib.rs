@@ -25,6 +25,7 @@ mod elf;
 pub mod lines;
 mod perfmap;
 mod preload;
+mod shared;
 pub mod symtab;
 pub mod unwind;
 
@@ -153,11 +154,20 @@ impl Symbolizer {
         };
         let loaded = match ahead {
             Preloaded::Read(data) => data.map(ObjectInfo::from),
-            Preloaded::NotRead => ObjectInfo::load(path).ok(),
+            Preloaded::NotRead => shared::read(path).map(ObjectInfo::from),
         }
         .map(Rc::new);
         self.objects.insert(path.to_path_buf(), loaded.clone());
         loaded
+    }
+
+    /// The object mapped by `m` and its load bias (`runtime address - file
+    /// address`), if it can be read: what [`code_facts`](Self::code_facts)
+    /// looks up for each address, for a caller that keeps it per mapping
+    /// and asks the object itself ([`ObjectInfo::function_entry_at`],
+    /// [`ObjectInfo::line_at`], [`ObjectInfo::section_kind`]).
+    pub fn mapped_object(&mut self, m: &Mapping) -> Option<(Rc<ObjectInfo>, u64)> {
+        self.resolve_mapping(m)
     }
 
     /// The object mapped by `m` and its load bias, if it can be read.

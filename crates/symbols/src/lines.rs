@@ -23,6 +23,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian};
 use object::{Object, ObjectSection};
@@ -45,15 +46,16 @@ struct Loc {
 /// Sorted, non-overlapping line ranges of one object.
 #[derive(Debug, Default)]
 pub struct LineTable {
-    locs: Vec<Loc>,
+    locs: Arc<Vec<Loc>>,
     files: Vec<Rc<str>>,
 }
 
 /// A [`LineTable`] as read, before its file names are shared: it can be
 /// read on another thread (see [`crate::Preloader`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LineData {
-    locs: Vec<Loc>,
+    /// Shared by copies (and the tables made of them).
+    locs: Arc<Vec<Loc>>,
     files: Vec<String>,
 }
 
@@ -441,7 +443,7 @@ impl<'f> Builder<'f> {
         }
         self.locs.retain(|l| l.size > 0);
         LineData {
-            locs: self.locs,
+            locs: Arc::new(self.locs),
             files: self.files,
         }
     }

@@ -69,7 +69,7 @@ impl Preloader {
                             _ => continue,
                         }
                     }
-                    let data = ObjectData::read(&path).ok();
+                    let data = crate::shared::read(&path);
                     lock(&worker.slots).insert(path, Slot::Done(data));
                     worker.done.notify_all();
                 }

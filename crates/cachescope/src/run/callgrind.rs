@@ -10,14 +10,17 @@
 
 use std::any::Any;
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use callstack::{CallTool, Classify, CodeClass, FnConfig, Section};
 use costs::BlockSim;
 use engine::{ProcessProfile, StreamTool, ToolFactory};
-use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Tool};
+use events::{BlockId, BlockInfo, ClientRequest, CodeOrigin, Needs, Record, SignalEvent, Tool};
 use profile::output::{write_output, OutputError};
-use symbols::{Mapping, NameOptions, SectionKind, Symbolizer, UNKNOWN};
+use symbols::{Mapping, NameOptions, ObjectInfo, SectionKind, Symbolizer, UNKNOWN};
 
 use super::attribute;
 use super::cgopts::CallgrindOptions;
@@ -27,8 +30,125 @@ use super::CgSink;
 use cachesim::CacheSim;
 
 thread_local! {
-    /// The consumer thread's symbolizer (see the module documentation).
-    static SYMBOLS: RefCell<Option<Symbolizer>> = const { RefCell::new(None) };
+    /// The naming thread's symbolizer and what it named (see the module
+    /// documentation): the consumer thread's on the stream path, the
+    /// tracer thread's in contexts mode.
+    static NAMING: RefCell<Naming> = RefCell::new(Naming::default());
+}
+
+/// FxHash's multiply and rotate, for the classifier's tables: their keys
+/// are addresses, pointers and names, none chosen to collide, and SipHash
+/// was a tenth of contexts mode's classification.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl FastHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(0xf135_7aea_2e62_a9c5);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        // The table takes its bucket from the low bits, which the multiply
+        // leaves weakest.
+        self.0.rotate_left(26)
+    }
+}
+
+/// A map hashed with [`FastHasher`].
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// An origin's object, its load bias and the object's name.
+type OriginObject = Option<(Rc<ObjectInfo>, u64, Arc<str>)>;
+
+/// What the naming thread keeps (one per thread, see [`NAMING`]).
+#[derive(Default)]
+struct Naming {
+    /// Made on first use, with the first classifier's name options (a
+    /// run has one set).
+    symbols: Option<Symbolizer>,
+    /// Each origin's object by the origin's address (the origin kept, so
+    /// that no other origin gets its address): blocks of one mapping
+    /// share their origin, so the object is looked up once per mapping.
+    objects: FastMap<usize, (Arc<CodeOrigin>, OriginObject)>,
+    /// Function and file names as shared strings, by their text: classes
+    /// share them rather than each holding copies.
+    names: FastMap<Rc<str>, Arc<str>>,
+    /// `???`.
+    unknown: Option<Arc<str>>,
+    /// Classes by origin (its address, kept in `objects`) and code
+    /// address, for classifiers that remember: contexts mode classifies
+    /// code as it is translated and its blocks again when the call tool
+    /// is built at the process's end, on this thread.
+    classes: FastMap<(usize, u64), CodeClass>,
+}
+
+impl Naming {
+    fn unknown(&mut self) -> Arc<str> {
+        self.unknown
+            .get_or_insert_with(|| Arc::from(UNKNOWN))
+            .clone()
+    }
+
+    /// The shared string of `name`.
+    fn name(&mut self, name: &Rc<str>) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        let n = Arc::<str>::from(&**name);
+        self.names.insert(name.clone(), n.clone());
+        n
+    }
+
+    /// The object `origin` maps, its load bias and its name.
+    fn object(&mut self, origin: &Arc<CodeOrigin>, names: NameOptions) -> OriginObject {
+        let key = Arc::as_ptr(origin) as usize;
+        if let Some((_, o)) = self.objects.get(&key) {
+            return o.clone();
+        }
+        let mapping = Mapping {
+            path: origin.path.clone(),
+            start: origin.start,
+            end: origin.end,
+            file_offset: origin.file_offset,
+        };
+        let object = self
+            .symbols
+            .get_or_insert_with(|| Symbolizer::with_names(names))
+            .mapped_object(&mapping)
+            .map(|(obj, bias)| {
+                let name = Arc::from(obj.path().to_string_lossy().as_ref());
+                (obj, bias, name)
+            });
+        self.objects.insert(key, (origin.clone(), object.clone()));
+        object
+    }
 }
 
 /// Names blocks' functions as Callgrind does (`fn.c`): the debug name,
@@ -39,6 +159,9 @@ thread_local! {
 struct SymbolClassifier {
     names: NameOptions,
     patterns: Arc<CallgrindOptions>,
+    /// Whether classes are kept by origin and address (contexts mode,
+    /// which asks twice; the stream path asks once per block).
+    remember: bool,
 }
 
 impl SymbolClassifier {
@@ -53,14 +176,66 @@ impl SymbolClassifier {
             skip: any(&o.fn_skip) || o.obj_skip.iter().any(|p| p == object),
         }
     }
+
+    /// The class of the code at `addr`, mapped by `origin`: what
+    /// `Symbolizer::code_facts` tells of it, asked of the object directly.
+    fn class_at(&self, n: &mut Naming, origin: &Arc<CodeOrigin>, addr: u64) -> CodeClass {
+        let Some((obj, bias, object)) = n.object(origin, self.names) else {
+            let u = n.unknown();
+            let function = Arc::<str>::from(format!("{addr:#018x}"));
+            return CodeClass {
+                config: self.config(&function, &u),
+                object: u.clone(),
+                file: u,
+                function,
+                entry: false,
+                section: Section::Other,
+            };
+        };
+        let svma = addr.wrapping_sub(bias);
+        // The symbolizer locates only addresses inside the mapping.
+        let inside = origin.start <= addr && addr < origin.end;
+        let found = inside
+            .then(|| obj.function_entry_at(svma, self.names))
+            .flatten()
+            .filter(|(f, _)| &**f != UNKNOWN);
+        let file = match inside.then(|| obj.line_at(svma)).flatten() {
+            Some((file, _)) => n.name(&file),
+            None => n.unknown(),
+        };
+        let section = match obj.section_kind(svma) {
+            SectionKind::Text => Section::Text,
+            SectionKind::Plt => Section::Plt,
+            SectionKind::Other => Section::Other,
+        };
+        let (function, entry) = match found {
+            Some((f, entry)) => (n.name(&f), entry),
+            None => {
+                let plt = if section == Section::Plt {
+                    " [PLT]"
+                } else {
+                    ""
+                };
+                (Arc::from(format!("{svma:#018x}{plt}")), false)
+            }
+        };
+        CodeClass {
+            config: self.config(&function, &object),
+            object,
+            file,
+            function,
+            entry,
+            section,
+        }
+    }
 }
 
 impl Classify for SymbolClassifier {
     fn classify(&mut self, info: &BlockInfo) -> CodeClass {
         let addr = info.start();
-        let unknown = || Arc::<str>::from(UNKNOWN);
         let Some(origin) = info.origin() else {
             let function = format!("{addr:#018x}");
+            let unknown = || Arc::<str>::from(UNKNOWN);
             return CodeClass {
                 config: self.config(&function, UNKNOWN),
                 object: unknown(),
@@ -70,44 +245,20 @@ impl Classify for SymbolClassifier {
                 section: Section::Other,
             };
         };
-        let mapping = Mapping {
-            path: origin.path.clone(),
-            start: origin.start,
-            end: origin.end,
-            file_offset: origin.file_offset,
-        };
-        let facts = SYMBOLS.with(|s| {
-            s.borrow_mut()
-                .get_or_insert_with(|| Symbolizer::with_names(self.names))
-                .code_facts(&mapping, addr)
-        });
-        let section = match facts.section {
-            SectionKind::Text => Section::Text,
-            SectionKind::Plt => Section::Plt,
-            SectionKind::Other => Section::Other,
-        };
-        let named = &*facts.location.func != UNKNOWN;
-        let function = if named {
-            Arc::from(&*facts.location.func)
-        } else {
-            let plt = if section == Section::Plt {
-                " [PLT]"
-            } else {
-                ""
-            };
-            Arc::from(format!("{:#018x}{plt}", facts.offset))
-        };
-        let object = facts
-            .object
-            .map_or_else(unknown, |p| Arc::from(p.to_string_lossy().as_ref()));
-        CodeClass {
-            config: self.config(&function, &object),
-            object,
-            file: Arc::from(&*facts.location.file),
-            function,
-            entry: named && facts.entry,
-            section,
-        }
+        NAMING.with(|n| {
+            let n = &mut *n.borrow_mut();
+            let key = (Arc::as_ptr(origin) as usize, addr);
+            if self.remember {
+                if let Some(c) = n.classes.get(&key) {
+                    return c.clone();
+                }
+            }
+            let class = self.class_at(n, origin, addr);
+            if self.remember {
+                n.classes.insert(key, class.clone());
+            }
+            class
+        })
     }
 
     fn fork(&self) -> Box<dyn Classify> {
@@ -171,6 +322,7 @@ pub fn factory(opts: &RunOptions, cg: &CallgrindOptions, caches: Option<CacheSim
         let classify = Box::new(SymbolClassifier {
             names,
             patterns: patterns.clone(),
+            remember: false,
         });
         let tool = if caches.is_some() || branch_sim {
             // Callgrind counts a modify as a write.
@@ -195,28 +347,50 @@ struct ContextNamer {
     /// Callgrind's different functions, but jumps between them are not
     /// calls: they count side by side), and one per object for code
     /// without a name.
-    groups: std::collections::HashMap<(Arc<str>, Arc<str>), u32>,
-    /// Classes and groups by code address: the engine asks about a
-    /// block's start before translating it and again with the whole block.
-    classes: std::collections::HashMap<u64, (CodeClass, u32)>,
+    groups: FastMap<(Arc<str>, Arc<str>), u32>,
+    /// Flow facts and group by code address, as first described: the
+    /// engine asks about a block's start before translating it and again
+    /// with the whole block, whose facts differ only in what
+    /// [`block_flow`] fills in.
+    classes: FastMap<u64, (callrules::Flow, u32)>,
 }
 
 impl engine::ContextClassifier for ContextNamer {
     fn classify(&mut self, info: &BlockInfo) -> (callrules::Flow, u32) {
-        let (class, group) = match self.classes.get(&info.start()) {
-            Some(c) => c.clone(),
-            None => {
-                let c = self.class_of(info);
-                self.classes.insert(info.start(), c.clone());
-                c
-            }
-        };
-        (self.functions.flow(class, info), group)
+        if let Some(&(first, group)) = self.classes.get(&info.start()) {
+            return (block_flow(&first, info), group);
+        }
+        let (class, group) = self.class_of(info);
+        // Numbered here, at the code's first description, as before the
+        // classes were kept: later ones find the same function and object.
+        let flow = self.functions.flow(class, info);
+        self.classes.insert(info.start(), (flow, group));
+        (flow, group)
     }
 
     fn fork(&self) -> Box<dyn engine::ContextClassifier> {
         Box::new(self.clone())
     }
+}
+
+/// The flow facts of the block `info` describes, whose code's facts were
+/// `first` (described with another block starting there): what
+/// `Functions::flow` says of it, without naming and numbering again. The
+/// function's facts are `first`'s; the exit and addresses `info`'s.
+fn block_flow(first: &callrules::Flow, info: &BlockInfo) -> callrules::Flow {
+    use callrules::Exit;
+    use events::Terminator;
+    let exit = match info.terminator() {
+        Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
+        Terminator::Return => Exit::Return,
+        Terminator::FallThrough => Exit::FallThrough,
+        _ => Exit::Jump,
+    };
+    let call_site = info.instrs().last().map_or(info.start(), |l| l.addr);
+    let mut flow = callrules::Flow::new(info.start(), call_site, info.end(), exit);
+    (flow.function, flow.domain, flow.entry) = (first.function, first.domain, first.entry);
+    (flow.skip, flow.pop_on_jump, flow.notify) = (first.skip, first.pop_on_jump, first.notify);
+    flow
 }
 
 impl ContextNamer {
@@ -260,6 +434,7 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
         classify: SymbolClassifier {
             names: opts.names,
             patterns: Arc::new(cg.clone()),
+            remember: true,
         },
         functions: callstack::Functions::new(&cg.calls),
         groups: Default::default(),
@@ -299,6 +474,7 @@ fn contexts_tool(
     let classify = Box::new(SymbolClassifier {
         names: opts.names,
         patterns: Arc::new(cg.clone()),
+        remember: true,
     });
     let mut threads: Vec<callstack::contexts::ThreadArena> = contexts
         .threads
@@ -659,6 +835,160 @@ fn summary_lines(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use events::Terminator;
+
+    /// The classification as it was made before classes were built from
+    /// the object directly: from `Symbolizer::code_facts`.
+    fn facts_class(
+        c: &SymbolClassifier,
+        s: &mut Symbolizer,
+        origin: &CodeOrigin,
+        addr: u64,
+    ) -> CodeClass {
+        let unknown = || Arc::<str>::from(UNKNOWN);
+        let mapping = Mapping {
+            path: origin.path.clone(),
+            start: origin.start,
+            end: origin.end,
+            file_offset: origin.file_offset,
+        };
+        let facts = s.code_facts(&mapping, addr);
+        let section = match facts.section {
+            SectionKind::Text => Section::Text,
+            SectionKind::Plt => Section::Plt,
+            SectionKind::Other => Section::Other,
+        };
+        let named = &*facts.location.func != UNKNOWN;
+        let function = if named {
+            Arc::from(&*facts.location.func)
+        } else {
+            let plt = if section == Section::Plt {
+                " [PLT]"
+            } else {
+                ""
+            };
+            Arc::from(format!("{:#018x}{plt}", facts.offset))
+        };
+        let object = facts
+            .object
+            .map_or_else(unknown, |p| Arc::from(p.to_string_lossy().as_ref()));
+        CodeClass {
+            config: c.config(&function, &object),
+            object,
+            file: Arc::from(&*facts.location.file),
+            function,
+            entry: named && facts.entry,
+            section,
+        }
+    }
+
+    /// This process's executable mappings of files, as origins.
+    fn own_code() -> Vec<Arc<CodeOrigin>> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+        maps.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() < 6 || !f[1].contains('x') || !f[5].starts_with('/') {
+                    return None;
+                }
+                let (lo, hi) = f[0].split_once('-')?;
+                Some(Arc::new(CodeOrigin {
+                    path: f[5].into(),
+                    start: u64::from_str_radix(lo, 16).ok()?,
+                    end: u64::from_str_radix(hi, 16).ok()?,
+                    file_offset: u64::from_str_radix(f[2], 16).ok()?,
+                }))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn classes_are_the_code_facts_classes() {
+        let mut cg = CallgrindOptions::default();
+        cg.fn_skip = vec!["*alloc*".into()];
+        let c = SymbolClassifier {
+            names: NameOptions::default(),
+            patterns: Arc::new(cg),
+            remember: false,
+        };
+        let mut s = Symbolizer::new();
+        let mut n = Naming::default();
+        let code = own_code();
+        assert!(code.len() >= 2, "the test binary and libc: {code:?}");
+        let (mut named, mut files) = (0, 0);
+        for origin in &code {
+            // A step that is no power of two meets every alignment; the
+            // addresses past the end are located as outside the mapping.
+            for addr in (origin.start..origin.end + 64).step_by(13) {
+                let new = c.class_at(&mut n, origin, addr);
+                assert_eq!(new, facts_class(&c, &mut s, origin, addr), "{addr:#x}");
+                named += usize::from(!new.function.starts_with("0x"));
+                files += usize::from(&*new.file != UNKNOWN);
+            }
+        }
+        assert!(
+            named > 10_000 && files > 10_000,
+            "{named} named, {files} with a file"
+        );
+        // Unreadable objects.
+        let missing = Arc::new(CodeOrigin {
+            path: "/nonexistent/lib.so".into(),
+            start: 0x1000,
+            end: 0x2000,
+            file_offset: 0,
+        });
+        let new = c.class_at(&mut n, &missing, 0x1234);
+        assert_eq!(new, facts_class(&c, &mut s, &missing, 0x1234));
+    }
+
+    #[test]
+    fn block_flows_are_the_call_tools() {
+        let mut functions = callstack::Functions::new(&Default::default());
+        let class = |function: &str, section| CodeClass {
+            object: Arc::from("/lib/x.so"),
+            file: Arc::from("x.c"),
+            function: Arc::from(function),
+            entry: true,
+            section,
+            config: FnConfig {
+                skip: function == "skipped",
+                ..FnConfig::default()
+            },
+        };
+        let terminators = [
+            Terminator::FallThrough,
+            Terminator::Jump { target: 0x10 },
+            Terminator::CondJump { target: 0x10 },
+            Terminator::IndirectJump,
+            Terminator::Call { target: 0x10 },
+            Terminator::IndirectCall,
+            Terminator::Return,
+            Terminator::Syscall,
+        ];
+        let classes = [
+            class("f", Section::Text),
+            class("skipped", Section::Text),
+            class("_dl_runtime_resolve_xsave", Section::Text),
+            class("0x0000000000001000 [PLT]", Section::Plt),
+        ];
+        for (i, class) in classes.into_iter().enumerate() {
+            let start = 0x1000 * (i as u64 + 1);
+            let first = functions.flow(
+                class.clone(),
+                &BlockInfo::new(start, Terminator::FallThrough),
+            );
+            for t in terminators {
+                for n in 0..3u64 {
+                    let mut info = BlockInfo::new(start, t);
+                    for k in 0..n {
+                        info.push(start + 3 * k, 3, &[]);
+                    }
+                    let f = functions.flow(class.clone(), &info);
+                    assert_eq!(block_flow(&first, &info), f, "{t:?} {n}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn summary_reads_like_callgrind() {
