@@ -6,7 +6,7 @@ use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE, SIGNAL_WORDS
 use crate::facts::{Facts, FACT_WORDS};
 use crate::fast::{MEMO_ENTRIES, MEMO_WORDS};
 use crate::hot;
-use crate::table::{find, hash};
+use crate::table::{entry, find, hash, place};
 use callrules::{Calls, Exit, Flow, Step};
 
 /// Why the runtime cannot go on.
@@ -531,21 +531,22 @@ impl Runtime<'_> {
             self.arena[by.index] as usize,
             self.arena[by.index + 1] as usize,
         );
-        self.arena[index + slot] = id + 1;
+        let at = (by.at)(self, id);
+        let h = hash(&self.arena[at..at + 3]);
+        self.arena[index + slot] = entry(id, h);
         let len = id as usize + 1;
         if 2 * len <= cap {
             return Ok(());
         }
+        // Rebuilt from the old words alone (no record read).
         let n = 2 * cap;
         let new = self.alloc(n)?;
-        for i in 0..len as u64 {
-            let at = (by.at)(self, i);
-            let h = hash(&self.arena[at..at + 3]);
-            let slot = match find(&self.arena[new..new + n], h, |_| false) {
-                Ok(_) => unreachable!("nothing matches"),
-                Err(s) => s,
-            };
-            self.arena[new + slot] = i + 1;
+        for i in index..index + cap {
+            let e = self.arena[i];
+            if e != 0 {
+                let slot = place(&self.arena[new..new + n], e);
+                self.arena[new + slot] = e;
+            }
         }
         self.arena[by.index] = new as u64;
         self.arena[by.index + 1] = n as u64;
