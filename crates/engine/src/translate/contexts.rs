@@ -60,7 +60,21 @@ pub(super) fn translate_contexts(
         {
             Placement::Spill
         }
+        // Where the flags are dead, the count goes at the earliest place
+        // they are (from the last instruction before it that reads them)
+        // that has a dead register, rather than spilling RAX: a spill's
+        // reload sits on the path of whatever RAX holds (bzip2's loops).
+        Placement::DeadFlags(n) => match dead_flags_with_register(&items, n) {
+            Some((k, r)) => Placement::DeadRegister(k, r),
+            None => Placement::DeadFlags(n),
+        },
         p => p,
+    };
+    // A dead register where the flags are dead too (from the search
+    // above) needs no flag-free count.
+    let flags_dead_at = match placement {
+        Placement::DeadRegister(k, _) if counter_flags_dead(&items, k) => Some(k),
+        _ => None,
     };
     // Blocks numbered past the first counters need a bounds check, which
     // needs the flags; the others count without them where flags live.
@@ -72,20 +86,20 @@ pub(super) fn translate_contexts(
     match placement {
         _ if rep.is_some() => {}
         Placement::DeadFlags(_) => {}
-        Placement::DeadRegister(..) if flag_free => {}
+        Placement::DeadRegister(..) if flag_free || flags_dead_at.is_some() => {}
         Placement::Spill if flag_free => {
             spilled(&mut b);
             b.e.context_count_flag_free(Register::RAX, cb.index, instrs);
             unspill(&mut b);
         }
         _ => {
-            // Flags live and a bounds check: they are kept on the stack
-            // below the red zone.
-            b.e.keep_flags_on_stack(true);
-            spilled(&mut b);
-            count(&mut b, None, &mut grows);
-            unspill(&mut b);
-            b.e.keep_flags_on_stack(false);
+            // Flags live and a bounds check: they are kept in AX, the
+            // count goes through RCX.
+            b.e.keep_flags_in_ax(true);
+            b.e.store_gs(Register::RCX, layout::S_RCX);
+            count(&mut b, Some(Register::RCX), &mut grows);
+            b.e.load_gs(Register::RCX, layout::S_RCX);
+            b.e.keep_flags_in_ax(false);
         }
     }
     let store_last = leaves_context(&items, &stop, &mut *b.ctx);
@@ -101,6 +115,11 @@ pub(super) fn translate_contexts(
                         unspill(&mut b);
                     }
                 }
+            }
+            (Placement::DeadRegister(at, r), Item::Insn(_), None)
+                if at == n && flags_dead_at == Some(at) =>
+            {
+                count(&mut b, Some(r), &mut grows);
             }
             (Placement::DeadRegister(at, r), Item::Insn(_), None) if at == n && flag_free => {
                 b.e.context_count_flag_free(r, cb.index, instrs);
@@ -202,4 +221,41 @@ fn leaves_context(items: &[Item], stop: &Stop, ctx: &mut dyn TransCtx) -> bool {
         }
         _ => true,
     }
+}
+
+/// Whether the status flags are dead before item `k`: the items from it
+/// up to one that sets them all without reading them (the counter
+/// placement's test) are plain instructions that do not read them.
+fn counter_flags_dead(items: &[Item], k: usize) -> bool {
+    for it in &items[k..] {
+        let Item::Insn(i) = it else { return false };
+        if i.flow_control() != FlowControl::Next || is_rep(i) || i.rflags_read() & STATUS != 0 {
+            return false;
+        }
+        if !may_leave_flags(i) && i.rflags_modified() & STATUS == STATUS {
+            return true;
+        }
+    }
+    false
+}
+
+/// The earliest place at or before item `n` (where the flags are dead,
+/// `Placement::DeadFlags`) where the flags are dead and a register is
+/// too, and that register.
+fn dead_flags_with_register(items: &[Item], n: usize) -> Option<(usize, Register)> {
+    let mut k0 = n;
+    while k0 > 0 {
+        match &items[k0 - 1] {
+            Item::Insn(i)
+                if i.flow_control() == FlowControl::Next
+                    && !is_rep(i)
+                    && i.rflags_read() & STATUS == 0 =>
+            {
+                k0 -= 1
+            }
+            _ => break,
+        }
+    }
+    let mut info = InstructionInfoFactory::new();
+    (k0..=n).find_map(|k| dead_register_from(items, k, &mut info).map(|r| (k, r)))
 }
