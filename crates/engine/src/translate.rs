@@ -524,6 +524,9 @@ enum Placement {
 
 /// A 64-bit GPR that `i` overwrites as a whole without reading it, if any.
 fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<Register> {
+    if keeps_its_destination(i) {
+        return None;
+    }
     let used = info.info(i).used_registers();
     let full = |r: Register| r.full_register();
     used.iter().find_map(|u| {
@@ -540,6 +543,14 @@ fn dead_register(i: &Instruction, info: &mut InstructionInfoFactory) -> Option<R
         }
         Some(GPR64[full(r).number()])
     })
+}
+
+/// Whether `i`, which iced-x86 says overwrites its destination, may leave
+/// it as it was: `rdssp` is a no-op without shadow stacks, and code tests
+/// the register it zeroed before (libgcc's unwinder: a count through RAX
+/// there sent C++ exceptions down the shadow-stack path).
+fn keeps_its_destination(i: &Instruction) -> bool {
+    matches!(i.mnemonic(), Mnemonic::Rdsspd | Mnemonic::Rdsspq)
 }
 
 /// A 64-bit GPR dead before item `n` of a block: scanning on from there,
@@ -559,6 +570,15 @@ fn dead_register_from(
         };
         if i.mnemonic() == Mnemonic::Syscall {
             return None;
+        }
+        if keeps_its_destination(i) {
+            // Its destination counts as read: it may keep its value.
+            for u in info.info(i).used_registers() {
+                if u.register().is_gpr() {
+                    read[u.register().full_register().number()] = true;
+                }
+            }
+            continue;
         }
         let used = info.info(i).used_registers();
         for u in used {
@@ -1205,6 +1225,21 @@ mod tests {
         assert_eq!(dead(&syscall), None);
         // add rax, rcx; ret: nothing written.
         assert_eq!(dead(&[0x48, 0x01, 0xc8, 0xc3]), None);
+        // rdsspq rax; test rax, rax; mov ecx, 1; ret: without shadow
+        // stacks `rdssp` leaves RAX as it was (libgcc tests it), so RAX is
+        // live; RCX is dead.
+        let rdssp = [
+            0xf3, 0x48, 0x0f, 0x1e, 0xc8, 0x48, 0x85, 0xc0, 0xb9, 0x01, 0x00, 0x00, 0x00, 0xc3,
+        ];
+        assert_eq!(dead(&rdssp), Some(Register::RCX));
+        let (items, _) = decode_block(&rdssp, 0x1000, false).expect("decodes");
+        let Item::Insn(first) = &items[0] else {
+            panic!("an instruction")
+        };
+        assert_eq!(
+            dead_register(first, &mut InstructionInfoFactory::new()),
+            None
+        );
     }
 
     /// Counting mode and trace mode (with data addresses).
