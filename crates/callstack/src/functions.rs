@@ -82,17 +82,24 @@ impl Functions {
         let object = *self.objects.entry(class.object.clone()).or_insert(next);
         let (section, entry) = (class.section, class.entry);
         let function = self.function_of(class);
-        let exit = match info.terminator() {
-            Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
-            Terminator::Return => Exit::Return,
-            Terminator::FallThrough => Exit::FallThrough,
-            _ => Exit::Jump,
-        };
-        let call_site = info.instrs().last().map_or(info.start(), |l| l.addr);
         let f = &self.list[function as usize];
-        let mut flow = Flow::new(info.start(), call_site, info.end(), exit);
+        let mut flow = block_shape(info);
         (flow.function, flow.domain, flow.entry) = (function, object * 3 + section as u32, entry);
         (flow.skip, flow.pop_on_jump, flow.notify) = (f.skip, f.pop_on_jump, f.notify);
         flow
     }
+}
+
+/// The flow facts of `info`'s block that its own code decides: its
+/// start, call site (its last instruction), end and exit; the function's
+/// facts are left for the caller to fill in.
+pub fn block_shape(info: &BlockInfo) -> Flow {
+    let exit = match info.terminator() {
+        Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
+        Terminator::Return => Exit::Return,
+        Terminator::FallThrough => Exit::FallThrough,
+        _ => Exit::Jump,
+    };
+    let call_site = info.instrs().last().map_or(info.start(), |l| l.addr);
+    Flow::new(info.start(), call_site, info.end(), exit)
 }

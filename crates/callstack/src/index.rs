@@ -86,6 +86,21 @@ impl Index {
         }
     }
 
+    /// Records the positions from `*indexed` up to `len` (entries made
+    /// without the index since it last caught up), and moves `*indexed`
+    /// to `len`.
+    pub fn catch_up<K: Hash + Eq>(
+        &mut self,
+        indexed: &mut usize,
+        len: usize,
+        key_at: impl Fn(u32) -> K,
+    ) {
+        if *indexed < len {
+            self.extend(*indexed..len, key_at);
+            *indexed = len;
+        }
+    }
+
     /// Twice the buckets, every position placed again.
     fn grow<K: Hash>(&mut self, key_at: &impl Fn(u32) -> K) {
         let size = self.buckets.len() * 2;

@@ -30,7 +30,7 @@ mod tool;
 mod tree;
 
 pub use classify::{Classify, CodeClass, FnConfig, Section};
-pub use functions::Functions;
+pub use functions::{block_shape, Functions};
 pub use output::{Locate, OutputOptions};
 pub use stacks::Place;
 pub use tool::{CallOptions, CallTool, Dump};

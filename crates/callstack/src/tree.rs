@@ -346,28 +346,22 @@ impl Tree {
 
     /// Puts the nodes not indexed yet into the index.
     fn index_nodes(&mut self) {
-        let (from, to) = (self.nodes_indexed, self.nodes.len());
-        if from < to {
-            let nodes = &self.nodes;
-            self.children.extend(from..to, |i| {
+        let nodes = &self.nodes;
+        self.children
+            .catch_up(&mut self.nodes_indexed, nodes.len(), |i| {
                 let n = &nodes[i as usize];
                 (n.parent, n.function, n.level, n.thread)
             });
-            self.nodes_indexed = to;
-        }
     }
 
     /// Puts the arcs not indexed yet into the index.
     fn index_arcs(&mut self) {
-        let (from, to) = (self.arcs_indexed, self.arcs.len());
-        if from < to {
-            let arcs = &self.arcs;
-            self.arc_index.extend(from..to, |i| {
+        let arcs = &self.arcs;
+        self.arc_index
+            .catch_up(&mut self.arcs_indexed, arcs.len(), |i| {
                 let a = &arcs[i as usize];
                 (a.caller, a.call_site, a.callee, a.target)
             });
-            self.arcs_indexed = to;
-        }
     }
 
     /// Puts the slots not indexed yet into the index and `next`.

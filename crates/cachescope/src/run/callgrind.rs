@@ -10,8 +10,6 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -36,53 +34,10 @@ thread_local! {
     static NAMING: RefCell<Naming> = RefCell::new(Naming::default());
 }
 
-/// FxHash's multiply and rotate, for the classifier's tables: their keys
-/// are addresses, pointers and names, none chosen to collide, and SipHash
-/// was a tenth of contexts mode's classification.
-#[derive(Default, Clone, Copy)]
-struct FastHasher(u64);
-
-impl FastHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(0xf135_7aea_2e62_a9c5);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        }
-        let rest = words.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        // The table takes its bucket from the low bits, which the multiply
-        // leaves weakest.
-        self.0.rotate_left(26)
-    }
-}
-
-/// A map hashed with [`FastHasher`].
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// The classifier's tables: their keys are addresses, pointers and
+/// names, none chosen to collide, and SipHash was a tenth of contexts
+/// mode's classification.
+type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;
 
 /// An origin's object, its load bias and the object's name.
 type OriginObject = Option<(Rc<ObjectInfo>, u64, Arc<str>)>;
@@ -378,16 +333,7 @@ impl engine::ContextClassifier for ContextNamer {
 /// `Functions::flow` says of it, without naming and numbering again. The
 /// function's facts are `first`'s; the exit and addresses `info`'s.
 fn block_flow(first: &callrules::Flow, info: &BlockInfo) -> callrules::Flow {
-    use callrules::Exit;
-    use events::Terminator;
-    let exit = match info.terminator() {
-        Terminator::Call { .. } | Terminator::IndirectCall => Exit::Call,
-        Terminator::Return => Exit::Return,
-        Terminator::FallThrough => Exit::FallThrough,
-        _ => Exit::Jump,
-    };
-    let call_site = info.instrs().last().map_or(info.start(), |l| l.addr);
-    let mut flow = callrules::Flow::new(info.start(), call_site, info.end(), exit);
+    let mut flow = callstack::block_shape(info);
     (flow.function, flow.domain, flow.entry) = (first.function, first.domain, first.entry);
     (flow.skip, flow.pop_on_jump, flow.notify) = (first.skip, first.pop_on_jump, first.notify);
     flow
