@@ -850,8 +850,10 @@ mod tests {
 
     #[test]
     fn classes_are_the_code_facts_classes() {
-        let mut cg = CallgrindOptions::default();
-        cg.fn_skip = vec!["*alloc*".into()];
+        let cg = CallgrindOptions {
+            fn_skip: vec!["*alloc*".into()],
+            ..Default::default()
+        };
         let c = SymbolClassifier {
             names: NameOptions::default(),
             patterns: Arc::new(cg),
