@@ -98,20 +98,23 @@ impl Space {
         let arena = area + AREA_ARENA;
         let used = self.mem.read(arena, 8).ok()?;
         let used = u64::from_le_bytes(used.try_into().ok()?);
-        let bytes = self.mem.read(arena, 8 * used as usize).ok()?;
-        let hot = self
-            .mem
-            .read(area + u64::from(S_CONTEXT_HOT), 8 * ctxrt::hot::WORDS)
+        // Read straight into the words (python's arena is hundreds of
+        // megabytes: a copy in bytes first doubled the exit's peak).
+        let mut words = vec![0u64; usize::try_from(used).ok()?];
+        self.mem
+            .read_into(arena, bytemuck::cast_slice_mut(&mut words))
             .ok()?;
-        let words = |b: &[u8]| -> Vec<u64> {
-            b.chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect()
-        };
+        let mut hot = vec![0u64; ctxrt::hot::WORDS];
+        self.mem
+            .read_into(
+                area + u64::from(S_CONTEXT_HOT),
+                bytemuck::cast_slice_mut(&mut hot),
+            )
+            .ok()?;
         Some(ThreadContexts {
             thread,
-            hot: words(&hot),
-            arena: words(&bytes),
+            hot,
+            arena: words,
         })
     }
 
