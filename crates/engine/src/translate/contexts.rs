@@ -48,7 +48,6 @@ pub(super) fn translate_contexts(
             grows.push((g, r));
         }
     };
-    let mut info = InstructionInfoFactory::new();
     // Counted before any system call of the block: a `clone` child goes
     // on after it, and the stream path counts the block for the parent.
     let placement = match counter_position(&items) {
@@ -60,21 +59,19 @@ pub(super) fn translate_contexts(
         {
             Placement::Spill
         }
-        // Where the flags are dead, the count goes at the earliest place
-        // they are (from the last instruction before it that reads them)
-        // that has a dead register, rather than spilling RAX: a spill's
-        // reload sits on the path of whatever RAX holds (bzip2's loops).
-        Placement::DeadFlags(n) => match dead_flags_with_register(&items, n) {
-            Some((k, r)) => Placement::DeadRegister(k, r),
-            None => Placement::DeadFlags(n),
-        },
         p => p,
     };
-    // A dead register where the flags are dead too (from the search
-    // above) needs no flag-free count.
-    let flags_dead_at = match placement {
-        Placement::DeadRegister(k, _) if counter_flags_dead(&items, k) => Some(k),
-        _ => None,
+    // Where the flags are dead, the count goes at the earliest place they
+    // are (after the last instruction before it that reads them) that has
+    // a dead register, else where counter_position put it, RAX spilled: a
+    // spill's reload sits on the path of whatever RAX holds (bzip2's
+    // loops).
+    let (placement, dead_flags_register) = match placement {
+        Placement::DeadFlags(n) => match dead_flags_with_register(&items, n) {
+            Some((k, r)) => (Placement::DeadFlags(k), Some(r)),
+            None => (Placement::DeadFlags(n), None),
+        },
+        p => (p, None),
     };
     // Blocks numbered past the first counters need a bounds check, which
     // needs the flags; the others count without them where flags live.
@@ -86,7 +83,7 @@ pub(super) fn translate_contexts(
     match placement {
         _ if rep.is_some() => {}
         Placement::DeadFlags(_) => {}
-        Placement::DeadRegister(..) if flag_free || flags_dead_at.is_some() => {}
+        Placement::DeadRegister(..) if flag_free => {}
         Placement::Spill if flag_free => {
             spilled(&mut b);
             b.e.context_count_flag_free(Register::RAX, cb.index, instrs);
@@ -106,21 +103,15 @@ pub(super) fn translate_contexts(
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {
         match (placement, item, rep) {
-            (Placement::DeadFlags(at), Item::Insn(_), None) if at == n => {
-                match dead_register_from(&items, n, &mut info) {
-                    Some(r) => count(&mut b, Some(r), &mut grows),
-                    None => {
-                        spilled(&mut b);
-                        count(&mut b, None, &mut grows);
-                        unspill(&mut b);
-                    }
-                }
-            }
-            (Placement::DeadRegister(at, r), Item::Insn(_), None)
-                if at == n && flags_dead_at == Some(at) =>
+            (Placement::DeadFlags(at), Item::Insn(_), None) if at == n => match dead_flags_register
             {
-                count(&mut b, Some(r), &mut grows);
-            }
+                Some(r) => count(&mut b, Some(r), &mut grows),
+                None => {
+                    spilled(&mut b);
+                    count(&mut b, None, &mut grows);
+                    unspill(&mut b);
+                }
+            },
             (Placement::DeadRegister(at, r), Item::Insn(_), None) if at == n && flag_free => {
                 b.e.context_count_flag_free(r, cb.index, instrs);
             }
@@ -221,22 +212,6 @@ fn leaves_context(items: &[Item], stop: &Stop, ctx: &mut dyn TransCtx) -> bool {
         }
         _ => true,
     }
-}
-
-/// Whether the status flags are dead before item `k`: the items from it
-/// up to one that sets them all without reading them (the counter
-/// placement's test) are plain instructions that do not read them.
-fn counter_flags_dead(items: &[Item], k: usize) -> bool {
-    for it in &items[k..] {
-        let Item::Insn(i) = it else { return false };
-        if i.flow_control() != FlowControl::Next || is_rep(i) || i.rflags_read() & STATUS != 0 {
-            return false;
-        }
-        if !may_leave_flags(i) && i.rflags_modified() & STATUS == STATUS {
-            return true;
-        }
-    }
-    false
 }
 
 /// The earliest place at or before item `n` (where the flags are dead,
