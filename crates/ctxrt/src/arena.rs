@@ -77,6 +77,9 @@ pub mod head {
     /// Context entries the engine's stub took inline, without the runtime
     /// (also counted in [`FAST_ENTRIES`] and [`ENTRIES`]).
     pub const INLINE_ENTRIES: usize = 28;
+    /// Memo entries replaced by another key's since the memo last grew
+    /// (`crate::fast`: it doubles when they reach its entries).
+    pub const MEMO_EVICTIONS: usize = 29;
     /// Words of header.
     pub const WORDS: usize = 32;
 }

@@ -30,8 +30,13 @@ use crate::hot;
 use crate::runtime::{Runtime, ID};
 use callrules::Flow;
 
-/// Entries of the call memo (a power of two).
+/// Entries of a thread's first call memo (a power of two).
 pub const MEMO_ENTRIES: usize = 1 << 16;
+/// Entries the memo grows to at most. It doubles each time as many
+/// entries were replaced by other keys as it has (cc1's calls thrashed
+/// 64 K entries: a tenth of its calls took the full decision, each a
+/// lookup of a node and an arc), up to 16 MB of memo.
+pub const MAX_MEMO_ENTRIES: usize = 1 << 19;
 /// Words of a memo entry: the counting record's address the call was
 /// made from (0: empty), its key ([`memo_key`]: the blocks left and
 /// entered), the child node, the arc ([`NONE`] for a skipped function's
@@ -55,10 +60,11 @@ pub fn memo_key(x: u64, y: u64) -> u64 {
 pub const FRAME_RESUME: usize = 7;
 
 /// The memo slot (its first word's index in the memo) of an entry by
-/// block `x` from the counters at `cur`.
-pub fn memo_slot(x: u64, cur: u64) -> usize {
+/// block `x` from the counters at `cur`, in a memo of `entries` (a power
+/// of two).
+pub fn memo_slot(x: u64, cur: u64, entries: usize) -> usize {
     let h = (cur >> 3 ^ x.wrapping_mul(MEMO_HASH) >> 40) as usize;
-    (h & (MEMO_ENTRIES - 1)) * MEMO_WORDS
+    (h & (entries - 1)) * MEMO_WORDS
 }
 
 /// Block `id`'s facts in `facts`, if it was described.
@@ -160,8 +166,39 @@ impl Runtime<'_> {
             let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
             [cur, memo_key(x, y), self.arena[head::NODE], arc]
         };
-        let at = self.arena[head::MEMO] as usize + memo_slot(x, cur);
+        let mut at = self.memo_at(x, cur);
+        if self.arena[at] != 0 && self.arena[at..at + 2] != entry[..2] {
+            self.arena[head::MEMO_EVICTIONS] += 1;
+            if self.grow_memo() {
+                at = self.memo_at(x, cur);
+            }
+        }
         self.arena[at..at + MEMO_WORDS].copy_from_slice(&entry);
+    }
+
+    /// The memo slot's arena offset for block `x` counting at `cur`.
+    #[inline(always)]
+    fn memo_at(&self, x: u64, cur: u64) -> usize {
+        let entries = self.arena[head::MEMO_CAP] as usize / MEMO_WORDS;
+        self.arena[head::MEMO] as usize + memo_slot(x, cur, entries)
+    }
+
+    /// A memo of twice the entries, empty, once as many entries were
+    /// replaced as it has (and below [`MAX_MEMO_ENTRIES`]); `false` if it
+    /// stays (also when the arena has no room: the memo is only a cache).
+    fn grow_memo(&mut self) -> bool {
+        let words = self.arena[head::MEMO_CAP] as usize;
+        let entries = words / MEMO_WORDS;
+        if (self.arena[head::MEMO_EVICTIONS] as usize) < entries || entries >= MAX_MEMO_ENTRIES {
+            return false;
+        }
+        let Ok(new) = self.alloc(2 * words) else {
+            return false;
+        };
+        self.arena[head::MEMO] = new as u64;
+        self.arena[head::MEMO_CAP] = 2 * words as u64;
+        self.arena[head::MEMO_EVICTIONS] = 0;
+        true
     }
 
     /// A call (`x` ends in one) or an emulated call (a jump into `y`'s
@@ -175,7 +212,7 @@ impl Runtime<'_> {
         sp: Option<u64>,
     ) -> bool {
         let cur = self.hot[hot::CUR];
-        let slot = self.arena[head::MEMO] as usize + memo_slot(x, cur);
+        let slot = self.memo_at(x, cur);
         let memo = &self.arena[slot..slot + MEMO_WORDS];
         if memo[0] != cur || memo[1] != memo_key(x, y) || self.leaves_frames(sp) {
             return false;

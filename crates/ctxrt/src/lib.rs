@@ -41,7 +41,7 @@ pub use arena::{ArcRecord, Arena, NodeKind, NodeRecord, NONE};
 pub mod abi {
     pub use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER};
     pub use crate::facts::{DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, SKIP, SP_KNOWN};
-    pub use crate::fast::{memo_key, memo_slot, FRAME_RESUME, MEMO_ENTRIES, MEMO_HASH, MEMO_WORDS};
+    pub use crate::fast::{memo_key, memo_slot, FRAME_RESUME, MEMO_HASH, MEMO_WORDS};
     pub use crate::runtime::ID;
 }
 pub use facts::{Facts, FACT_WORDS};

@@ -421,7 +421,7 @@ impl Runtime<'_> {
     }
 
     /// `n` zeroed words.
-    fn alloc(&mut self, n: usize) -> Result<usize> {
+    pub(crate) fn alloc(&mut self, n: usize) -> Result<usize> {
         let at = self.arena[head::USED] as usize;
         if at + n > self.arena.len() {
             return Err(Error::ArenaFull);
@@ -917,5 +917,39 @@ mod tests {
         let n = a.nodes().next().unwrap();
         assert_eq!(n.counters.len(), 64);
         assert_eq!((n.counters[0], n.counters[40]), (3, 6));
+    }
+
+    #[test]
+    fn the_memo_doubles_once_it_thrashes_and_calls_stay_exact() {
+        use crate::fast::{memo_slot, MEMO_ENTRIES};
+        let mut c = Client::new();
+        // main (f0) enters at block 0 and calls f1 (block 1) from call
+        // sites a and b, returning to ra and rb; b's memo slot is a's.
+        c.block(0, 0, 0, 0x1000, Exit::Jump, true);
+        c.block(1, 1, 0, 0x2000, Exit::Return, true);
+        c.block(2, 0, 1, 0x1100, Exit::Call, false);
+        c.block(3, 0, 2, 0x110a, Exit::Jump, false);
+        c.run(0, true, 0x8000);
+        let cur = c.hot[hot::CUR];
+        let slot = |x: u64| memo_slot(x, cur, MEMO_ENTRIES);
+        let b = (4..).find(|&x| slot(x) == slot(2)).unwrap();
+        c.block(b as usize, 0, 3, 0x1200, Exit::Call, false);
+        c.block(b as usize + 1, 0, 4, 0x120a, Exit::Jump, false);
+        let call = |c: &mut Client, site: u64| {
+            c.run(site, false, 0x8000);
+            c.run(1, true, 0x7ff8);
+            c.run(site + 1, true, 0x8000);
+        };
+        call(&mut c, 2);
+        // One replacement short of doubling: b's call replaces a's entry.
+        c.arena[head::MEMO_EVICTIONS] = MEMO_ENTRIES as u64 - 1;
+        call(&mut c, b);
+        assert_eq!(c.arena[head::MEMO_CAP] as usize, 2 * MEMO_ENTRIES * 4);
+        assert_eq!(c.arena[head::MEMO_EVICTIONS], 0);
+        call(&mut c, 2);
+        call(&mut c, 2);
+        let a = c.finish();
+        let arcs: Vec<_> = a.arcs().map(|a| (a.site, a.calls, a.inclusive)).collect();
+        assert_eq!(arcs, [(0x1108, 3, 9), (0x1208, 1, 3)]);
     }
 }

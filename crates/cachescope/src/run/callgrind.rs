@@ -300,9 +300,9 @@ struct ContextNamer {
     /// Counter groups by object and function name (a function's blocks
     /// whose first instructions lie in different source files are
     /// Callgrind's different functions, but jumps between them are not
-    /// calls: they count side by side), and one per object for code
-    /// without a name.
-    groups: FastMap<(Arc<str>, Arc<str>), u32>,
+    /// calls: they count side by side), and one per object and
+    /// [`UNNAMED_REGION`] of addresses for code without a name.
+    groups: FastMap<(Arc<str>, GroupName), u32>,
     /// Flow facts and group by code address, as first described: the
     /// engine asks about a block's start before translating it and again
     /// with the whole block, whose facts differ only in what
@@ -339,18 +339,38 @@ fn block_flow(first: &callrules::Flow, info: &BlockInfo) -> callrules::Flow {
     flow
 }
 
+/// Bytes of code without a name whose blocks count side by side. Each
+/// context's counters have room for every block of its group it ran, up
+/// to the highest number among them, so one group for a whole stripped
+/// object (cc1: hundreds of thousands of blocks) gave each context
+/// megabytes of counters and filled the arena; a region keeps a context's
+/// counters to a few hundred, and a jump between regions (in a function
+/// that straddles a boundary) takes the runtime's decision, which counts
+/// the new region in a node of the same context.
+const UNNAMED_REGION: u64 = 1 << 16;
+
+/// What a counter group is of, in its object.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum GroupName {
+    /// A function, by name.
+    Function(Arc<str>),
+    /// Code without a name, in region `n` ([`UNNAMED_REGION`]) of addresses.
+    Region(u64),
+}
+
 impl ContextNamer {
     /// The class of the code at `info`'s start and its counter group.
     fn class_of(&mut self, info: &BlockInfo) -> (CodeClass, u32) {
         let class = self.classify.classify(info);
         // Code without a name (Callgrind names it by its address, a
-        // function per block) counts in one group per object; PLT entries
-        // (skipped code, counted per call site) keep their own.
+        // function per block) counts in one group per object and region
+        // of addresses; PLT entries (skipped code, counted per call site)
+        // keep their own.
         let unnamed = class.function.starts_with("0x") && class.section != Section::Plt;
         let name = if unnamed {
-            Arc::from("")
+            GroupName::Region(info.start() / UNNAMED_REGION)
         } else {
-            class.function.clone()
+            GroupName::Function(class.function.clone())
         };
         let key = (class.object.clone(), name);
         let next = self.groups.len() as u32;

@@ -298,7 +298,16 @@ impl Emitter {
         op!(self, Mov_r64_rm64, R10, R8);
         op!(self, Shr_rm64_imm8, R10, 3);
         op!(self, Xor_r64_rm64, R9, R10);
-        op!(self, And_rm32_imm32, R9D, (abi::MEMO_ENTRIES - 1) as i32);
+        // (The memo's entries, a power of two, from its words.)
+        op!(self, Mov_r64_rm64, R10, word(RSI, head::MEMO_CAP));
+        op!(
+            self,
+            Shr_rm64_imm8,
+            R10,
+            abi::MEMO_WORDS.trailing_zeros() as i32
+        );
+        op!(self, Sub_rm64_imm8, R10, 1);
+        op!(self, And_r64_rm64, R9, R10);
         op!(
             self,
             Shl_rm32_imm8,
