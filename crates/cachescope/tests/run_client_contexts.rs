@@ -69,6 +69,11 @@ fn compare(src: &str, flags: &[&str]) {
 fn both(src: &str, flags: &[&str]) -> [Costs; 2] {
     let dir = TempDir::new(&format!("client-contexts-{src}"));
     let exe = callgrind_fixture(&dir, &[src], &[flags, NOW].concat());
+    both_of(&dir, &exe)
+}
+
+/// Runs `exe` (in `dir`) with and without `--client-contexts=yes`.
+fn both_of(dir: &TempDir, exe: &std::path::Path) -> [Costs; 2] {
     let mut got = Vec::new();
     for (name, extra) in [("stream", None), ("client", Some("--client-contexts=yes"))] {
         let file = dir.join(&format!("{name}.out"));
@@ -133,6 +138,60 @@ fn cxx_exception() {
 #[test]
 fn signal_handler() {
     compare("signal.c", &["-O0"]);
+}
+
+/// Code without a name (a stripped program: Callgrind names each block
+/// by its address) counts in a counter group per 64 KiB region of its
+/// object; a function bigger than that jumps between regions, each
+/// jump a runtime decision that counts the new region in the same
+/// context. Costs and calls are the stream path's.
+#[test]
+fn stripped_code_across_regions() {
+    use std::fmt::Write;
+    let dir = TempDir::new("client-contexts-stripped");
+    // `big` is well over 64 KiB of code at -O0: 3,000 branches, each
+    // arm calling or adding, with a constant of its own.
+    let mut src = String::from(
+        "#include <stdio.h>\n\
+         __attribute__((noinline)) long leaf(long x) { return x * 7 + 1; }\n\
+         __attribute__((noinline)) long big(long x) {\n",
+    );
+    for i in 0..3000 {
+        writeln!(
+            src,
+            "    if (x & {}) x = leaf(x) ^ {i}; else x += {i};",
+            1 << (i % 5)
+        )
+        .unwrap();
+    }
+    src.push_str(
+        "    return x;\n}\n\
+         int main(void) {\n    long s = 0;\n\
+         for (int i = 0; i < 20; i++) s += big(i);\n\
+         printf(\"%ld\\n\", s);\n    return 0;\n}\n",
+    );
+    let c = dir.join("stripped.c");
+    std::fs::write(&c, src).unwrap();
+    let exe = dir.join("stripped");
+    run_support::require("gcc");
+    run_support::require("strip");
+    let o = std::process::Command::new("gcc")
+        .args(["-O0", "-Wl,-z,now"])
+        .arg(&c)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = std::process::Command::new("strip")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let [stream, client] = both_of(&dir, &exe);
+    assert!(stream.selfs.keys().any(|(f, _)| f.starts_with("0x")));
+    assert_eq!(differences(&stream.selfs, &client.selfs), "", "self costs");
+    assert_eq!(differences(&stream.calls, &client.calls), "", "calls");
 }
 
 /// The engine's inline fast paths (its stub, before the runtime) take
