@@ -3,9 +3,9 @@
 //! fixtures of `fixtures/callgrind`: the whole program's self Ir per
 //! function and line, and every call arc's count and inclusive Ir per
 //! (caller, call line, callee), are equal. The stream path is itself
-//! checked against Valgrind's Callgrind (`run_callgrind.rs`). Threads'
-//! first blocks are not counted as the stream counts them yet
-//! (`threads.c` differs), see the plan.
+//! checked against Valgrind's Callgrind (`run_callgrind.rs`). A thread
+//! that takes an ended thread's number does not go on with its call
+//! stack as Callgrind's does yet (`threads.c` differs), see the plan.
 
 mod run_support;
 
