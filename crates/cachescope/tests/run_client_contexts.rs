@@ -3,9 +3,7 @@
 //! fixtures of `fixtures/callgrind`: the whole program's self Ir per
 //! function and line, and every call arc's count and inclusive Ir per
 //! (caller, call line, callee), are equal. The stream path is itself
-//! checked against Valgrind's Callgrind (`run_callgrind.rs`). A thread
-//! that takes an ended thread's number does not go on with its call
-//! stack as Callgrind's does yet (`threads.c` differs), see the plan.
+//! checked against Valgrind's Callgrind (`run_callgrind.rs`).
 
 mod run_support;
 
@@ -192,6 +190,15 @@ fn stripped_code_across_regions() {
     assert!(stream.selfs.keys().any(|(f, _)| f.starts_with("0x")));
     assert_eq!(differences(&stream.selfs, &client.selfs), "", "self costs");
     assert_eq!(differences(&stream.calls, &client.calls), "", "calls");
+}
+
+/// `threads.c`'s two workers run one after the other and get the same
+/// thread number: the second goes on with the first's call stack, as in
+/// Callgrind (its `start_thread` is `start_thread'2`, called from the
+/// first's context), and each worker's first blocks count there.
+#[test]
+fn threads_taking_an_ended_threads_number() {
+    compare("threads.c", &["-O0"]);
 }
 
 /// The engine's inline fast paths (its stub, before the runtime) take

@@ -80,6 +80,11 @@ pub mod head {
     /// Memo entries replaced by another key's since the memo last grew
     /// (`crate::fast`: it doubles when they reach its entries).
     pub const MEMO_EVICTIONS: usize = 29;
+    /// A thread that took an ended thread's number goes on with its
+    /// arena: the context it was in plus one, until its first context
+    /// entry puts it back (0: none; [`NODE`] is [`crate::NONE`] meanwhile,
+    /// which sends that entry to the full decision).
+    pub const CONTINUED: usize = 30;
     /// Words of header.
     pub const WORDS: usize = 32;
 }

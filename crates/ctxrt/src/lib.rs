@@ -45,4 +45,4 @@ pub mod abi {
     pub use crate::runtime::ID;
 }
 pub use facts::{Facts, FACT_WORDS};
-pub use runtime::{fresh_thread, Error, Runtime, FIRST_COUNTERS};
+pub use runtime::{continued_thread, fresh_thread, Error, Runtime, FIRST_COUNTERS};

@@ -48,6 +48,34 @@ pub fn fresh_thread(arena: u64, words: u64) -> ([(usize, u64); 3], [u64; hot::WO
     (writes, h)
 }
 
+/// The words with which a thread that takes an ended thread's number
+/// goes on with the arena at `arena` that thread left, whose hot words
+/// were `old` and whose context was `node`, as Callgrind goes on with a
+/// thread number's call stack, recursion levels and contexts: writes to
+/// the arena (word index, value) and the thread's hot words. Its first
+/// blocks (a `clone` child goes on in the block that made it) count in
+/// the sink, which its first context entry charges to that context, as
+/// the call tool charges a thread's blocks to the context its number was
+/// in.
+pub fn continued_thread(
+    arena: u64,
+    old: &[u64; hot::WORDS],
+    node: u64,
+) -> ([(usize, u64); FIRST_COUNTERS + 4], [u64; hot::WORDS]) {
+    let mut h = *old;
+    h[hot::CUR] = arena + 8 * (SINK + NODE_HEADER) as u64;
+    h[hot::LAST] = NONE;
+    let mut writes = [(0, 0); FIRST_COUNTERS + 4];
+    writes[0] = (SINK + ID, NONE);
+    writes[1] = (SINK + NODE_HEADER - 1, FIRST_COUNTERS as u64);
+    writes[2] = (head::CONTINUED, node.wrapping_add(1));
+    writes[3] = (head::NODE, NONE);
+    for (i, w) in writes[4..].iter_mut().enumerate() {
+        *w = (SINK + NODE_HEADER + i, 0);
+    }
+    (writes, h)
+}
+
 /// Node kinds as stored.
 const CONTEXT: u64 = 0;
 const SKIP: u64 = 1;
@@ -117,7 +145,14 @@ impl Runtime<'_> {
         } else {
             Some(self.facts_of(last)?)
         };
-        if let (Some(x), NONE) = (&xf, self.arena[head::NODE]) {
+        if self.arena[head::CONTINUED] != 0 {
+            // A thread that took an ended thread's number: its context
+            // again, with what its first blocks counted.
+            self.arena[head::NODE] = core::mem::take(&mut self.arena[head::CONTINUED]) - 1;
+            if let Some(x) = &xf {
+                self.adopt_continued_sink(x)?;
+            }
+        } else if let (Some(x), NONE) = (&xf, self.arena[head::NODE]) {
             // A thread that began without an entry (a `clone` child goes
             // on in the block that made it): its first blocks ran in the
             // sink; they are its first context's, a root of their
@@ -279,6 +314,31 @@ impl Runtime<'_> {
             }
             None => 0,
         }
+    }
+
+    /// Moves what the sink counted (blocks of `x`'s group, run by a
+    /// thread that took an ended thread's number before its first
+    /// context entry) to where `x` counts in the current context.
+    fn adopt_continued_sink(&mut self, x: &Facts) -> Result<()> {
+        let sink = self.counting_record();
+        if self.arena[sink + ID] != NONE {
+            return Ok(());
+        }
+        let n = self.arena[sink + NODE_HEADER - 1] as usize;
+        self.count_in(x)?;
+        for i in 0..n {
+            let c = core::mem::take(&mut self.arena[sink + NODE_HEADER + i]);
+            if c == 0 {
+                continue;
+            }
+            let mut to = self.counting_record();
+            if i >= self.arena[to + NODE_HEADER - 1] as usize {
+                self.grow_to(self.arena[to + ID], i)?;
+                to = self.counting_record();
+            }
+            self.arena[to + NODE_HEADER + i] += c;
+        }
+        Ok(())
     }
 
     /// Makes the root context of block `x`'s function the current one
@@ -951,5 +1011,43 @@ mod tests {
         let a = c.finish();
         let arcs: Vec<_> = a.arcs().map(|a| (a.site, a.calls, a.inclusive)).collect();
         assert_eq!(arcs, [(0x1108, 3, 9), (0x1208, 1, 3)]);
+    }
+
+    #[test]
+    fn a_thread_taking_an_ended_threads_number_goes_on_with_its_stack() {
+        let mut c = Client::new();
+        // f0 calls f1, whose thread ends there; the next thread with its
+        // number runs block 2 (f2's code, in the sink) and calls f1.
+        c.block(0, 0, 0, 0x1000, Exit::Call, true);
+        c.block(1, 1, 0, 0x2000, Exit::Jump, true);
+        c.block(2, 2, 0, 0x3000, Exit::Call, false);
+        c.run(0, true, 0x8000);
+        c.run(1, true, 0x7ff8);
+        let old: [u64; hot::WORDS] = c.hot[..].try_into().unwrap();
+        let (writes, hot) = continued_thread(0, &old, c.arena[head::NODE]);
+        for (i, v) in writes {
+            c.arena[i] = v;
+        }
+        c.hot.copy_from_slice(&hot);
+        // (The same stack as the ended thread's, below its frames, as
+        // glibc reuses a joined thread's stack: frames the stack pointer
+        // left would be unwound.)
+        c.run(2, false, 0x7f00);
+        c.run(1, true, 0x7ef8);
+        let a = c.finish();
+        let nodes: Vec<_> = a
+            .nodes()
+            .map(|n| (n.kind, n.function, n.level, n.counters.iter().sum::<u64>()))
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                (NodeKind::Context, 0, 1, 3),
+                (NodeKind::Context, 1, 1, 3),
+                (NodeKind::Foreign, 2, 0, 3),
+                (NodeKind::Context, 1, 2, 3),
+            ],
+            "block 2 counts in f1's context, whose call of f1 is its second level"
+        );
     }
 }

@@ -11,7 +11,7 @@ use crate::layout::{AREA_ARENA, AREA_SIZE, S_CONTEXT_HOT};
 use crate::translate::ContextBlock;
 use crate::{ContextClassifier, ContextsProfile, ThreadContexts};
 use callrules::{Flow, FnId};
-use ctxrt::{fresh_thread, Facts, FACT_WORDS};
+use ctxrt::{continued_thread, fresh_thread, Facts, FACT_WORDS};
 use events::{BlockInfo, CodeOrigin, Terminator};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -79,11 +79,28 @@ impl Space {
     /// Contexts mode: the hot words and arena start of a thread whose area
     /// is `area` (a new thread, or one reusing an ended thread's area).
     pub(super) fn fresh_contexts(&mut self, area: u64) {
-        if self.contexts.is_none() {
+        let Some(c) = self.contexts.as_mut() else {
             return;
-        }
+        };
         let arena = area + AREA_ARENA;
-        let (writes, hot) = fresh_thread(arena, (AREA_SIZE - AREA_ARENA) / 8);
+        // A thread that takes an ended thread's number goes on with that
+        // thread's arena, still in the area, as Callgrind goes on with a
+        // thread number's call stack (the stream path's tool does too);
+        // the copy read at the thread's end is dropped, the arena holding
+        // both now.
+        let thread = crate::layout::valgrind_thread_id(area) as u32;
+        let ended = c.ended.iter().position(|t| t.thread == thread);
+        let (writes, hot) = match ended.map(|i| c.ended.remove(i)) {
+            Some(t) if t.arena.len() > ctxrt::abi::head::WORDS => {
+                let old: [u64; ctxrt::hot::WORDS] = t.hot[..].try_into().expect("hot words");
+                let (w, hot) = continued_thread(arena, &old, t.arena[ctxrt::abi::head::NODE]);
+                (w.to_vec(), hot)
+            }
+            _ => {
+                let (w, hot) = fresh_thread(arena, (AREA_SIZE - AREA_ARENA) / 8);
+                (w.to_vec(), hot)
+            }
+        };
         for (i, v) in writes {
             self.mem.write(arena + 8 * i as u64, &v.to_le_bytes());
         }
