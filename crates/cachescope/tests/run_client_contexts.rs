@@ -227,12 +227,22 @@ fn inline_fast_paths_take_most_entries() {
             .lines()
             .find(|l| l.contains("client contexts:"))
             .unwrap_or_else(|| panic!("{src}: no contexts summary in {text}"));
-        // "client contexts: N context entries, F by a fast path (P%), I of them inline"
-        let numbers: Vec<u64> = line
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        let (entries, inline) = (numbers[1], numbers[numbers.len() - 1]);
+        // "client contexts: N context entries, F by a fast path (P%), I of
+        // them inline; arenas M MB": the last number before a phrase.
+        let number_before = |phrase: &str| -> u64 {
+            let head = &line[..line.find(phrase).unwrap_or_else(|| panic!("{line}"))];
+            let digits: String = head
+                .trim_end()
+                .chars()
+                .rev()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.chars().rev().collect::<String>().parse().unwrap()
+        };
+        let (entries, inline) = (
+            number_before("context entries"),
+            number_before("of them inline"),
+        );
         assert!(
             entries > 0 && inline as f64 >= at_least * entries as f64,
             "{src}: {line}"

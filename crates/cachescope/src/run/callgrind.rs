@@ -417,18 +417,21 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
 /// share its fast paths took, and how many of those the engine's stub
 /// took inline.
 fn contexts_summary(c: &engine::ContextsProfile) -> String {
-    let (mut entries, mut fast, mut inline) = (0, 0, 0);
+    let (mut entries, mut fast, mut inline, mut words) = (0, 0, 0, 0);
     for t in &c.threads {
         let arena = ctxrt::Arena::new(&t.arena);
         let (e, f) = arena.entries();
         entries += e;
         fast += f;
         inline += arena.inline_entries();
+        words += t.arena.len();
     }
     let share = 100.0 * fast as f64 / entries.max(1) as f64;
+    // (The arenas' size: what the client touched and the tool read back.)
+    let mb = (words * 8) >> 20;
     format!(
         "client contexts: {entries} context entries, {fast} by a fast path ({share:.1}%), \
-         {inline} of them inline"
+         {inline} of them inline; arenas {mb} MB"
     )
 }
 
