@@ -321,23 +321,34 @@ impl Runtime<'_> {
     /// context entry) to where `x` counts in the current context.
     fn adopt_continued_sink(&mut self, x: &Facts) -> Result<()> {
         let sink = self.counting_record();
-        if self.arena[sink + ID] != NONE {
-            return Ok(());
-        }
-        let n = self.arena[sink + NODE_HEADER - 1] as usize;
         self.count_in(x)?;
+        match self.arena[self.counting_record() + ID] {
+            NONE => Ok(()),
+            to => self.move_sink_counts(sink, to),
+        }
+    }
+
+    /// Adds what the sink record at `sink` counted (if it is one) to node
+    /// `to`'s counters, grown where they have no room, and counts there.
+    fn move_sink_counts(&mut self, sink: usize, to: u64) -> Result<()> {
+        let n = match self.arena[sink + ID] {
+            NONE => self.arena[sink + NODE_HEADER - 1] as usize,
+            _ => 0,
+        };
         for i in 0..n {
             let c = core::mem::take(&mut self.arena[sink + NODE_HEADER + i]);
             if c == 0 {
                 continue;
             }
-            let mut to = self.counting_record();
-            if i >= self.arena[to + NODE_HEADER - 1] as usize {
-                self.grow_to(self.arena[to + ID], i)?;
-                to = self.counting_record();
+            let at = self.node_offset(to);
+            if i >= self.arena[at + NODE_HEADER - 1] as usize {
+                self.grow_to(to, i)?;
             }
-            self.arena[to + NODE_HEADER + i] += c;
+            let at = self.node_offset(to);
+            self.arena[at + NODE_HEADER + i] += c;
         }
+        let at = self.node_offset(to);
+        self.point_at(at);
         Ok(())
     }
 
@@ -351,25 +362,7 @@ impl Runtime<'_> {
         let root = self.node(CONTEXT, NONE, x.flow.function, level, 0, x.group)?;
         self.arena[head::NODE] = root;
         let sink = self.counting_record();
-        let n = match self.arena[sink + ID] {
-            NONE => self.arena[sink + NODE_HEADER - 1] as usize,
-            _ => 0,
-        };
-        for i in 0..n {
-            let c = core::mem::take(&mut self.arena[sink + NODE_HEADER + i]);
-            if c == 0 {
-                continue;
-            }
-            let at = self.node_offset(root);
-            if i >= self.arena[at + NODE_HEADER - 1] as usize {
-                self.grow_to(root, i)?;
-            }
-            let at = self.node_offset(root);
-            self.arena[at + NODE_HEADER + i] += c;
-        }
-        let at = self.node_offset(root);
-        self.point_at(at);
-        Ok(())
+        self.move_sink_counts(sink, root)
     }
 
     /// Block `y` runs where the current counters have no room for it (or
