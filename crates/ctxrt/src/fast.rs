@@ -59,11 +59,14 @@ pub fn memo_key(x: u64, y: u64) -> u64 {
 /// back to: an emulated call, or counters that were moved).
 pub const FRAME_RESUME: usize = 7;
 
-/// The memo slot (its first word's index in the memo) of an entry by
-/// block `x` from the counters at `cur`, in a memo of `entries` (a power
-/// of two).
-pub fn memo_slot(x: u64, cur: u64, entries: usize) -> usize {
-    let h = (cur >> 3 ^ x.wrapping_mul(MEMO_HASH) >> 40) as usize;
+/// The memo slot (its first word's index in the memo) of the entry with
+/// `key` ([`memo_key`]) from the counters at `cur`, in a memo of
+/// `entries` (a power of two). The block entered is part of the hash: an
+/// indirect call site has an entry per callee (perl's op loop calls
+/// hundreds of functions from one site, which thrashed one slot: 6 M of
+/// its calls took the full decision).
+pub fn memo_slot(key: u64, cur: u64, entries: usize) -> usize {
+    let h = (cur >> 3 ^ key.wrapping_mul(MEMO_HASH) >> 40) as usize;
     (h & (entries - 1)) * MEMO_WORDS
 }
 
@@ -166,21 +169,22 @@ impl Runtime<'_> {
             let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
             [cur, memo_key(x, y), self.arena[head::NODE], arc]
         };
-        let mut at = self.memo_at(x, cur);
+        let mut at = self.memo_at(x, y, cur);
         if self.arena[at] != 0 && self.arena[at..at + 2] != entry[..2] {
             self.arena[head::MEMO_EVICTIONS] += 1;
             if self.grow_memo() {
-                at = self.memo_at(x, cur);
+                at = self.memo_at(x, y, cur);
             }
         }
         self.arena[at..at + MEMO_WORDS].copy_from_slice(&entry);
     }
 
-    /// The memo slot's arena offset for block `x` counting at `cur`.
+    /// The memo slot's arena offset for block `x` entering `y` counting
+    /// at `cur`.
     #[inline(always)]
-    fn memo_at(&self, x: u64, cur: u64) -> usize {
+    fn memo_at(&self, x: u64, y: u64, cur: u64) -> usize {
         let entries = self.arena[head::MEMO_CAP] as usize / MEMO_WORDS;
-        self.arena[head::MEMO] as usize + memo_slot(x, cur, entries)
+        self.arena[head::MEMO] as usize + memo_slot(memo_key(x, y), cur, entries)
     }
 
     /// A memo of twice the entries, empty, once as many entries were
@@ -212,7 +216,7 @@ impl Runtime<'_> {
         sp: Option<u64>,
     ) -> bool {
         let cur = self.hot[hot::CUR];
-        let slot = self.memo_at(x, cur);
+        let slot = self.memo_at(x, y, cur);
         let memo = &self.arena[slot..slot + MEMO_WORDS];
         if memo[0] != cur || memo[1] != memo_key(x, y) || self.leaves_frames(sp) {
             return false;
@@ -310,15 +314,23 @@ impl Runtime<'_> {
         self.count_at(resume as usize, yf.index() as usize)
     }
 
-    /// A jump within the counters' group.
+    /// A jump that leaves no frame: counting goes on in the counters'
+    /// group, or in the context's node of another (a `switch` jumping
+    /// across a region of code without a name: perl's regex engine made
+    /// 12 M such jumps, each a full decision before).
     fn fast_jump(&mut self, yf: &Packed<'_>, sp: Option<u64>) -> bool {
         if self.leaves_frames(sp) {
             return false;
         }
-        match self.current_record(self.hot[hot::CUR]) {
-            Some(at) if self.arena[at + 3] == u64::from(yf.group()) => {
-                self.count_at(at, yf.index() as usize)
-            }
+        let Some(at) = self.current_record(self.hot[hot::CUR]) else {
+            return false;
+        };
+        let (group, index) = (yf.group(), yf.index() as usize);
+        if self.arena[at + 3] == u64::from(group) {
+            return self.count_at(at, index);
+        }
+        match self.node_counting(group) {
+            Ok(Some(id)) => self.count_at(self.node_offset(id), index),
             _ => false,
         }
     }

@@ -686,22 +686,31 @@ impl Runtime<'_> {
         Ok(())
     }
 
-    /// Points [`hot::CUR`] at the counters block `y` and the blocks after
-    /// it count in: the current context's, a skip node's in skipped code,
-    /// a foreign node's for another function's code.
-    fn count_in(&mut self, y: &Facts) -> Result<()> {
-        let g = y.group;
+    /// The node (made if new) whose counters group `g`'s blocks count in
+    /// now: in skipped code the skip node of its call site, else the
+    /// context's own, or its foreign node of `g` (code of another group
+    /// run without a call); `None` outside any context.
+    pub(crate) fn node_counting(&mut self, g: u32) -> Result<Option<u64>> {
         let node = self.arena[head::NODE];
         let ns = self.arena[head::NONSKIPPED_NODE];
-        let id = if ns != NONE {
+        Ok(Some(if ns != NONE {
             let site = self.arena[head::NONSKIPPED_SITE];
             self.node(SKIP, ns, g, 0, site, g)?
         } else if node == NONE {
-            return Ok(());
+            return Ok(None);
         } else if self.arena[self.node_offset(node) + 3] as u32 == g {
             node
         } else {
             self.node(FOREIGN, node, g, 0, 0, g)?
+        }))
+    }
+
+    /// Points [`hot::CUR`] at the counters block `y` and the blocks after
+    /// it count in: the current context's, a skip node's in skipped code,
+    /// a foreign node's for another function's code.
+    fn count_in(&mut self, y: &Facts) -> Result<()> {
+        let Some(id) = self.node_counting(y.group)? else {
+            return Ok(());
         };
         let at = self.node_offset(id);
         if y.index as usize >= self.arena[at + NODE_HEADER - 1] as usize {
@@ -974,7 +983,7 @@ mod tests {
 
     #[test]
     fn the_memo_doubles_once_it_thrashes_and_calls_stay_exact() {
-        use crate::fast::{memo_slot, MEMO_ENTRIES};
+        use crate::fast::{memo_key, memo_slot, MEMO_ENTRIES};
         let mut c = Client::new();
         // main (f0) enters at block 0 and calls f1 (block 1) from call
         // sites a and b, returning to ra and rb; b's memo slot is a's.
@@ -984,7 +993,7 @@ mod tests {
         c.block(3, 0, 2, 0x110a, Exit::Jump, false);
         c.run(0, true, 0x8000);
         let cur = c.hot[hot::CUR];
-        let slot = |x: u64| memo_slot(x, cur, MEMO_ENTRIES);
+        let slot = |x: u64| memo_slot(memo_key(x, 1), cur, MEMO_ENTRIES);
         let b = (4..).find(|&x| slot(x) == slot(2)).unwrap();
         c.block(b as usize, 0, 3, 0x1200, Exit::Call, false);
         c.block(b as usize + 1, 0, 4, 0x120a, Exit::Jump, false);

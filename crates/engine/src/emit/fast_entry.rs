@@ -12,6 +12,9 @@
 //!   a resume record of the block's counter group that has room for it:
 //!   the frame is popped (its arc gets the call's inclusive Ir) and
 //!   counting goes on in the resume record.
+//! * **A jump** that leaves no frame (an indirect jump, not into a
+//!   function's start nor another object) within the counters' group: the
+//!   counters stay.
 //! * **A real call** (the block left ends in `call`) into code that is not
 //!   skipped, whose memo entry matches the counters and both blocks, with
 //!   the callee's recursion level still the child's and no frame left
@@ -252,9 +255,12 @@ impl Emitter {
         self.jcc_label(JNE, emulated);
         op!(self, Mov_r32_rm32, R8D, based(RAX, FACT_DOMAIN));
         op!(self, Cmp_r32_rm32, R8D, based(RDI, FACT_DOMAIN));
-        self.jcc_label(JE, restore_to_slow);
+        let plain = self.new_label();
+        self.jcc_label(JE, plain);
         self.bind(emulated);
         self.fast_call(fast, CallKind::Jump, restore_to_slow, done);
+        self.bind(plain);
+        self.fast_jump(restore_to_slow, done);
         self.bind(ret_path);
         self.fast_return(restore_to_slow, done);
         self.bind(done);
@@ -289,8 +295,11 @@ impl Emitter {
         let skip = kind == CallKind::RealSkip;
         let failed = self.new_label();
         op!(self, Push_r64, RBX);
-        // R10 = the memo entry of (x, CUR): its counters and key must be
-        // these.
+        // R10 = the memo entry of (x, y, CUR): its counters and key must
+        // be these.
+        // RDX = the key (x and y), hashed with the counters.
+        op!(self, Shl_rm64_imm8, RDX, 32);
+        op!(self, Or_r64_rm64, RDX, RCX);
         op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
         op!(self, Mov_r64_imm64, R9, abi::MEMO_HASH);
         op!(self, Imul_r64_rm64, R9, RDX);
@@ -319,8 +328,6 @@ impl Emitter {
         op!(self, Add_r64_rm64, R10, R9);
         op!(self, Cmp_r64_rm64, R8, based(R10, 0));
         self.jcc_label(JNE, failed);
-        op!(self, Shl_rm64_imm8, RDX, 32);
-        op!(self, Or_r64_rm64, RDX, RCX);
         op!(self, Cmp_r64_rm64, RDX, based(R10, 8));
         self.jcc_label(JNE, failed);
         if skip {
@@ -452,6 +459,47 @@ impl Emitter {
         self.bind(failed);
         op!(self, Pop_r64, RBX);
         self.jmp_label(fail);
+    }
+
+    /// The jump path (`ctxrt::fast`'s `fast_jump` within the counters'
+    /// group: an indirect jump, a `switch`), with RSI = the arena, RDI =
+    /// y's facts, R11 = the stack pointer; it ends at `done` with the
+    /// counters as they are, or at `fail` having changed nothing.
+    fn fast_jump(&mut self, fail: Label, done: Label) {
+        // No frame left behind by the stack pointer.
+        let frames_kept = self.new_label();
+        op!(self, Mov_r64_rm64, R9, word(RSI, head::DEPTH));
+        op!(self, Test_rm64_r64, R9, R9);
+        self.jcc_label(JE, frames_kept);
+        op!(self, Mov_r64_rm64, RDX, word(RSI, head::STACK));
+        op!(self, Lea_r64_m, RDX, indexed(RSI, RDX, 8, 0));
+        op!(self, Shl_rm64_imm8, R9, FRAME_BYTES.trailing_zeros() as i32);
+        op!(self, Add_r64_rm64, RDX, R9);
+        op!(self, Cmp_rm64_r64, based(RDX, FRAME_SP - FRAME_BYTES), R11);
+        self.jcc_label(JB, fail);
+        self.bind(frames_kept);
+        // The counters are a node's where it keeps them now, of y's
+        // group, with room for y's counter.
+        op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
+        op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
+        self.jcc_label(JE, fail);
+        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_INDEX));
+        op!(
+            self,
+            Cmp_r64_rm64,
+            RAX,
+            based(R8, NODE_ROOM - NODE_COUNTERS)
+        );
+        self.jcc_label(JAE, fail);
+        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_GROUP));
+        op!(
+            self,
+            Cmp_rm64_r64,
+            based(R8, NODE_GROUP - NODE_COUNTERS),
+            RAX
+        );
+        self.jcc_label(JNE, fail);
+        self.jmp_label(done);
     }
 
     /// The return path (`ctxrt::fast`'s `fast_return`), with RSI = the
