@@ -12,14 +12,18 @@
 //!   a resume record of the block's counter group that has room for it:
 //!   the frame is popped (its arc gets the call's inclusive Ir) and
 //!   counting goes on in the resume record.
-//! * **A jump** that leaves no frame (an indirect jump, not into a
-//!   function's start nor another object) within the counters' group: the
-//!   counters stay.
-//! * **A real call** (the block left ends in `call`) into code that is not
-//!   skipped, whose memo entry matches the counters and both blocks, with
-//!   the callee's recursion level still the child's and no frame left
-//!   behind by the stack pointer: a frame is pushed, the arc and the
-//!   function's active count go up, and counting goes on in the child.
+//! * **A jump** that leaves no frame (an indirect jump, or a direct one
+//!   into another counter group, not into a function's start nor another
+//!   object) within the counters' group: the counters stay.
+//! * **A call** the memo knows: a real call (the block left ends in
+//!   `call`), or an emulated one (a jump into a function's start or
+//!   another object: a tail call), into code that is not skipped, whose
+//!   memo entry matches the counters and both blocks, with the callee's
+//!   recursion level still the child's and no frame left behind by the
+//!   stack pointer: a frame is pushed, the arc and the function's active
+//!   count go up, and counting goes on in the child. Into skipped code
+//!   (a PLT entry), the frame has no arc and counting goes on in the call
+//!   site's skip node.
 //!
 //! Outside signal handlers only (a handler's frames and their bottom are
 //! the runtime's business).
@@ -205,12 +209,14 @@ impl Emitter {
         op!(self, Mov_r64_rm64, RAX, RDX);
         op!(self, Shl_rm64_imm8, RAX, shift);
         op!(self, Add_r64_rm64, RAX, R8);
-        // x described, with the stack pointer known at its exit.
-        let want = (abi::DESCRIBED | abi::SP_KNOWN) as i32;
-        op!(self, Movzx_r32_rm8, R8D, based(RAX, FACT_FLAGS));
-        op!(self, And_rm32_imm8, R8D, want);
-        op!(self, Cmp_rm32_imm8, R8D, want);
-        self.jcc_label(JNE, restore_to_slow);
+        // x described.
+        op!(
+            self,
+            Test_rm8_imm8,
+            based(RAX, FACT_FLAGS),
+            abi::DESCRIBED as i32
+        );
+        self.jcc_label(JE, restore_to_slow);
         op!(self, Movzx_r32_rm8, R8D, based(RAX, FACT_EXIT));
         // (A return is tagged: untagged, the word is not what it seems.)
         op!(self, Cmp_rm32_imm8, R8D, abi::EXIT_RETURN as i32);
@@ -218,6 +224,14 @@ impl Emitter {
         let (jump, call_skip) = (self.new_label(), self.new_label());
         op!(self, Cmp_rm32_imm8, R8D, abi::EXIT_CALL as i32);
         self.jcc_label(JNE, jump);
+        // A call, with the stack pointer known at its exit.
+        op!(
+            self,
+            Test_rm8_imm8,
+            based(RAX, FACT_FLAGS),
+            abi::SP_KNOWN as i32
+        );
+        self.jcc_label(JE, restore_to_slow);
         op!(
             self,
             Test_rm8_imm8,
@@ -228,24 +242,24 @@ impl Emitter {
         self.fast_call(fast, CallKind::Real, restore_to_slow, done);
         self.bind(call_skip);
         self.fast_call(fast, CallKind::RealSkip, restore_to_slow, done);
-        // A jump is an emulated call into a function's start or another
-        // domain (not from code whose jumps pop, not into skipped code).
+        // A jump: where its stack pointer is not known (a direct jump),
+        // the runtime goes by the last one known (R11 = it, so that the
+        // checks below are the runtime's or stricter, and `done` writes
+        // it back unchanged).
         self.bind(jump);
-        let emulated = self.new_label();
+        let sp_known = self.new_label();
         op!(
             self,
             Test_rm8_imm8,
             based(RAX, FACT_FLAGS),
-            abi::POP_ON_JUMP as i32
+            abi::SP_KNOWN as i32
         );
-        self.jcc_label(JNE, restore_to_slow);
-        op!(
-            self,
-            Test_rm8_imm8,
-            based(RDI, FACT_FLAGS),
-            abi::SKIP as i32
-        );
-        self.jcc_label(JNE, restore_to_slow);
+        self.jcc_label(JNE, sp_known);
+        op!(self, Mov_r64_rm64, R11, word(RSI, head::LAST_SP));
+        self.bind(sp_known);
+        // An emulated call into a function's start or another domain (not
+        // from code whose jumps pop), or a plain jump.
+        let (emulated, plain) = (self.new_label(), self.new_label());
         op!(
             self,
             Test_rm8_imm8,
@@ -255,10 +269,26 @@ impl Emitter {
         self.jcc_label(JNE, emulated);
         op!(self, Mov_r32_rm32, R8D, based(RAX, FACT_DOMAIN));
         op!(self, Cmp_r32_rm32, R8D, based(RDI, FACT_DOMAIN));
-        let plain = self.new_label();
         self.jcc_label(JE, plain);
         self.bind(emulated);
+        op!(
+            self,
+            Test_rm8_imm8,
+            based(RAX, FACT_FLAGS),
+            abi::POP_ON_JUMP as i32
+        );
+        self.jcc_label(JNE, restore_to_slow);
+        let jump_skip = self.new_label();
+        op!(
+            self,
+            Test_rm8_imm8,
+            based(RDI, FACT_FLAGS),
+            abi::SKIP as i32
+        );
+        self.jcc_label(JNE, jump_skip);
         self.fast_call(fast, CallKind::Jump, restore_to_slow, done);
+        self.bind(jump_skip);
+        self.fast_call(fast, CallKind::JumpSkip, restore_to_slow, done);
         self.bind(plain);
         self.fast_jump(restore_to_slow, done);
         self.bind(ret_path);
@@ -292,7 +322,8 @@ impl Emitter {
     /// entered, or at `fail` having changed nothing the runtime reads (the
     /// new frame's words are written early, above the stack's top).
     fn fast_call(&mut self, fast: FastEntry, kind: CallKind, fail: Label, done: Label) {
-        let skip = kind == CallKind::RealSkip;
+        let skip = matches!(kind, CallKind::RealSkip | CallKind::JumpSkip);
+        let real = matches!(kind, CallKind::Real | CallKind::RealSkip);
         let failed = self.new_label();
         op!(self, Push_r64, RBX);
         // R10 = the memo entry of (x, y, CUR): its counters and key must
@@ -351,7 +382,7 @@ impl Emitter {
         op!(self, Mov_r64_rm64, RBX, based(RDX, FRAME_SP - FRAME_BYTES));
         op!(self, Cmp_rm64_r64, RBX, R11);
         self.jcc_label(JB, failed);
-        if kind == CallKind::Jump {
+        if !real {
             op!(self, Mov_rm64_r64, based(RDX, FRAME_SP), RBX);
             self.jmp_label(pushed_sp);
         }
@@ -360,17 +391,17 @@ impl Emitter {
         self.bind(pushed_sp);
         // The address a real call returns to (x's end); for skipped code,
         // RAX = x's call site, where its Ir is charged.
-        if kind == CallKind::Jump {
-            op!(self, Mov_rm64_imm32, based(RDX, FRAME_RET), 0);
-        } else {
+        if real {
             op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_END));
             op!(self, Add_r64_rm64, R9, based(RAX, FACT_START));
             op!(self, Mov_rm64_r64, based(RDX, FRAME_RET), R9);
-            if skip {
-                op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_SITE));
-                op!(self, Add_r64_rm64, R9, based(RAX, FACT_START));
-                op!(self, Mov_r64_rm64, RAX, R9);
-            }
+        } else {
+            op!(self, Mov_rm64_imm32, based(RDX, FRAME_RET), 0);
+        }
+        if skip {
+            op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_SITE));
+            op!(self, Add_r64_rm64, R9, based(RAX, FACT_START));
+            op!(self, Mov_r64_rm64, RAX, R9);
         }
         // The caller and callee, the arc, the running Ir, the skipped-code
         // state before the call.
@@ -391,7 +422,7 @@ impl Emitter {
         // (none for a sink or a moved copy).
         let resume_none = self.new_label();
         op!(self, Mov_r64_imm64, R9, u64::MAX);
-        if kind != CallKind::Jump {
+        if real {
             op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
             self.jcc_label(JE, resume_none);
             op!(self, Cmp_rm64_imm8, based(R8, NODE_ROOM - NODE_COUNTERS), 0);
@@ -611,4 +642,7 @@ enum CallKind {
     /// A jump into a function's start or another object (a tail call,
     /// a PLT entry's jump) that is not skipped: an emulated call.
     Jump,
+    /// A jump into skipped code (a tail call into a PLT entry): a frame
+    /// without an arc, as [`CallKind::RealSkip`].
+    JumpSkip,
 }
