@@ -8,7 +8,7 @@
 use crate::tool::{CallOptions, CallTool};
 use crate::tree::{FnId, NodeId, Tree, NO_NODE};
 use crate::Classify;
-use ctxrt::{hot, Arena, NodeKind, Runtime, NONE};
+use ctxrt::{hot, Arena, NodeKind, NumberedBlock, Runtime, CALL_MEMO_WORDS, NONE};
 use events::{BlockId, BlockInfo, Tool};
 
 /// One thread's contexts as the client left them.
@@ -24,14 +24,16 @@ pub struct ThreadArena<'a> {
 
 /// The call tool holding what a process's threads kept in contexts mode:
 /// `blocks` (each block id's description, with the function, counter
-/// group and number in it the engine's classification gave it) are described to the tool with
+/// group and number in it the engine's classification gave it, and
+/// whether its counter is followed by a call memo, `ctxrt::Facts::memo`)
+/// are described to the tool with
 /// `classify`, and each thread's arena, its running calls ended, folded
 /// into its tree. The tool then writes Callgrind's files as after a
 /// stream run.
 pub fn into_tool(
     options: CallOptions,
     classify: Box<dyn Classify>,
-    blocks: &[Option<(BlockInfo, FnId, u32, u32)>],
+    blocks: &[Option<NumberedBlock<BlockInfo>>],
     threads: &mut [ThreadArena],
 ) -> Result<CallTool, String> {
     let mut tool = CallTool::new(options.clone(), classify);
@@ -41,7 +43,14 @@ pub fn into_tool(
     let mut functions: Vec<FnId> = Vec::new();
     let mut by_index = Numbered::default();
     for (id, b) in blocks.iter().enumerate() {
-        let Some((info, f, group, index)) = b else {
+        let Some(NumberedBlock {
+            info,
+            function: f,
+            group,
+            index,
+            memo,
+        }) = b
+        else {
             continue;
         };
         tool.block(BlockId(id as u32), info);
@@ -55,7 +64,16 @@ pub fn into_tool(
         } else if functions[f] != mine {
             return Err(format!("function {f} names two of the tool's"));
         }
-        by_index.insert(*group, *index, id as u32, info.instrs().len() as u32);
+        by_index.insert(
+            *group,
+            *index,
+            Word::Block(id as u32, info.instrs().len() as u32),
+        );
+        if *memo {
+            for i in 1..=CALL_MEMO_WORDS as u32 {
+                by_index.insert(*group, index + i, Word::Memo);
+            }
+        }
     }
     let mut folder = Folder::new(&tool.tree, blocks.len());
     for t in threads {
@@ -93,49 +111,52 @@ pub fn into_tool(
 /// No function of the tool's (a client function number no block has).
 const NO_FUNCTION: FnId = FnId::MAX;
 
-/// Blocks by counter group and number in it: (block id, instructions).
-#[derive(Default)]
-struct Numbered {
-    groups: Vec<Vec<(u32, u32)>>,
+/// What a word of a context's counters is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Word {
+    /// The counter of a block: its id and instruction count.
+    Block(u32, u32),
+    /// A word of the call memo after a call block's counter: not a count.
+    Memo,
 }
 
-/// No block at a (group, number).
-const NO_BLOCK: u32 = u32::MAX;
+/// Counter words by counter group and number in it.
+#[derive(Default)]
+struct Numbered {
+    groups: Vec<Vec<Option<Word>>>,
+}
 
 impl Numbered {
-    fn insert(&mut self, group: u32, index: u32, id: u32, instrs: u32) {
+    fn insert(&mut self, group: u32, index: u32, word: Word) {
         let (g, i) = (group as usize, index as usize);
         if self.groups.len() <= g {
             self.groups.resize_with(g + 1, Vec::new);
         }
-        let blocks = &mut self.groups[g];
-        if blocks.len() <= i {
-            blocks.resize(i + 1, (NO_BLOCK, 0));
+        let words = &mut self.groups[g];
+        if words.len() <= i {
+            words.resize(i + 1, None);
         }
-        blocks[i] = (id, instrs);
+        words[i] = Some(word);
     }
 
     #[inline]
-    fn get(&self, group: u32, index: u32) -> Option<(u32, u32)> {
-        self.groups
-            .get(group as usize)?
-            .get(index as usize)
-            .copied()
-            .filter(|b| b.0 != NO_BLOCK)
+    fn get(&self, group: u32, index: u32) -> Option<Word> {
+        *self.groups.get(group as usize)?.get(index as usize)?
     }
 }
 
 /// Folds one thread's arena into `tree` as thread `thread`. `block`
-/// gives the block id and instruction count of a counter group's block by
-/// its number in the group; counters of blocks it does not know are an
-/// error (the translator numbered every block it made). `function` maps
+/// says what a counter group's word is by its number in the group (a
+/// block's counter, with its id and instruction count, or a call memo's
+/// word, which is skipped); counters it does not know are an error (the
+/// translator numbered every block it made). `function` maps
 /// the client's function numbers to the tree's. Returns the block
 /// executions folded.
 pub fn fold(
     tree: &mut Tree,
     arena: &Arena,
     thread: u32,
-    block: impl Fn(u32, u32) -> Option<(u32, u32)>,
+    block: impl Fn(u32, u32) -> Option<Word>,
     function: impl Fn(FnId) -> Option<FnId>,
 ) -> Result<u64, String> {
     let blocks = tree.run_keys.iter().map(|&(_, b)| b as usize + 1).max();
@@ -239,7 +260,7 @@ impl Folder {
         tree: &mut Tree,
         arena: &Arena,
         thread: u32,
-        block: impl Fn(u32, u32) -> Option<(u32, u32)>,
+        block: impl Fn(u32, u32) -> Option<Word>,
         function: impl Fn(FnId) -> Option<FnId>,
     ) -> Result<u64, String> {
         let mut runs_folded = 0;
@@ -296,8 +317,11 @@ impl Folder {
             // A skip node's code is all charged to its call site.
             let mut skip_ir = 0u64;
             for (i, &ir) in n.counters.iter().enumerate().filter(|(_, &ir)| ir > 0) {
-                let (id, instrs) = block(n.group, i as u32)
-                    .ok_or_else(|| format!("no block {i} of counter group {}", n.group))?;
+                let (id, instrs) = match block(n.group, i as u32) {
+                    Some(Word::Block(id, instrs)) => (id, instrs),
+                    Some(Word::Memo) => continue,
+                    None => return Err(format!("no block {i} of counter group {}", n.group)),
+                };
                 match n.kind {
                     NodeKind::Skip => skip_ir = skip_ir.wrapping_add(ir),
                     NodeKind::Context | NodeKind::Foreign => {
@@ -356,6 +380,9 @@ mod tests {
     struct Block {
         function: usize,
         index: usize,
+        /// Its counter's number in its group: call blocks leave room for
+        /// their call memo after theirs, as the translator numbers them.
+        counter: usize,
         start: u64,
         instrs: u64,
         term: Terminator,
@@ -398,7 +425,11 @@ mod tests {
             Facts {
                 flow,
                 group: blk.function as u32,
-                index: blk.index as u32,
+                index: blk.counter as u32,
+                memo: matches!(
+                    blk.term,
+                    Terminator::Call { .. } | Terminator::IndirectCall | Terminator::IndirectJump
+                ),
                 instrs: blk.instrs as u32,
                 sp_known: matches!(
                     blk.term,
@@ -466,6 +497,7 @@ mod tests {
                 p.blocks.push(Block {
                     function: k,
                     index,
+                    counter: 0,
                     start,
                     instrs,
                     term: Terminator::Return,
@@ -480,6 +512,21 @@ mod tests {
             });
         }
         let entry = |p: &Program, f: usize| p.blocks[p.functions[f].blocks[0]].start;
+        let number = |p: &mut Program| {
+            for f in 0..p.functions.len() {
+                let mut next = 0;
+                for &b in &p.functions[f].blocks {
+                    p.blocks[b].counter = next;
+                    let call = matches!(
+                        p.blocks[b].term,
+                        Terminator::Call { .. }
+                            | Terminator::IndirectCall
+                            | Terminator::IndirectJump
+                    );
+                    next += 1 + if call { CALL_MEMO_WORDS } else { 0 };
+                }
+            }
+        };
         for b in 0..p.blocks.len() {
             let (f, index) = (p.blocks[b].function, p.blocks[b].index);
             let fb = p.functions[f].blocks.clone();
@@ -513,6 +560,7 @@ mod tests {
                 }
             };
         }
+        number(&mut p);
         p
     }
 
@@ -554,7 +602,7 @@ mod tests {
                 rt.enter(b as u64, sp).expect("room");
             }
             let mut cur = rt.hot[hot::CUR] as usize / 8;
-            if y.index as u64 >= rt.arena[cur - 1] {
+            if u64::from(y.last_word()) >= rt.arena[cur - 1] {
                 rt.grow(b as u64).expect("room");
                 cur = rt.hot[hot::CUR] as usize / 8;
             }
@@ -629,8 +677,14 @@ mod tests {
         // The client's, folded.
         let mut tree = Tree::default();
         let by_index = |f: FnId, i: u32| {
-            let b = *p.functions.get(f as usize)?.blocks.get(i as usize)?;
-            Some((b as u32, p.blocks[b].instrs as u32))
+            let blocks = &p.functions.get(f as usize)?.blocks;
+            let i = i as usize;
+            let b = *blocks.iter().rfind(|&&b| p.blocks[b].counter <= i)?;
+            Some(if p.blocks[b].counter == i {
+                Word::Block(b as u32, p.blocks[b].instrs as u32)
+            } else {
+                Word::Memo
+            })
         };
         fold(&mut tree, &Arena::new(&arena), 1, by_index, Some).expect("folds");
         // Each (context, block) has one slot, which the tree's index finds;

@@ -24,6 +24,19 @@ pub const NOTIFY: u64 = 8;
 pub const SP_KNOWN: u64 = 16;
 /// A block was described here.
 pub const DESCRIBED: u64 = 32;
+/// Its counter is followed by its call memo ([`CALL_MEMO_WORDS`]).
+pub const CALL_MEMO: u64 = 64;
+
+/// Words after the counter of a block that may call (it ends in a call or
+/// an indirect jump: a PLT entry's, a tail call) that keep its *call
+/// memo*: the key
+/// of the call it last made from those counters (`crate::memo_key`), the
+/// child node and the arc, as an entry of the hashed memo has them after
+/// its counters' address. A context's counters then hold each of its call
+/// sites' last call beside the counter the call block has just added to,
+/// where the hashed memo's entry is a miss of its own (sqlite: a fifth of
+/// the inline stub's time was the memo's compare).
+pub const CALL_MEMO_WORDS: usize = 3;
 
 /// A block's facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +54,18 @@ pub struct Facts {
     /// Whether the stack pointer is known when it is left (it ends in a
     /// call, return or indirect jump: where the stream path records it).
     pub sp_known: bool,
+    /// Whether its counter is followed by a call memo (it ends in a call
+    /// or an indirect jump: its group's numbering left
+    /// [`CALL_MEMO_WORDS`] for it).
+    pub memo: bool,
+}
+
+impl Facts {
+    /// The last counter word the block uses (its counter's, or its call
+    /// memo's last): a context's counters must have room for it.
+    pub fn last_word(&self) -> u32 {
+        self.index + if self.memo { CALL_MEMO_WORDS as u32 } else { 0 }
+    }
 }
 
 impl Facts {
@@ -58,13 +83,14 @@ impl Facts {
             | if f.skip { SKIP } else { 0 }
             | if f.pop_on_jump { POP_ON_JUMP } else { 0 }
             | if f.notify { NOTIFY } else { 0 }
-            | if self.sp_known { SP_KNOWN } else { 0 };
+            | if self.sp_known { SP_KNOWN } else { 0 }
+            | if self.memo { CALL_MEMO } else { 0 };
         [
             f.start,
             u64::from(f.function) | u64::from(f.domain) << 32,
             (f.call_site() - f.start) | (f.end() - f.start) << 32,
             exit | flags << 8 | u64::from(self.instrs) << 16 | u64::from(self.index) << 32,
-            u64::from(self.group),
+            u64::from(self.group) | u64::from(self.last_word()) << 32,
             0,
             0,
             0,
@@ -93,6 +119,7 @@ impl Facts {
             index: p.index(),
             instrs: p.instrs(),
             sp_known: p.has(SP_KNOWN),
+            memo: p.has(CALL_MEMO),
         })
     }
 }
@@ -144,6 +171,10 @@ impl<'a> Packed<'a> {
     pub(crate) fn group(&self) -> u32 {
         self.0[4] as u32
     }
+    /// [`Facts::last_word`].
+    pub(crate) fn last_word(&self) -> u32 {
+        (self.0[4] >> 32) as u32
+    }
 }
 
 #[cfg(test)]
@@ -160,9 +191,11 @@ mod tests {
             index: 12,
             instrs: 9,
             sp_known: true,
+            memo: true,
         };
         let back = Facts::unpack(&f.pack()).expect("described");
         assert_eq!(back.pack(), f.pack());
+        assert_eq!(back.last_word(), 12 + CALL_MEMO_WORDS as u32);
         assert_eq!(back.flow.call_site(), 0x40_1010);
         assert_eq!(back.flow.end(), 0x40_1015);
         assert_eq!((back.index, back.instrs, back.flow.function), (12, 9, 7));

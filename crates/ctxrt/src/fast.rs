@@ -24,7 +24,7 @@
 
 use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE};
 use crate::facts::{
-    Packed, ENTRY, EXIT_CALL, EXIT_RETURN, FACT_WORDS, POP_ON_JUMP, SKIP, SP_KNOWN,
+    Packed, CALL_MEMO, ENTRY, EXIT_CALL, EXIT_RETURN, FACT_WORDS, POP_ON_JUMP, SKIP, SP_KNOWN,
 };
 use crate::hot;
 use crate::runtime::{Runtime, ID};
@@ -169,6 +169,9 @@ impl Runtime<'_> {
             let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
             [cur, memo_key(x, y), self.arena[head::NODE], arc]
         };
+        if let Some(at) = self.call_memo_at(x, cur) {
+            self.arena[at..at + MEMO_WORDS - 1].copy_from_slice(&entry[1..]);
+        }
         let mut at = self.memo_at(x, y, cur);
         if self.arena[at] != 0 && self.arena[at..at + 2] != entry[..2] {
             self.arena[head::MEMO_EVICTIONS] += 1;
@@ -177,6 +180,19 @@ impl Runtime<'_> {
             }
         }
         self.arena[at..at + MEMO_WORDS].copy_from_slice(&entry);
+    }
+
+    /// Where block `x`'s call memo is in the counters at `cur` (its key,
+    /// then the child and the arc, past its counter), if it has one and
+    /// they are a node's where it keeps them now, with room for it.
+    #[inline(always)]
+    fn call_memo_at(&self, x: u64, cur: u64) -> Option<usize> {
+        let xf = raw(self.facts, x).filter(|f| f.has(CALL_MEMO))?;
+        let at = self.current_record(cur)?;
+        let last = xf.last_word() as usize;
+        (self.arena[at + 3] == u64::from(xf.group())
+            && last < self.arena[at + NODE_HEADER - 1] as usize)
+            .then_some(at + NODE_HEADER + xf.index() as usize + 1)
     }
 
     /// The memo slot's arena offset for block `x` entering `y` counting
@@ -216,12 +232,22 @@ impl Runtime<'_> {
         sp: Option<u64>,
     ) -> bool {
         let cur = self.hot[hot::CUR];
-        let slot = self.memo_at(x, y, cur);
-        let memo = &self.arena[slot..slot + MEMO_WORDS];
-        if memo[0] != cur || memo[1] != memo_key(x, y) || self.leaves_frames(sp) {
+        let key = memo_key(x, y);
+        // The call memo beside x's counter, else the hashed memo's entry.
+        let (child, arc) = match self.call_memo_at(x, cur) {
+            Some(at) if self.arena[at] == key => (self.arena[at + 1], self.arena[at + 2]),
+            _ => {
+                let slot = self.memo_at(x, y, cur);
+                let memo = &self.arena[slot..slot + MEMO_WORDS];
+                if memo[0] != cur || memo[1] != key {
+                    return false;
+                }
+                (memo[2], memo[3])
+            }
+        };
+        if self.leaves_frames(sp) {
             return false;
         }
-        let (child, arc) = (memo[2], memo[3]);
         let f = yf.function();
         let skip = yf.has(SKIP);
         let active_at = self.arena[head::ACTIVE] as usize + f as usize;
@@ -277,7 +303,7 @@ impl Runtime<'_> {
             self.arena[head::NODE] = child;
             self.arena[head::NONSKIPPED_NODE] = NONE;
         }
-        self.count_at(child_at, yf.index() as usize)
+        self.count_at(child_at, yf.last_word() as usize)
     }
 
     /// A return leaving the frames the stack pointer `sp` passed.
@@ -311,7 +337,7 @@ impl Runtime<'_> {
         while self.arena[head::DEPTH] as usize > last {
             self.pop();
         }
-        self.count_at(resume as usize, yf.index() as usize)
+        self.count_at(resume as usize, yf.last_word() as usize)
     }
 
     /// A jump that leaves no frame: counting goes on in the counters'
@@ -325,7 +351,7 @@ impl Runtime<'_> {
         let Some(at) = self.current_record(self.hot[hot::CUR]) else {
             return false;
         };
-        let (group, index) = (yf.group(), yf.index() as usize);
+        let (group, index) = (yf.group(), yf.last_word() as usize);
         if self.arena[at + 3] == u64::from(group) {
             return self.count_at(at, index);
         }
@@ -335,9 +361,10 @@ impl Runtime<'_> {
         }
     }
 
-    /// Counting goes on in the record at `at` from block number `index`
-    /// (grown first if it has no room for it); `false` if the arena is
-    /// full (the full decision then reports it).
+    /// Counting goes on in the record at `at` from a block whose last
+    /// counter word is number `index` (grown first if it has no room for
+    /// it); `false` if the arena is full (the full decision then reports
+    /// it).
     #[inline(always)]
     fn count_at(&mut self, at: usize, index: usize) -> bool {
         if index >= self.arena[at + NODE_HEADER - 1] as usize {

@@ -40,9 +40,29 @@ pub use arena::{ArcRecord, Arena, NodeKind, NodeRecord, NONE};
 /// records, block facts and the call memo.
 pub mod abi {
     pub use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER};
-    pub use crate::facts::{DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, SKIP, SP_KNOWN};
+    pub use crate::facts::{
+        CALL_MEMO, DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, SKIP, SP_KNOWN,
+    };
     pub use crate::fast::{memo_key, memo_slot, FRAME_RESUME, MEMO_HASH, MEMO_WORDS};
     pub use crate::runtime::ID;
 }
-pub use facts::{Facts, FACT_WORDS};
+pub use facts::{Facts, CALL_MEMO_WORDS, FACT_WORDS};
+
+/// A block as contexts mode numbered it, for the tool's fold: its
+/// description (`T`: the engine's), its function, counter group and
+/// number in the group, and whether its call memo follows its counter
+/// ([`Facts::memo`]).
+#[derive(Debug, Clone)]
+pub struct NumberedBlock<T> {
+    /// The block's description.
+    pub info: T,
+    /// Its function (the classifier's number).
+    pub function: u32,
+    /// Its counter group.
+    pub group: u32,
+    /// Its counter's number in the group.
+    pub index: u32,
+    /// Whether [`CALL_MEMO_WORDS`] of call memo follow its counter.
+    pub memo: bool,
+}
 pub use runtime::{continued_thread, fresh_thread, Error, Runtime, FIRST_COUNTERS};

@@ -370,7 +370,7 @@ impl Runtime<'_> {
     pub fn grow(&mut self, y: u64) -> Result<()> {
         self.init()?;
         let yf = self.facts_of(y)?;
-        let index = yf.index as usize;
+        let index = yf.last_word() as usize;
         let counting = self.counting_record();
         let id = self.arena[counting + ID];
         if id == NONE {
@@ -713,8 +713,9 @@ impl Runtime<'_> {
             return Ok(());
         };
         let at = self.node_offset(id);
-        if y.index as usize >= self.arena[at + NODE_HEADER - 1] as usize {
-            return self.grow_to(id, y.index as usize);
+        let last = y.last_word() as usize;
+        if last >= self.arena[at + NODE_HEADER - 1] as usize {
+            return self.grow_to(id, last);
         }
         self.point_at(at);
         Ok(())
@@ -818,6 +819,7 @@ mod tests {
                 index,
                 instrs: 3,
                 sp_known: matches!(exit, Exit::Call | Exit::Return),
+                memo: false,
             };
             if self.facts.len() < (id + 1) * FACT_WORDS {
                 self.facts.resize((id + 1) * FACT_WORDS, 0);
@@ -842,7 +844,8 @@ mod tests {
             }
             let f = Facts::unpack(&self.facts[y as usize * FACT_WORDS..][..FACT_WORDS]).unwrap();
             let mut cur = self.hot[hot::CUR] as usize / 8;
-            if f.index as usize >= FIRST_COUNTERS && f.index as u64 >= self.arena[cur - 1] {
+            let last = f.last_word();
+            if last as usize >= FIRST_COUNTERS && u64::from(last) >= self.arena[cur - 1] {
                 self.rt().grow(y).expect("room");
                 cur = self.hot[hot::CUR] as usize / 8;
             }

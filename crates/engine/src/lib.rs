@@ -142,8 +142,10 @@ pub struct ContextsProfile {
     /// Each thread's, by thread number.
     pub threads: Vec<ThreadContexts>,
     /// Each block id's description (origin set), function, counter group
-    /// and number in the group; `None` for an id whose translation failed.
-    pub blocks: Vec<Option<(events::BlockInfo, callrules::FnId, u32, u32)>>,
+    /// and number in the group, and whether a call memo follows its
+    /// counter (`ctxrt::Facts::memo`); `None` for an id whose translation
+    /// failed.
+    pub blocks: Vec<Option<ctxrt::NumberedBlock<events::BlockInfo>>>,
 }
 
 /// Valgrind's `--smc-check`: which code gets self-modifying-code checks

@@ -149,6 +149,7 @@ mod native {
                 index,
                 instrs: 2,
                 sp_known,
+                memo: false,
             }
             .pack()
         };

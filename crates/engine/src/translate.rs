@@ -106,6 +106,12 @@ pub trait TransCtx {
         Ok(None)
     }
 
+    /// Contexts mode: the block being translated may call (it ends in a
+    /// call or an indirect jump), so its
+    /// call memo's words (`ctxrt::CALL_MEMO_WORDS`) follow its counter:
+    /// its counter group's next numbers are theirs.
+    fn reserve_call_memo(&mut self) {}
+
     /// Contexts mode: whether a jump or fall-through from the block being
     /// translated to `target` keeps the calling context (same function,
     /// object and section kind, not the function's start).

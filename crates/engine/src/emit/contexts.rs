@@ -7,6 +7,7 @@
 
 use super::{based, gs, Emitter, Label};
 use crate::layout;
+use crate::translate::ContextBlock;
 use ctxrt::hot;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -114,21 +115,20 @@ impl Emitter {
         ));
     }
 
-    /// Counts an execution of block `id` (number `index` in its function,
-    /// `instrs` instructions) through register `r`, with the flags dead:
-    /// `mov r, gs:[CUR]`, a bounds check for blocks numbered past
-    /// [`UNCHECKED`] (out of line, the runtime grows the counters and the
-    /// count goes on), then `add [r + 8*index], instrs; add gs:[IR], instrs`.
-    /// Returns the label of the out-of-line growth, to be bound by
+    /// Counts an execution of block `cb` (`instrs` instructions) through
+    /// register `r`, with the flags dead: `mov r, gs:[CUR]`, a bounds
+    /// check for blocks whose last counter word is past [`UNCHECKED`] (out
+    /// of line, the runtime grows the counters and the count goes on),
+    /// then `add [r + 8*index], instrs; add gs:[IR], instrs`. Returns the
+    /// label of the out-of-line growth, to be bound by
     /// [`Emitter::context_grow`] after the block's code, if any.
     pub fn context_count(
         &mut self,
         r: Register,
-        id: u32,
-        index: u32,
+        cb: ContextBlock,
         instrs: u32,
     ) -> Option<(Label, Label, u32)> {
-        self.context_add(r, id, index, Err(instrs))
+        self.context_add(r, cb, Err(instrs))
     }
 
     /// Counts an execution of block number `index` (below [`UNCHECKED`]:
@@ -161,33 +161,32 @@ impl Emitter {
     pub fn context_count_reg(
         &mut self,
         r: Register,
-        id: u32,
-        index: u32,
+        cb: ContextBlock,
         value: Register,
     ) -> Option<(Label, Label, u32)> {
-        self.context_add(r, id, index, Ok(value))
+        self.context_add(r, cb, Ok(value))
     }
 
     fn context_add(
         &mut self,
         r: Register,
-        id: u32,
-        index: u32,
+        cb: ContextBlock,
         value: Result<Register, u32>,
     ) -> Option<(Label, Label, u32)> {
         let cur = hot_word(hot::CUR);
         self.load_gs(r, cur);
         let mut grow = None;
         let back = self.new_label();
-        if index >= UNCHECKED {
+        let index = cb.index;
+        if cb.last >= UNCHECKED {
             self.insn(Instruction::with2(
                 Code::Cmp_rm64_imm32,
                 based(r, -8),
-                index as i32,
+                cb.last as i32,
             ));
             let l = self.new_label();
             self.jcc_label(6, l); // jbe: the counters end at or before it
-            grow = Some((l, back, id));
+            grow = Some((l, back, cb.id));
         }
         self.bind(back);
         let counter = MemoryOperand::with_base_displ(r, 8 * i64::from(index));
@@ -207,20 +206,15 @@ impl Emitter {
 
     /// Moves a rep string instruction's count from its thread counter at
     /// `ctr` (Cachegrind's n+1 rule, `Emitter::count_rep`) into the
-    /// current context's counter of its block (`id`, number `index`),
+    /// current context's counter of block `cb`,
     /// keeping the flags and every register.
-    pub fn context_rep_count(
-        &mut self,
-        ctr: u32,
-        id: u32,
-        index: u32,
-    ) -> Option<(Label, Label, u32)> {
+    pub fn context_rep_count(&mut self, ctr: u32, cb: ContextBlock) -> Option<(Label, Label, u32)> {
         self.keep_flags_on_stack(true);
         self.store_gs(Register::RAX, layout::S_RAX);
         self.store_gs(Register::RCX, layout::S_RCX);
         self.load_gs(Register::RAX, ctr);
         self.insn(Instruction::with2(Code::Mov_rm64_imm32, gs(ctr), 0));
-        let grow = self.context_count_reg(Register::RCX, id, index, Register::RAX);
+        let grow = self.context_count_reg(Register::RCX, cb, Register::RAX);
         self.load_gs(Register::RCX, layout::S_RCX);
         self.load_gs(Register::RAX, layout::S_RAX);
         self.keep_flags_on_stack(false);

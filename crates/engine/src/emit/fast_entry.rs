@@ -61,6 +61,7 @@ const FACT_EXIT: i32 = 24;
 const FACT_FLAGS: i32 = 25;
 const FACT_INDEX: i32 = 24 + 4;
 const FACT_GROUP: i32 = 32;
+const FACT_LAST: i32 = 32 + 4;
 /// Byte offsets in a frame (`ctxrt::abi::FRAME_WORDS`).
 const FRAME_SP: i32 = 0;
 const FRAME_RET: i32 = 8;
@@ -326,12 +327,46 @@ impl Emitter {
         let real = matches!(kind, CallKind::Real | CallKind::RealSkip);
         let failed = self.new_label();
         op!(self, Push_r64, RBX);
-        // R10 = the memo entry of (x, y, CUR): its counters and key must
+        // R10 = the memo entry: its key (and, hashed, its counters) must
         // be these.
-        // RDX = the key (x and y), hashed with the counters.
+        // RDX = the key (x and y); R8 = the counters.
         op!(self, Shl_rm64_imm8, RDX, 32);
         op!(self, Or_r64_rm64, RDX, RCX);
         op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
+        let found = self.new_label();
+        {
+            // A call block's own memo, past its counter (`ctxrt::fast`'s
+            // `call_memo_at`: in a node's current counters of x's group,
+            // with room for it), laid out as a hashed entry past its
+            // counters' address: R10 = x's counter.
+            let hashed = self.new_label();
+            op!(
+                self,
+                Test_rm8_imm8,
+                based(RAX, FACT_FLAGS),
+                abi::CALL_MEMO as i32
+            );
+            self.jcc_label(JE, hashed);
+            op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
+            self.jcc_label(JE, hashed);
+            op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_LAST));
+            op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
+            self.jcc_label(JAE, hashed);
+            op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_GROUP));
+            op!(
+                self,
+                Cmp_rm64_r64,
+                based(R8, NODE_GROUP - NODE_COUNTERS),
+                R9
+            );
+            self.jcc_label(JNE, hashed);
+            op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
+            op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
+            op!(self, Cmp_r64_rm64, RDX, based(R10, 8));
+            self.jcc_label(JE, found);
+            self.bind(hashed);
+        }
+        // Else the hashed memo's entry of (x, y, CUR).
         op!(self, Mov_r64_imm64, R9, abi::MEMO_HASH);
         op!(self, Imul_r64_rm64, R9, RDX);
         op!(self, Shr_rm64_imm8, R9, 40);
@@ -361,6 +396,7 @@ impl Emitter {
         self.jcc_label(JNE, failed);
         op!(self, Cmp_r64_rm64, RDX, based(R10, 8));
         self.jcc_label(JNE, failed);
+        self.bind(found);
         if skip {
             // Skipped code is entered from code that is not.
             op!(self, Cmp_rm64_imm8, word(RSI, head::NONSKIPPED_NODE), -1);
@@ -440,7 +476,7 @@ impl Emitter {
         op!(self, Add_r64_rm64, RBX, word(RSI, head::NODES));
         op!(self, Mov_r64_rm64, RBX, indexed(RSI, RBX, 8, 0));
         op!(self, Lea_r64_m, RBX, indexed(RSI, RBX, 8, 0));
-        op!(self, Mov_r32_rm32, R9D, based(RDI, FACT_INDEX));
+        op!(self, Mov_r32_rm32, R9D, based(RDI, FACT_LAST));
         op!(self, Cmp_r64_rm64, R9, based(RBX, NODE_ROOM));
         self.jcc_label(JAE, failed);
         if !skip {
@@ -514,7 +550,7 @@ impl Emitter {
         op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
         op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
         self.jcc_label(JE, fail);
-        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_INDEX));
+        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_LAST));
         op!(
             self,
             Cmp_r64_rm64,
@@ -580,7 +616,7 @@ impl Emitter {
         self.jcc_label(JNE, fail);
         op!(self, Cmp_rm64_imm8, based(R9, NODE_ID), -1);
         self.jcc_label(JE, fail);
-        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_INDEX));
+        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_LAST));
         op!(self, Cmp_r64_rm64, RAX, based(R9, NODE_ROOM));
         self.jcc_label(JAE, fail);
         // Commit: the new depth; each frame left, from the top, gives its

@@ -10,8 +10,8 @@ use super::Space;
 use crate::layout::{AREA_ARENA, AREA_SIZE, S_CONTEXT_HOT};
 use crate::translate::ContextBlock;
 use crate::{ContextClassifier, ContextsProfile, ThreadContexts};
-use callrules::{Flow, FnId};
-use ctxrt::{continued_thread, fresh_thread, Facts, FACT_WORDS};
+use callrules::Flow;
+use ctxrt::{continued_thread, fresh_thread, Facts, NumberedBlock, CALL_MEMO_WORDS, FACT_WORDS};
 use events::{BlockInfo, CodeOrigin, Terminator};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -26,13 +26,14 @@ pub struct Contexts {
     /// The facts table's address in the client.
     facts_at: u64,
     /// Each block id's description, function, counter group and number.
-    blocks: Vec<Option<(BlockInfo, FnId, u32, u32)>>,
+    blocks: Vec<Option<NumberedBlock<BlockInfo>>>,
     /// The next number in each counter group.
     next_index: HashMap<u32, u32>,
     /// Classifications (flow facts, counter group) by code address.
     classes: HashMap<u64, (Flow, u32)>,
-    /// The block being translated: its id, number, flow and group.
-    current: Option<(u32, u32, Flow, u32)>,
+    /// The block being translated: its id, number, flow and group, and
+    /// whether its call memo follows its counter.
+    current: Option<(u32, u32, Flow, u32, bool)>,
     /// Origins by module record.
     origins: Vec<Option<Arc<CodeOrigin>>>,
     /// The arenas of threads that ended, with their thread numbers.
@@ -205,14 +206,31 @@ impl ContextsCtx<'_> {
         let next = c.next_index.entry(group).or_default();
         let index = *next;
         *next += 1;
-        c.current = Some((id, index, flow, group));
-        Ok(ContextBlock { id, index })
+        c.current = Some((id, index, flow, group, false));
+        Ok(ContextBlock {
+            id,
+            index,
+            last: index,
+        })
+    }
+
+    /// The block being translated ends in a call: the next numbers of its
+    /// counter group are its call memo's words, right after its counter.
+    pub fn reserve_call_memo(&mut self) {
+        let c = &mut *self.contexts;
+        let Some((_, index, _, group, memo)) = &mut c.current else {
+            return;
+        };
+        let next = c.next_index.entry(*group).or_default();
+        debug_assert_eq!(*next, *index + 1, "numbered right after the counter");
+        *next += CALL_MEMO_WORDS as u32;
+        *memo = true;
     }
 
     /// Whether a jump or fall-through from the block being translated to
     /// `target` (from `origin`) keeps the context.
     pub fn same_context(&mut self, target: u64, origin: Option<Arc<CodeOrigin>>) -> bool {
-        let Some((_, _, here, group)) = self.contexts.current else {
+        let Some((_, _, here, group, _)) = self.contexts.current else {
             return false;
         };
         let (there, there_group) = classify(self.contexts, target, origin);
@@ -225,7 +243,7 @@ impl Space {
     /// origin set): its facts go into the client's table.
     pub(super) fn context_block_done(&mut self, info: BlockInfo) {
         let Some(c) = &mut self.contexts else { return };
-        let Some((id, index, _, group)) = c.current.take() else {
+        let Some((id, index, _, group, memo)) = c.current.take() else {
             return;
         };
         // The whole block's facts (exit, addresses), as the call tool
@@ -244,11 +262,18 @@ impl Space {
             index,
             instrs: info.instrs().len() as u32,
             sp_known,
+            memo,
         };
         let words = facts.pack();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let at = c.facts_at + (id as usize * FACT_WORDS * 8) as u64;
-        c.blocks[id as usize] = Some((info, flow.function, group, index));
+        c.blocks[id as usize] = Some(NumberedBlock {
+            info,
+            function: flow.function,
+            group,
+            index,
+            memo,
+        });
         self.mem.write(at, &bytes);
     }
 }

@@ -786,6 +786,12 @@ impl TransCtx for Ctx<'_> {
         c.begin(guest, origin.clone()).map(Some).map_err(TransError)
     }
 
+    fn reserve_call_memo(&mut self) {
+        if let Some((c, _)) = self.contexts.as_mut() {
+            c.reserve_call_memo();
+        }
+    }
+
     fn same_context(&mut self, target: u64) -> bool {
         let Some((c, _)) = self.contexts.as_mut() else {
             return false;

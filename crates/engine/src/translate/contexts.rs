@@ -18,6 +18,9 @@ pub struct ContextBlock {
     pub id: u32,
     /// Its number among its function's blocks (its counter's).
     pub index: u32,
+    /// The last counter word it uses: its counter's, or its call memo's
+    /// last (`ctxrt::Facts::last_word`); the counters' room must pass it.
+    pub last: u32,
 }
 
 /// Translates the block at `guest` in contexts mode.
@@ -30,6 +33,24 @@ pub(super) fn translate_contexts(
 ) -> Result<Translation, TransError> {
     let (mut items, mut stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
     rep_alone(&mut items, &mut stop);
+    // The counter of a block that may call (a call, or an indirect jump:
+    // a PLT entry's into its function, a tail call) is followed by its
+    // call memo (`ctxrt::fast`).
+    let calls = matches!(stop, Stop::Terminator)
+        && matches!(items.last(), Some(Item::Insn(i))
+        if matches!(
+            i.flow_control(),
+            FlowControl::Call | FlowControl::IndirectCall | FlowControl::IndirectBranch
+        ));
+    let cb = if calls {
+        ctx.reserve_call_memo();
+        ContextBlock {
+            last: cb.index + ctxrt::CALL_MEMO_WORDS as u32,
+            ..cb
+        }
+    } else {
+        cb
+    };
     let rep = match items.first() {
         Some(Item::Insn(i)) if is_rep(i) => Some(*i),
         _ => None,
@@ -44,7 +65,7 @@ pub(super) fn translate_contexts(
     let mut grows = Vec::new();
     let count = |b: &mut Builder, r: Option<Register>, grows: &mut Vec<_>| {
         let r = r.unwrap_or(Register::RAX);
-        if let Some(g) = b.e.context_count(r, cb.id, cb.index, instrs) {
+        if let Some(g) = b.e.context_count(r, cb, instrs) {
             grows.push((g, r));
         }
     };
@@ -75,7 +96,7 @@ pub(super) fn translate_contexts(
     };
     // Blocks numbered past the first counters need a bounds check, which
     // needs the flags; the others count without them where flags live.
-    let flag_free = cb.index < UNCHECKED;
+    let flag_free = cb.last < UNCHECKED;
     let spilled = |b: &mut Builder| b.e.store_gs(Register::RAX, layout::S_RAX);
     let unspill = |b: &mut Builder| b.e.load_gs(Register::RAX, layout::S_RAX);
     // A rep block is counted after its instruction; others where the
@@ -142,7 +163,7 @@ pub(super) fn translate_contexts(
                         b.e.count_rep(ctr);
                         b.copy(i, code, guest)?;
                     }
-                    if let Some(g) = b.e.context_rep_count(ctr, cb.id, cb.index) {
+                    if let Some(g) = b.e.context_rep_count(ctr, cb) {
                         grows.push((g, Register::RCX));
                     }
                 } else if i.flow_control() == FlowControl::Next {
