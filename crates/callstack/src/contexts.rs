@@ -426,10 +426,7 @@ mod tests {
                 flow,
                 group: blk.function as u32,
                 index: blk.counter as u32,
-                memo: matches!(
-                    blk.term,
-                    Terminator::Call { .. } | Terminator::IndirectCall | Terminator::IndirectJump
-                ),
+                memo: may_call(blk.term),
                 instrs: blk.instrs as u32,
                 sp_known: matches!(
                     blk.term,
@@ -459,6 +456,20 @@ mod tests {
         fn fork(&self) -> Box<dyn Classify> {
             Box::new(self.clone())
         }
+    }
+
+    /// Whether a block left by `term` has a call memo, as the translator
+    /// gives one to a block that may leave its context other than by a
+    /// return (here: a call, an indirect jump, a jump into another
+    /// function).
+    fn may_call(term: Terminator) -> bool {
+        matches!(
+            term,
+            Terminator::Call { .. }
+                | Terminator::IndirectCall
+                | Terminator::IndirectJump
+                | Terminator::Jump { .. }
+        )
     }
 
     /// xorshift64*.
@@ -517,12 +528,7 @@ mod tests {
                 let mut next = 0;
                 for &b in &p.functions[f].blocks {
                     p.blocks[b].counter = next;
-                    let call = matches!(
-                        p.blocks[b].term,
-                        Terminator::Call { .. }
-                            | Terminator::IndirectCall
-                            | Terminator::IndirectJump
-                    );
+                    let call = may_call(p.blocks[b].term);
                     next += 1 + if call { CALL_MEMO_WORDS } else { 0 };
                 }
             }

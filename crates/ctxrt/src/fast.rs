@@ -27,7 +27,7 @@ use crate::facts::{
     Packed, CALL_MEMO, ENTRY, EXIT_CALL, EXIT_RETURN, FACT_WORDS, POP_ON_JUMP, SKIP, SP_KNOWN,
 };
 use crate::hot;
-use crate::runtime::{Runtime, ID};
+use crate::runtime::{Runtime, FOREIGN, ID};
 use callrules::Flow;
 
 /// Entries of a thread's first call memo (a power of two).
@@ -100,7 +100,7 @@ impl Runtime<'_> {
             _ if yf.has(ENTRY) || xf.domain() != yf.domain() => {
                 !xf.has(POP_ON_JUMP) && self.fast_call(x, y, &xf, &yf, sp)
             }
-            _ => self.fast_jump(&yf, sp),
+            _ => self.fast_jump(x, y, &yf, sp),
         };
         if done {
             if let Some(sp) = sp {
@@ -343,22 +343,53 @@ impl Runtime<'_> {
     /// A jump that leaves no frame: counting goes on in the counters'
     /// group, or in the context's node of another (a `switch` jumping
     /// across a region of code without a name: perl's regex engine made
-    /// 12 M such jumps, each a full decision before).
-    fn fast_jump(&mut self, yf: &Packed<'_>, sp: Option<u64>) -> bool {
+    /// 12 M such jumps, each a full decision before), which `x`'s call
+    /// memo keeps for the next time.
+    fn fast_jump(&mut self, x: u64, y: u64, yf: &Packed<'_>, sp: Option<u64>) -> bool {
         if self.leaves_frames(sp) {
             return false;
         }
-        let Some(at) = self.current_record(self.hot[hot::CUR]) else {
+        let cur = self.hot[hot::CUR];
+        let Some(at) = self.current_record(cur) else {
             return false;
         };
         let (group, index) = (yf.group(), yf.last_word() as usize);
         if self.arena[at + 3] == u64::from(group) {
             return self.count_at(at, index);
         }
-        match self.node_counting(group) {
-            Ok(Some(id)) => self.count_at(self.node_offset(id), index),
-            _ => false,
+        if self.arena[head::NONSKIPPED_NODE] != NONE {
+            return match self.node_counting(group) {
+                Ok(Some(id)) => self.count_at(self.node_offset(id), index),
+                _ => false,
+            };
         }
+        let key = memo_key(x, y);
+        let memo = self.call_memo_at(x, cur);
+        if let Some(m) = memo.filter(|&m| self.arena[m] == key) {
+            let id = self.arena[m + 1];
+            if self.counts_group_in_context(id, group) {
+                return self.count_at(self.node_offset(id), index);
+            }
+        }
+        let Ok(Some(id)) = self.node_counting(group) else {
+            return false;
+        };
+        if let Some(m) = memo {
+            self.arena[m..m + MEMO_WORDS - 1].copy_from_slice(&[key, id, NONE]);
+        }
+        self.count_at(self.node_offset(id), index)
+    }
+
+    /// Whether node `id` is where group `group`'s code counts in the
+    /// current context (outside skipped code): the context's own node, or
+    /// its foreign node of that group (what a call memo of a jump holds;
+    /// the engine's inline jump path makes the same checks).
+    pub(crate) fn counts_group_in_context(&self, id: u64, group: u32) -> bool {
+        let node = self.arena[head::NODE];
+        let at = self.node_offset(id);
+        let r = &self.arena[at..at + NODE_HEADER];
+        r[3] == u64::from(group)
+            && (id == node || (r[0] & 0xffff_ffff == node & 0xffff_ffff && r[1] >> 32 == FOREIGN))
     }
 
     /// Counting goes on in the record at `at` from a block whose last

@@ -44,7 +44,7 @@ pub mod abi {
         CALL_MEMO, DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, SKIP, SP_KNOWN,
     };
     pub use crate::fast::{memo_key, memo_slot, FRAME_RESUME, MEMO_HASH, MEMO_WORDS};
-    pub use crate::runtime::ID;
+    pub use crate::runtime::{FOREIGN, ID};
 }
 pub use facts::{Facts, CALL_MEMO_WORDS, FACT_WORDS};
 

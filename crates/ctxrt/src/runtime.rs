@@ -82,7 +82,7 @@ const SKIP: u64 = 1;
 /// Code of another function run in a context without a call (a jump into
 /// the middle of it: `.cold` parts): its own counters, charged to the
 /// context.
-const FOREIGN: u64 = 2;
+pub const FOREIGN: u64 = 2;
 
 /// One thread's runtime over its hot words, its arena and the process's
 /// block facts.

@@ -75,7 +75,9 @@ const FRAME_RESUME: i32 = 8 * abi::FRAME_RESUME as i32;
 const FRAME_BYTES: i32 = 8 * abi::FRAME_WORDS as i32;
 /// Byte offsets in a node record (`ctxrt::NodeRecord`), and of its
 /// counters.
+const NODE_PARENT: i32 = 0;
 const NODE_LEVEL: i32 = 8;
+const NODE_KIND: i32 = 8 + 4;
 const NODE_GROUP: i32 = 24;
 const NODE_ID: i32 = 8 * abi::ID as i32;
 const NODE_ROOM: i32 = 8 * (abi::NODE_HEADER as i32 - 1);
@@ -528,44 +530,102 @@ impl Emitter {
         self.jmp_label(fail);
     }
 
-    /// The jump path (`ctxrt::fast`'s `fast_jump` within the counters'
-    /// group: an indirect jump, a `switch`), with RSI = the arena, RDI =
-    /// y's facts, R11 = the stack pointer; it ends at `done` with the
-    /// counters as they are, or at `fail` having changed nothing.
+    /// The jump path (`ctxrt::fast`'s `fast_jump`: an indirect jump, a
+    /// `switch`, a jump into another counter group), with RAX = x's facts,
+    /// RCX = y, RDX = x, RSI = the arena, RDI = y's facts, R11 = the stack
+    /// pointer; it ends at `done` with the counters as they are (y's
+    /// group) or those x's call memo holds for y (another group of the
+    /// context), or at `fail` having changed nothing.
     fn fast_jump(&mut self, fail: Label, done: Label) {
         // No frame left behind by the stack pointer.
         let frames_kept = self.new_label();
         op!(self, Mov_r64_rm64, R9, word(RSI, head::DEPTH));
         op!(self, Test_rm64_r64, R9, R9);
         self.jcc_label(JE, frames_kept);
-        op!(self, Mov_r64_rm64, RDX, word(RSI, head::STACK));
-        op!(self, Lea_r64_m, RDX, indexed(RSI, RDX, 8, 0));
+        op!(self, Mov_r64_rm64, R8, word(RSI, head::STACK));
+        op!(self, Lea_r64_m, R8, indexed(RSI, R8, 8, 0));
         op!(self, Shl_rm64_imm8, R9, FRAME_BYTES.trailing_zeros() as i32);
-        op!(self, Add_r64_rm64, RDX, R9);
-        op!(self, Cmp_rm64_r64, based(RDX, FRAME_SP - FRAME_BYTES), R11);
+        op!(self, Add_r64_rm64, R8, R9);
+        op!(self, Cmp_rm64_r64, based(R8, FRAME_SP - FRAME_BYTES), R11);
         self.jcc_label(JB, fail);
         self.bind(frames_kept);
-        // The counters are a node's where it keeps them now, of y's
-        // group, with room for y's counter.
+        // The counters are a node's where it keeps them now; of y's
+        // group, with room for y's counter, they stay.
+        let other_group = self.new_label();
         op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
         op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
         self.jcc_label(JE, fail);
-        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_LAST));
-        op!(
-            self,
-            Cmp_r64_rm64,
-            RAX,
-            based(R8, NODE_ROOM - NODE_COUNTERS)
-        );
-        self.jcc_label(JAE, fail);
-        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_GROUP));
+        op!(self, Mov_r32_rm32, R9D, based(RDI, FACT_GROUP));
         op!(
             self,
             Cmp_rm64_r64,
             based(R8, NODE_GROUP - NODE_COUNTERS),
-            RAX
+            R9
+        );
+        self.jcc_label(JNE, other_group);
+        op!(self, Mov_r32_rm32, R9D, based(RDI, FACT_LAST));
+        op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
+        self.jcc_label(JAE, fail);
+        self.jmp_label(done);
+        // Another group, outside skipped code: x's call memo (in counters
+        // of x's group with room for it) has y's key and a node of this
+        // context's with y's group and room for y's counter: the
+        // context's own node, or its foreign node of y's group.
+        self.bind(other_group);
+        op!(self, Cmp_rm64_imm8, word(RSI, head::NONSKIPPED_NODE), -1);
+        self.jcc_label(JNE, fail);
+        op!(
+            self,
+            Test_rm8_imm8,
+            based(RAX, FACT_FLAGS),
+            abi::CALL_MEMO as i32
+        );
+        self.jcc_label(JE, fail);
+        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_LAST));
+        op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
+        self.jcc_label(JAE, fail);
+        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_GROUP));
+        op!(
+            self,
+            Cmp_rm64_r64,
+            based(R8, NODE_GROUP - NODE_COUNTERS),
+            R9
         );
         self.jcc_label(JNE, fail);
+        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
+        op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
+        op!(self, Shl_rm64_imm8, RDX, 32);
+        op!(self, Or_r64_rm64, RDX, RCX);
+        op!(self, Cmp_r64_rm64, RDX, based(R10, 8));
+        self.jcc_label(JNE, fail);
+        // R9 = the node, R10 = its record.
+        op!(self, Mov_r64_rm64, R9, based(R10, 16));
+        op!(self, Mov_r64_rm64, R10, word(RSI, head::NODES));
+        op!(self, Add_r64_rm64, R10, R9);
+        op!(self, Mov_r64_rm64, R10, indexed(RSI, R10, 8, 0));
+        op!(self, Lea_r64_m, R10, indexed(RSI, R10, 8, 0));
+        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_GROUP));
+        op!(self, Cmp_rm64_r64, based(R10, NODE_GROUP), RAX);
+        self.jcc_label(JNE, fail);
+        op!(self, Mov_r32_rm32, EAX, based(RDI, FACT_LAST));
+        op!(self, Cmp_r64_rm64, RAX, based(R10, NODE_ROOM));
+        self.jcc_label(JAE, fail);
+        let own = self.new_label();
+        op!(self, Cmp_r64_rm64, R9, word(RSI, head::NODE));
+        self.jcc_label(JE, own);
+        op!(self, Mov_r32_rm32, EAX, word(RSI, head::NODE));
+        op!(self, Cmp_rm32_r32, based(R10, NODE_PARENT), EAX);
+        self.jcc_label(JNE, fail);
+        op!(
+            self,
+            Cmp_rm32_imm8,
+            based(R10, NODE_KIND),
+            abi::FOREIGN as i32
+        );
+        self.jcc_label(JNE, fail);
+        self.bind(own);
+        op!(self, Lea_r64_m, RAX, based(R10, NODE_COUNTERS));
+        op!(self, Mov_rm64_r64, gs(hot_word(hot::CUR)), RAX);
         self.jmp_label(done);
     }
 

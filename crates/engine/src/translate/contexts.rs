@@ -33,16 +33,14 @@ pub(super) fn translate_contexts(
 ) -> Result<Translation, TransError> {
     let (mut items, mut stop) = decode_block(code, guest, ctx.smc_stub().is_some())?;
     rep_alone(&mut items, &mut stop);
-    // The counter of a block that may call (a call, or an indirect jump:
-    // a PLT entry's into its function, a tail call) is followed by its
-    // call memo (`ctxrt::fast`).
-    let calls = matches!(stop, Stop::Terminator)
-        && matches!(items.last(), Some(Item::Insn(i))
-        if matches!(
-            i.flow_control(),
-            FlowControl::Call | FlowControl::IndirectCall | FlowControl::IndirectBranch
-        ));
-    let cb = if calls {
+    // The counter of a block that may leave its context other than by a
+    // return (a call, a jump into another function, counter group or
+    // object: a PLT entry's, a tail call) is followed by its call memo
+    // (`ctxrt::fast`).
+    let store_last = leaves_context(&items, &stop, &mut *ctx);
+    let returns = matches!(items.last(), Some(Item::Insn(i))
+        if i.flow_control() == FlowControl::Return);
+    let cb = if store_last && !returns {
         ctx.reserve_call_memo();
         ContextBlock {
             last: cb.index + ctxrt::CALL_MEMO_WORDS as u32,
@@ -120,7 +118,6 @@ pub(super) fn translate_contexts(
             b.e.keep_flags_in_ax(false);
         }
     }
-    let store_last = leaves_context(&items, &stop, &mut *b.ctx);
     let mut end = guest;
     for (n, item) in items.iter().enumerate() {
         match (placement, item, rep) {
