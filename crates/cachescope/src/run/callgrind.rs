@@ -344,11 +344,12 @@ fn block_flow(first: &callrules::Flow, info: &BlockInfo) -> callrules::Flow {
 /// to the highest number among them, so one group for a whole stripped
 /// object (cc1: hundreds of thousands of blocks) gave each context
 /// megabytes of counters and filled the arena; a region bounds a context's
-/// counters to the blocks of 64 KiB of code, and a jump between regions (in a function
-/// that straddles a boundary) takes the runtime's decision, which counts
-/// the new region in a node of the same context. 64 KiB keeps those jumps
-/// rare (cc1: 39 M runtime decisions against 70 M with 4 KiB regions).
-const UNNAMED_REGION: u64 = 1 << 16;
+/// counters to the blocks of 4 KiB of code, and a jump between regions (in
+/// a function that straddles a boundary) counts the new region in a node
+/// of the same context, which the jumping block's call memo keeps (inline
+/// in the stub since session 23). g++'s cc1plus: 5.5 GB of arena with 4
+/// KiB regions, 7.0 GB with 64 KiB, in 174 s against 208 s.
+const UNNAMED_REGION: u64 = 1 << 12;
 
 /// What a counter group is of, in its object.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -179,7 +179,7 @@ fn answer_exit(
         }
         layout::MAGIC_RUNTIME => Err(EngineError(match spills.target {
             1 => "the calling-context runtime's arena is full (a thread has more \
-                  contexts than 1 GiB holds)"
+                  contexts than 8 GiB holds)"
                 .into(),
             code => format!("the calling-context runtime failed (code {code})"),
         })),
