@@ -27,16 +27,16 @@ pub const DESCRIBED: u64 = 32;
 /// Its counter is followed by its call memo ([`CALL_MEMO_WORDS`]).
 pub const CALL_MEMO: u64 = 64;
 
-/// Words after the counter of a block that may call (it ends in a call or
-/// an indirect jump: a PLT entry's, a tail call) that keep its *call
-/// memo*: the key
-/// of the call it last made from those counters (`crate::memo_key`), the
-/// child node and the arc, as an entry of the hashed memo has them after
-/// its counters' address. A context's counters then hold each of its call
-/// sites' last call beside the counter the call block has just added to,
-/// where the hashed memo's entry is a miss of its own (sqlite: a fifth of
-/// the inline stub's time was the memo's compare).
-pub const CALL_MEMO_WORDS: usize = 3;
+/// Words after the counter of a block that may leave its context other
+/// than by a return (a call, an indirect jump, a jump into another
+/// function, group or object) that keep its *call memo*: the block it
+/// last entered so from those counters with the node it made or counted
+/// in (`crate::memo_child`), and the arc (or none), as an entry of the
+/// hashed memo has them. A context's counters then hold each of its call
+/// sites' last call beside the counter the block has just added to, where
+/// the hashed memo's entry is a miss of its own (sqlite: a fifth of the
+/// inline stub's time was the memo's compare).
+pub const CALL_MEMO_WORDS: usize = 2;
 
 /// A block's facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

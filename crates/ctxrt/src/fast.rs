@@ -24,7 +24,8 @@
 
 use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE};
 use crate::facts::{
-    Packed, CALL_MEMO, ENTRY, EXIT_CALL, EXIT_RETURN, FACT_WORDS, POP_ON_JUMP, SKIP, SP_KNOWN,
+    Packed, CALL_MEMO, CALL_MEMO_WORDS, ENTRY, EXIT_CALL, EXIT_RETURN, FACT_WORDS, POP_ON_JUMP,
+    SKIP, SP_KNOWN,
 };
 use crate::hot;
 use crate::runtime::{Runtime, FOREIGN, ID};
@@ -38,20 +39,36 @@ pub const MEMO_ENTRIES: usize = 1 << 16;
 /// lookup of a node and an arc), up to 16 MB of memo.
 pub const MAX_MEMO_ENTRIES: usize = 1 << 19;
 /// Words of a memo entry: the counting record's address the call was
-/// made from (0: empty), its key ([`memo_key`]: the blocks left and
-/// entered), the child node, the arc ([`NONE`] for a skipped function's
-/// call).
+/// made from (0: empty), the block entered and the child node
+/// ([`memo_child`]), the arc ([`NONE`] for a skipped function's call),
+/// the block left. A call memo past a counter has the middle two
+/// (`crate::CALL_MEMO_WORDS`), the same words at the same distance from
+/// the word before them, which the engine's inline paths read alike.
 pub const MEMO_WORDS: usize = 4;
 /// The multiplier of [`memo_slot`]'s hash.
 pub const MEMO_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// A memo entry's key for block `x` entering block `y` (block ids are
-/// below 2^32). Both are kept: two call sites of one function entering
-/// the same callee from the same counters may share a slot, and each has
-/// its own arc.
+/// below 2^32), which its slot is hashed from. Both are kept: two call
+/// sites of one function entering the same callee from the same counters
+/// may share a slot, and each has its own arc.
 #[inline(always)]
 pub fn memo_key(x: u64, y: u64) -> u64 {
     y | x << 32
+}
+
+/// A memo's word naming block `y` entered (plus one: an empty memo's 0
+/// names none) and the node `child` it made or counted in (node ids are
+/// below 2^32).
+#[inline(always)]
+pub fn memo_child(y: u64, child: u64) -> u64 {
+    (y + 1) | child << 32
+}
+
+/// The node of a memo's word made by [`memo_child`], if it names `y`.
+#[inline(always)]
+fn child_of(word: u64, y: u64) -> Option<u64> {
+    (word & 0xffff_ffff == y + 1).then_some(word >> 32)
 }
 
 /// Where a frame keeps its resume record: the arena offset of the
@@ -161,19 +178,20 @@ impl Runtime<'_> {
         let entry = if skip {
             [
                 cur,
-                memo_key(x, y),
-                self.arena[self.record_of(self.hot[hot::CUR]) + ID],
+                memo_child(y, self.arena[self.record_of(self.hot[hot::CUR]) + ID]),
                 NONE,
+                x,
             ]
         } else {
             let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
-            [cur, memo_key(x, y), self.arena[head::NODE], arc]
+            [cur, memo_child(y, self.arena[head::NODE]), arc, x]
         };
         if let Some(at) = self.call_memo_at(x, cur) {
-            self.arena[at..at + MEMO_WORDS - 1].copy_from_slice(&entry[1..]);
+            self.arena[at..at + CALL_MEMO_WORDS].copy_from_slice(&entry[1..3]);
         }
         let mut at = self.memo_at(x, y, cur);
-        if self.arena[at] != 0 && self.arena[at..at + 2] != entry[..2] {
+        let same_key = |m: &[u64]| m[0] == cur && m[3] == x && child_of(m[1], y).is_some();
+        if self.arena[at] != 0 && !same_key(&self.arena[at..at + MEMO_WORDS]) {
             self.arena[head::MEMO_EVICTIONS] += 1;
             if self.grow_memo() {
                 at = self.memo_at(x, y, cur);
@@ -182,9 +200,9 @@ impl Runtime<'_> {
         self.arena[at..at + MEMO_WORDS].copy_from_slice(&entry);
     }
 
-    /// Where block `x`'s call memo is in the counters at `cur` (its key,
-    /// then the child and the arc, past its counter), if it has one and
-    /// they are a node's where it keeps them now, with room for it.
+    /// Where block `x`'s call memo is in the counters at `cur` (past its
+    /// counter: the block entered and the child, then the arc), if it has
+    /// one and they are a node's where it keeps them now, with room for it.
     #[inline(always)]
     fn call_memo_at(&self, x: u64, cur: u64) -> Option<usize> {
         let xf = raw(self.facts, x).filter(|f| f.has(CALL_MEMO))?;
@@ -232,17 +250,19 @@ impl Runtime<'_> {
         sp: Option<u64>,
     ) -> bool {
         let cur = self.hot[hot::CUR];
-        let key = memo_key(x, y);
         // The call memo beside x's counter, else the hashed memo's entry.
-        let (child, arc) = match self.call_memo_at(x, cur) {
-            Some(at) if self.arena[at] == key => (self.arena[at + 1], self.arena[at + 2]),
-            _ => {
+        let mine = self
+            .call_memo_at(x, cur)
+            .and_then(|at| Some((child_of(self.arena[at], y)?, self.arena[at + 1])));
+        let (child, arc) = match mine {
+            Some(found) => found,
+            None => {
                 let slot = self.memo_at(x, y, cur);
                 let memo = &self.arena[slot..slot + MEMO_WORDS];
-                if memo[0] != cur || memo[1] != key {
-                    return false;
+                match child_of(memo[1], y) {
+                    Some(child) if memo[0] == cur && memo[3] == x => (child, memo[2]),
+                    _ => return false,
                 }
-                (memo[2], memo[3])
             }
         };
         if self.leaves_frames(sp) {
@@ -363,10 +383,8 @@ impl Runtime<'_> {
                 _ => false,
             };
         }
-        let key = memo_key(x, y);
         let memo = self.call_memo_at(x, cur);
-        if let Some(m) = memo.filter(|&m| self.arena[m] == key) {
-            let id = self.arena[m + 1];
+        if let Some(id) = memo.and_then(|m| child_of(self.arena[m], y)) {
             if self.counts_group_in_context(id, group) {
                 return self.count_at(self.node_offset(id), index);
             }
@@ -375,7 +393,7 @@ impl Runtime<'_> {
             return false;
         };
         if let Some(m) = memo {
-            self.arena[m..m + MEMO_WORDS - 1].copy_from_slice(&[key, id, NONE]);
+            self.arena[m..m + CALL_MEMO_WORDS].copy_from_slice(&[memo_child(y, id), NONE]);
         }
         self.count_at(self.node_offset(id), index)
     }

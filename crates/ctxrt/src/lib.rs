@@ -43,7 +43,7 @@ pub mod abi {
     pub use crate::facts::{
         CALL_MEMO, DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, SKIP, SP_KNOWN,
     };
-    pub use crate::fast::{memo_key, memo_slot, FRAME_RESUME, MEMO_HASH, MEMO_WORDS};
+    pub use crate::fast::{memo_child, memo_key, memo_slot, FRAME_RESUME, MEMO_HASH, MEMO_WORDS};
     pub use crate::runtime::{FOREIGN, ID};
 }
 pub use facts::{Facts, CALL_MEMO_WORDS, FACT_WORDS};

@@ -329,48 +329,47 @@ impl Emitter {
         let real = matches!(kind, CallKind::Real | CallKind::RealSkip);
         let failed = self.new_label();
         op!(self, Push_r64, RBX);
-        // R10 = the memo entry: its key (and, hashed, its counters) must
-        // be these.
-        // RDX = the key (x and y); R8 = the counters.
-        op!(self, Shl_rm64_imm8, RDX, 32);
-        op!(self, Or_r64_rm64, RDX, RCX);
+        // R10 = the memo's entry (laid out from its second word as a
+        // hashed entry's): y and the child at R10+8, the arc at R10+16.
         op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
         let found = self.new_label();
-        {
-            // A call block's own memo, past its counter (`ctxrt::fast`'s
-            // `call_memo_at`: in a node's current counters of x's group,
-            // with room for it), laid out as a hashed entry past its
-            // counters' address: R10 = x's counter.
-            let hashed = self.new_label();
-            op!(
-                self,
-                Test_rm8_imm8,
-                based(RAX, FACT_FLAGS),
-                abi::CALL_MEMO as i32
-            );
-            self.jcc_label(JE, hashed);
-            op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
-            self.jcc_label(JE, hashed);
-            op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_LAST));
-            op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
-            self.jcc_label(JAE, hashed);
-            op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_GROUP));
-            op!(
-                self,
-                Cmp_rm64_r64,
-                based(R8, NODE_GROUP - NODE_COUNTERS),
-                R9
-            );
-            self.jcc_label(JNE, hashed);
-            op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
-            op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
-            op!(self, Cmp_r64_rm64, RDX, based(R10, 8));
-            self.jcc_label(JE, found);
-            self.bind(hashed);
-        }
-        // Else the hashed memo's entry of (x, y, CUR).
+        // A call block's own memo, past its counter (`ctxrt::fast`'s
+        // `call_memo_at`: in a node's current counters of x's group, with
+        // room for it): R10 = x's counter.
+        let hashed = self.new_label();
+        op!(
+            self,
+            Test_rm8_imm8,
+            based(RAX, FACT_FLAGS),
+            abi::CALL_MEMO as i32
+        );
+        self.jcc_label(JE, hashed);
+        op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
+        self.jcc_label(JE, hashed);
+        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_LAST));
+        op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
+        self.jcc_label(JAE, hashed);
+        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_GROUP));
+        op!(
+            self,
+            Cmp_rm64_r64,
+            based(R8, NODE_GROUP - NODE_COUNTERS),
+            R9
+        );
+        self.jcc_label(JNE, hashed);
+        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
+        op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
+        op!(self, Lea_r32_m, R9D, based(RCX, 1));
+        op!(self, Cmp_rm32_r32, based(R10, 8), R9D);
+        self.jcc_label(JE, found);
+        // Else the hashed memo's entry of (x, y, CUR), hashed from the key
+        // (`ctxrt::memo_key`) and the counters.
+        self.bind(hashed);
+        op!(self, Mov_r64_rm64, R10, RDX);
+        op!(self, Shl_rm64_imm8, R10, 32);
+        op!(self, Or_r64_rm64, R10, RCX);
         op!(self, Mov_r64_imm64, R9, abi::MEMO_HASH);
-        op!(self, Imul_r64_rm64, R9, RDX);
+        op!(self, Imul_r64_rm64, R9, R10);
         op!(self, Shr_rm64_imm8, R9, 40);
         op!(self, Mov_r64_rm64, R10, R8);
         op!(self, Shr_rm64_imm8, R10, 3);
@@ -396,7 +395,10 @@ impl Emitter {
         op!(self, Add_r64_rm64, R10, R9);
         op!(self, Cmp_r64_rm64, R8, based(R10, 0));
         self.jcc_label(JNE, failed);
-        op!(self, Cmp_r64_rm64, RDX, based(R10, 8));
+        op!(self, Cmp_r64_rm64, RDX, based(R10, 24));
+        self.jcc_label(JNE, failed);
+        op!(self, Lea_r32_m, R9D, based(RCX, 1));
+        op!(self, Cmp_rm32_r32, based(R10, 8), R9D);
         self.jcc_label(JNE, failed);
         self.bind(found);
         if skip {
@@ -448,7 +450,7 @@ impl Emitter {
         op!(self, Shl_rm64_imm8, RBX, 32);
         op!(self, Or_r64_rm64, R9, RBX);
         op!(self, Mov_rm64_r64, based(RDX, FRAME_CALLER), R9);
-        op!(self, Mov_r64_rm64, R9, based(R10, 24));
+        op!(self, Mov_r64_rm64, R9, based(R10, 16));
         op!(self, Mov_rm64_r64, based(RDX, FRAME_ARC), R9);
         op!(self, Mov_r64_rm64, R9, gs(hot_word(hot::IR)));
         op!(self, Mov_rm64_r64, based(RDX, FRAME_IR), R9);
@@ -474,7 +476,8 @@ impl Emitter {
         op!(self, Mov_rm64_r64, based(RDX, FRAME_RESUME), R9);
         // RBX = the child's record (a skip node for skipped code), with
         // room for y's counter.
-        op!(self, Mov_r64_rm64, RBX, based(R10, 16));
+        op!(self, Mov_r64_rm64, RBX, based(R10, 8));
+        op!(self, Shr_rm64_imm8, RBX, 32);
         op!(self, Add_r64_rm64, RBX, word(RSI, head::NODES));
         op!(self, Mov_r64_rm64, RBX, indexed(RSI, RBX, 8, 0));
         op!(self, Lea_r64_m, RBX, indexed(RSI, RBX, 8, 0));
@@ -512,12 +515,13 @@ impl Emitter {
             op!(self, Mov_rm64_r64, word(RSI, head::NONSKIPPED_NODE), R9);
             op!(self, Mov_rm64_r64, word(RSI, head::NONSKIPPED_SITE), RAX);
         } else {
-            op!(self, Mov_r64_rm64, RAX, based(R10, 24));
+            op!(self, Mov_r64_rm64, RAX, based(R10, 16));
             op!(self, Lea_r64_m, RAX, indexed(RAX, RAX, 4, 0));
             op!(self, Add_r64_rm64, RAX, word(RSI, head::ARCS));
             op!(self, Add_rm64_imm8, indexed(RSI, RAX, 8, ARC_CALLS), 1);
             op!(self, Add_rm64_imm8, based(RCX, 0), 1);
-            op!(self, Mov_r64_rm64, RAX, based(R10, 16));
+            op!(self, Mov_r64_rm64, RAX, based(R10, 8));
+            op!(self, Shr_rm64_imm8, RAX, 32);
             op!(self, Mov_rm64_r64, word(RSI, head::NODE), RAX);
             op!(self, Mov_rm64_imm32, word(RSI, head::NONSKIPPED_NODE), -1);
         }
@@ -594,12 +598,12 @@ impl Emitter {
         self.jcc_label(JNE, fail);
         op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
         op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
-        op!(self, Shl_rm64_imm8, RDX, 32);
-        op!(self, Or_r64_rm64, RDX, RCX);
-        op!(self, Cmp_r64_rm64, RDX, based(R10, 8));
+        op!(self, Lea_r32_m, R9D, based(RCX, 1));
+        op!(self, Cmp_rm32_r32, based(R10, 8), R9D);
         self.jcc_label(JNE, fail);
         // R9 = the node, R10 = its record.
-        op!(self, Mov_r64_rm64, R9, based(R10, 16));
+        op!(self, Mov_r64_rm64, R9, based(R10, 8));
+        op!(self, Shr_rm64_imm8, R9, 32);
         op!(self, Mov_r64_rm64, R10, word(RSI, head::NODES));
         op!(self, Add_r64_rm64, R10, R9);
         op!(self, Mov_r64_rm64, R10, indexed(RSI, R10, 8, 0));
