@@ -333,35 +333,10 @@ impl Emitter {
         // hashed entry's): y and the child at R10+8, the arc at R10+16.
         op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
         let found = self.new_label();
-        // A call block's own memo, past its counter (`ctxrt::fast`'s
-        // `call_memo_at`: in a node's current counters of x's group, with
-        // room for it): R10 = x's counter.
+        // x's own memo, past its counter.
         let hashed = self.new_label();
-        op!(
-            self,
-            Test_rm8_imm8,
-            based(RAX, FACT_FLAGS),
-            abi::CALL_MEMO as i32
-        );
-        self.jcc_label(JE, hashed);
-        op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
-        self.jcc_label(JE, hashed);
-        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_LAST));
-        op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
-        self.jcc_label(JAE, hashed);
-        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_GROUP));
-        op!(
-            self,
-            Cmp_rm64_r64,
-            based(R8, NODE_GROUP - NODE_COUNTERS),
-            R9
-        );
-        self.jcc_label(JNE, hashed);
-        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
-        op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
-        op!(self, Lea_r32_m, R9D, based(RCX, 1));
-        op!(self, Cmp_rm32_r32, based(R10, 8), R9D);
-        self.jcc_label(JE, found);
+        self.call_memo(hashed);
+        self.jmp_label(found);
         // Else the hashed memo's entry of (x, y, CUR), hashed from the key
         // (`ctxrt::memo_key`) and the counters.
         self.bind(hashed);
@@ -534,6 +509,47 @@ impl Emitter {
         self.jmp_label(fail);
     }
 
+    /// Whether the counters at R8 are a node's where it keeps them now
+    /// (else to `moved`), of the group of the block whose facts are at
+    /// `facts` (else to `other_group`), with room for its last word (else
+    /// to `no_room`). Uses R9.
+    fn counters_hold(&mut self, facts: Register, moved: Label, other_group: Label, no_room: Label) {
+        op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
+        self.jcc_label(JE, moved);
+        op!(self, Mov_r32_rm32, R9D, based(facts, FACT_GROUP));
+        op!(
+            self,
+            Cmp_rm64_r64,
+            based(R8, NODE_GROUP - NODE_COUNTERS),
+            R9
+        );
+        self.jcc_label(JNE, other_group);
+        op!(self, Mov_r32_rm32, R9D, based(facts, FACT_LAST));
+        op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
+        self.jcc_label(JAE, no_room);
+    }
+
+    /// Block x's call memo past its counter (`ctxrt::fast`'s
+    /// `call_memo_at`: x has one, the counters at R8 are a node's current
+    /// ones of x's group with room for it) naming y: R10 = x's counter
+    /// (the memo's words at R10+8 and R10+16), or else to `miss`. With RAX
+    /// = x's facts, RCX = y.
+    fn call_memo(&mut self, miss: Label) {
+        op!(
+            self,
+            Test_rm8_imm8,
+            based(RAX, FACT_FLAGS),
+            abi::CALL_MEMO as i32
+        );
+        self.jcc_label(JE, miss);
+        self.counters_hold(RAX, miss, miss, miss);
+        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
+        op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
+        op!(self, Lea_r32_m, R9D, based(RCX, 1));
+        op!(self, Cmp_rm32_r32, based(R10, 8), R9D);
+        self.jcc_label(JNE, miss);
+    }
+
     /// The jump path (`ctxrt::fast`'s `fast_jump`: an indirect jump, a
     /// `switch`, a jump into another counter group), with RAX = x's facts,
     /// RCX = y, RDX = x, RSI = the arena, RDI = y's facts, R11 = the stack
@@ -557,19 +573,7 @@ impl Emitter {
         // group, with room for y's counter, they stay.
         let other_group = self.new_label();
         op!(self, Mov_r64_rm64, R8, gs(hot_word(hot::CUR)));
-        op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
-        self.jcc_label(JE, fail);
-        op!(self, Mov_r32_rm32, R9D, based(RDI, FACT_GROUP));
-        op!(
-            self,
-            Cmp_rm64_r64,
-            based(R8, NODE_GROUP - NODE_COUNTERS),
-            R9
-        );
-        self.jcc_label(JNE, other_group);
-        op!(self, Mov_r32_rm32, R9D, based(RDI, FACT_LAST));
-        op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
-        self.jcc_label(JAE, fail);
+        self.counters_hold(RDI, fail, other_group, fail);
         self.jmp_label(done);
         // Another group, outside skipped code: x's call memo (in counters
         // of x's group with room for it) has y's key and a node of this
@@ -578,29 +582,7 @@ impl Emitter {
         self.bind(other_group);
         op!(self, Cmp_rm64_imm8, word(RSI, head::NONSKIPPED_NODE), -1);
         self.jcc_label(JNE, fail);
-        op!(
-            self,
-            Test_rm8_imm8,
-            based(RAX, FACT_FLAGS),
-            abi::CALL_MEMO as i32
-        );
-        self.jcc_label(JE, fail);
-        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_LAST));
-        op!(self, Cmp_r64_rm64, R9, based(R8, NODE_ROOM - NODE_COUNTERS));
-        self.jcc_label(JAE, fail);
-        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_GROUP));
-        op!(
-            self,
-            Cmp_rm64_r64,
-            based(R8, NODE_GROUP - NODE_COUNTERS),
-            R9
-        );
-        self.jcc_label(JNE, fail);
-        op!(self, Mov_r32_rm32, R9D, based(RAX, FACT_INDEX));
-        op!(self, Lea_r64_m, R10, indexed(R8, R9, 8, 0));
-        op!(self, Lea_r32_m, R9D, based(RCX, 1));
-        op!(self, Cmp_rm32_r32, based(R10, 8), R9D);
-        self.jcc_label(JNE, fail);
+        self.call_memo(fail);
         // R9 = the node, R10 = its record.
         op!(self, Mov_r64_rm64, R9, based(R10, 8));
         op!(self, Shr_rm64_imm8, R9, 32);
