@@ -811,6 +811,21 @@ mod tests {
         /// Describes block `id`: function `f`, its `index` in it, at
         /// `start`, `instrs` long, left by `exit`.
         fn block(&mut self, id: usize, f: u32, index: u32, start: u64, exit: Exit, entry: bool) {
+            self.block_with(id, f, index, start, exit, entry, false);
+        }
+
+        /// [`Client::block`], with a call memo past its counter if `memo`.
+        #[allow(clippy::too_many_arguments)]
+        fn block_with(
+            &mut self,
+            id: usize,
+            f: u32,
+            index: u32,
+            start: u64,
+            exit: Exit,
+            entry: bool,
+            memo: bool,
+        ) {
             let mut flow = Flow::new(start, start + 8, start + 10, exit);
             (flow.function, flow.entry) = (f, entry);
             let facts = Facts {
@@ -819,7 +834,7 @@ mod tests {
                 index,
                 instrs: 3,
                 sp_known: matches!(exit, Exit::Call | Exit::Return),
-                memo: false,
+                memo,
             };
             if self.facts.len() < (id + 1) * FACT_WORDS {
                 self.facts.resize((id + 1) * FACT_WORDS, 0);
@@ -1016,6 +1031,46 @@ mod tests {
         let a = c.finish();
         let arcs: Vec<_> = a.arcs().map(|a| (a.site, a.calls, a.inclusive)).collect();
         assert_eq!(arcs, [(0x1108, 3, 9), (0x1208, 1, 3)]);
+    }
+
+    #[test]
+    fn a_call_block_keeps_its_last_call_beside_its_counter() {
+        use crate::fast::{memo_child, MEMO_ENTRIES};
+        let mut c = Client::new();
+        // main (f0, block 0) calls f1 (block 1) from block 2, whose call
+        // memo takes numbers 2 and 3; the return site is number 4.
+        c.block(0, 0, 0, 0x1000, Exit::Jump, true);
+        c.block(1, 1, 0, 0x2000, Exit::Return, true);
+        c.block_with(2, 0, 1, 0x1100, Exit::Call, false, true);
+        c.block(3, 0, 4, 0x110a, Exit::Jump, false);
+        c.run(0, true, 0x8000);
+        let call = |c: &mut Client| {
+            c.run(2, false, 0x8000);
+            c.run(1, true, 0x7ff8);
+            c.run(3, true, 0x8000);
+        };
+        call(&mut c);
+        let cur = c.hot[hot::CUR] as usize / 8;
+        let (child, arc) = (c.arena[cur + 2] >> 32, c.arena[cur + 3]);
+        assert_eq!(c.arena[cur + 2], memo_child(1, child));
+        // The hashed memo forgotten, the next call still takes a fast
+        // path, by the memo beside the counter.
+        let memo = c.arena[head::MEMO] as usize;
+        c.arena[memo..memo + MEMO_ENTRIES * 4].fill(0);
+        let fast = c.arena[head::FAST_ENTRIES];
+        call(&mut c);
+        assert_eq!(c.arena[head::FAST_ENTRIES], fast + 2);
+        let a = c.finish();
+        let arcs: Vec<_> = a.arcs().map(|a| (a.site, a.calls, a.inclusive)).collect();
+        assert_eq!(arcs, [(0x1108, 2, 6)]);
+        assert_eq!(arc, 0);
+        // The memo's words are not counts: the caller's counters hold
+        // blocks 0, 2 and 3 only.
+        let caller = a.nodes().next().unwrap();
+        assert_eq!(
+            (caller.counters[0], caller.counters[1], caller.counters[4]),
+            (3, 6, 6)
+        );
     }
 
     #[test]
