@@ -117,7 +117,7 @@ impl Runtime<'_> {
             _ if yf.has(ENTRY) || xf.domain() != yf.domain() => {
                 !xf.has(POP_ON_JUMP) && self.fast_call(x, y, &xf, &yf, sp)
             }
-            _ => self.fast_jump(x, y, &yf, sp),
+            _ => self.fast_jump(&xf, y, &yf, sp),
         };
         if done {
             if let Some(sp) = sp {
@@ -186,7 +186,8 @@ impl Runtime<'_> {
             let arc = self.arena[self.frame_at(self.arena[head::DEPTH] as usize - 1) + 3];
             [cur, memo_child(y, self.arena[head::NODE]), arc, x]
         };
-        if let Some(at) = self.call_memo_at(x, cur) {
+        let memo = raw(self.facts, x).and_then(|xf| self.call_memo_at(&xf, cur));
+        if let Some(at) = memo {
             self.arena[at..at + CALL_MEMO_WORDS].copy_from_slice(&entry[1..3]);
         }
         let mut at = self.memo_at(x, y, cur);
@@ -200,12 +201,15 @@ impl Runtime<'_> {
         self.arena[at..at + MEMO_WORDS].copy_from_slice(&entry);
     }
 
-    /// Where block `x`'s call memo is in the counters at `cur` (past its
-    /// counter: the block entered and the child, then the arc), if it has
-    /// one and they are a node's where it keeps them now, with room for it.
+    /// Where the call memo of the block whose facts are `xf` is in the
+    /// counters at `cur` (past its counter: the block entered and the
+    /// child, then the arc), if it has one and they are a node's where it
+    /// keeps them now, with room for it.
     #[inline(always)]
-    fn call_memo_at(&self, x: u64, cur: u64) -> Option<usize> {
-        let xf = raw(self.facts, x).filter(|f| f.has(CALL_MEMO))?;
+    fn call_memo_at(&self, xf: &Packed<'_>, cur: u64) -> Option<usize> {
+        if !xf.has(CALL_MEMO) {
+            return None;
+        }
         let at = self.current_record(cur)?;
         let last = xf.last_word() as usize;
         (self.arena[at + 3] == u64::from(xf.group())
@@ -252,7 +256,7 @@ impl Runtime<'_> {
         let cur = self.hot[hot::CUR];
         // The call memo beside x's counter, else the hashed memo's entry.
         let mine = self
-            .call_memo_at(x, cur)
+            .call_memo_at(xf, cur)
             .and_then(|at| Some((child_of(self.arena[at], y)?, self.arena[at + 1])));
         let (child, arc) = match mine {
             Some(found) => found,
@@ -363,9 +367,9 @@ impl Runtime<'_> {
     /// A jump that leaves no frame: counting goes on in the counters'
     /// group, or in the context's node of another (a `switch` jumping
     /// across a region of code without a name: perl's regex engine made
-    /// 12 M such jumps, each a full decision before), which `x`'s call
+    /// 12 M such jumps, each a full decision before), which the jumping block's call
     /// memo keeps for the next time.
-    fn fast_jump(&mut self, x: u64, y: u64, yf: &Packed<'_>, sp: Option<u64>) -> bool {
+    fn fast_jump(&mut self, xf: &Packed<'_>, y: u64, yf: &Packed<'_>, sp: Option<u64>) -> bool {
         if self.leaves_frames(sp) {
             return false;
         }
@@ -383,7 +387,7 @@ impl Runtime<'_> {
                 _ => false,
             };
         }
-        let memo = self.call_memo_at(x, cur);
+        let memo = self.call_memo_at(xf, cur);
         if let Some(id) = memo.and_then(|m| child_of(self.arena[m], y)) {
             if self.counts_group_in_context(id, group) {
                 return self.count_at(self.node_offset(id), index);

@@ -873,6 +873,22 @@ mod tests {
             }
         }
 
+        /// Block `site` (run without an entry, at the stack pointer
+        /// 0x8000) calls block `callee`, which returns to block `back`.
+        fn call(&mut self, site: u64, callee: u64, back: u64) {
+            self.run(site, false, 0x8000);
+            self.run(callee, true, 0x7ff8);
+            self.run(back, true, 0x8000);
+        }
+
+        /// The arcs, as (call site, calls, inclusive Ir), once every
+        /// call still running has returned.
+        fn arcs(&mut self) -> Vec<(u64, u64, u64)> {
+            let a = self.finish();
+            let arcs = a.arcs().map(|a| (a.site, a.calls, a.inclusive));
+            arcs.collect()
+        }
+
         fn finish(&mut self) -> Arena<'_> {
             self.rt().finish();
             Arena::new(&self.arena)
@@ -1015,11 +1031,7 @@ mod tests {
         let b = (4..).find(|&x| slot(x) == slot(2)).unwrap();
         c.block(b as usize, 0, 3, 0x1200, Exit::Call, false);
         c.block(b as usize + 1, 0, 4, 0x120a, Exit::Jump, false);
-        let call = |c: &mut Client, site: u64| {
-            c.run(site, false, 0x8000);
-            c.run(1, true, 0x7ff8);
-            c.run(site + 1, true, 0x8000);
-        };
+        let call = |c: &mut Client, site: u64| c.call(site, 1, site + 1);
         call(&mut c, 2);
         // One replacement short of doubling: b's call replaces a's entry.
         c.arena[head::MEMO_EVICTIONS] = MEMO_ENTRIES as u64 - 1;
@@ -1028,9 +1040,7 @@ mod tests {
         assert_eq!(c.arena[head::MEMO_EVICTIONS], 0);
         call(&mut c, 2);
         call(&mut c, 2);
-        let a = c.finish();
-        let arcs: Vec<_> = a.arcs().map(|a| (a.site, a.calls, a.inclusive)).collect();
-        assert_eq!(arcs, [(0x1108, 3, 9), (0x1208, 1, 3)]);
+        assert_eq!(c.arcs(), [(0x1108, 3, 9), (0x1208, 1, 3)]);
     }
 
     #[test]
@@ -1044,12 +1054,7 @@ mod tests {
         c.block_with(2, 0, 1, 0x1100, Exit::Call, false, true);
         c.block(3, 0, 4, 0x110a, Exit::Jump, false);
         c.run(0, true, 0x8000);
-        let call = |c: &mut Client| {
-            c.run(2, false, 0x8000);
-            c.run(1, true, 0x7ff8);
-            c.run(3, true, 0x8000);
-        };
-        call(&mut c);
+        c.call(2, 1, 3);
         let cur = c.hot[hot::CUR] as usize / 8;
         let (child, arc) = (c.arena[cur + 2] >> 32, c.arena[cur + 3]);
         assert_eq!(c.arena[cur + 2], memo_child(1, child));
@@ -1058,14 +1063,13 @@ mod tests {
         let memo = c.arena[head::MEMO] as usize;
         c.arena[memo..memo + MEMO_ENTRIES * 4].fill(0);
         let fast = c.arena[head::FAST_ENTRIES];
-        call(&mut c);
+        c.call(2, 1, 3);
         assert_eq!(c.arena[head::FAST_ENTRIES], fast + 2);
-        let a = c.finish();
-        let arcs: Vec<_> = a.arcs().map(|a| (a.site, a.calls, a.inclusive)).collect();
-        assert_eq!(arcs, [(0x1108, 2, 6)]);
+        assert_eq!(c.arcs(), [(0x1108, 2, 6)]);
         assert_eq!(arc, 0);
         // The memo's words are not counts: the caller's counters hold
         // blocks 0, 2 and 3 only.
+        let a = c.finish();
         let caller = a.nodes().next().unwrap();
         assert_eq!(
             (caller.counters[0], caller.counters[1], caller.counters[4]),
