@@ -106,10 +106,10 @@ pub trait TransCtx {
         Ok(None)
     }
 
-    /// Contexts mode: the block being translated may call (it ends in a
-    /// call or an indirect jump), so its
-    /// call memo's words (`ctxrt::CALL_MEMO_WORDS`) follow its counter:
-    /// its counter group's next numbers are theirs.
+    /// Contexts mode: the block being translated may leave its context
+    /// other than by a return (a call, a jump out of its counter group),
+    /// so its call memo's words (`ctxrt::CALL_MEMO_WORDS`) follow its
+    /// counter: its counter group's next numbers are theirs.
     fn reserve_call_memo(&mut self) {}
 
     /// Contexts mode: whether a jump or fall-through from the block being

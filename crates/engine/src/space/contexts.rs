@@ -214,8 +214,9 @@ impl ContextsCtx<'_> {
         })
     }
 
-    /// The block being translated ends in a call: the next numbers of its
-    /// counter group are its call memo's words, right after its counter.
+    /// The block being translated may leave its context other than by a
+    /// return (a call, a jump out of its counter group): the next numbers
+    /// of its group are its call memo's words, right after its counter.
     pub fn reserve_call_memo(&mut self) {
         let c = &mut *self.contexts;
         let Some((_, index, _, group, memo)) = &mut c.current else {
