@@ -100,6 +100,12 @@ struct Interrupted {
     cost: u64,
     sim_cost: Vec<u64>,
     collect: bool,
+    /// The stack pointers as they were ([`ThreadState::sp`] and
+    /// `last_sp`): a signal landing between a call (its record with the
+    /// stack pointer) and the callee's first block must not lose the
+    /// pending one, or the call's frame gets the handler's.
+    sp: Option<u64>,
+    last_sp: u64,
 }
 
 /// One thread's state.
@@ -1241,6 +1247,8 @@ impl Tool for CallTool {
                     cost: t.cost,
                     sim_cost: std::mem::replace(&mut t.sim_cost, zero),
                     collect: t.collect,
+                    sp: t.sp,
+                    last_sp: t.last_sp,
                 });
                 t.node = NO_NODE;
                 t.last = None;
@@ -1255,7 +1263,11 @@ impl Tool for CallTool {
                 while t.stack.len() > depth {
                     t.pop(&mut self.tree);
                 }
+                let kept = t.signals.last().map(|s| (s.sp, s.last_sp));
                 t.end_signal();
+                if let Some((sp, last_sp)) = kept {
+                    (t.sp, t.last_sp) = (sp, last_sp);
+                }
             }
         }
     }
