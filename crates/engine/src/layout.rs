@@ -236,6 +236,14 @@ pub const MAGIC_RUNTIME: u32 = MAGIC_LO + 8;
 /// where it counted.
 pub const S_CONTEXT_HOT: u32 = 0x60;
 const _: () = assert!(S_CONTEXT_HOT as u64 + 8 * ctxrt::hot::WORDS as u64 <= SPILL_BYTES);
+/// Spill slot (contexts mode): non-zero while an asynchronous signal
+/// waits for the thread to leave the context runtime (its stub or blob),
+/// which a handler must not re-enter half-way through an entry; the
+/// stub's exits then trap (`int3`) instead of returning, and the tracer
+/// delivers the signal from there (`tracer/signals.rs`).
+pub const S_SIGNAL_WAITS: u32 = 0xf8;
+const _: () = assert!(S_SIGNAL_WAITS >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
+const _: () = assert!((S_SIGNAL_WAITS as u64) + 8 <= SPILL_BYTES);
 /// Where the process's table of block facts (contexts mode) is asked to
 /// go: below the thread areas, away from the code and the client's own
 /// mappings.

@@ -240,25 +240,14 @@ impl Emitter {
     /// the stack, and calls `cs_runtime(op, hot, config, block, sp)` with
     /// the thread's hot words (GS base plus their offset) and the client's
     /// stack pointer at the entry. A runtime error exits to the tool
-    /// ([`layout::MAGIC_RUNTIME`], the code in RAX).
-    pub fn runtime_stub(&mut self, core: u64, xmm: &[Register]) {
-        // Pushed after RAX and the arithmetic flags (in AX).
-        const SAVED: [Register; 9] = [
-            Register::RCX,
-            Register::RDX,
-            Register::RSI,
-            Register::RDI,
-            Register::R8,
-            Register::R9,
-            Register::R10,
-            Register::R11,
-            Register::RBX,
-        ];
+    /// ([`layout::MAGIC_RUNTIME`], the code in RAX). Returns the exit
+    /// window (see [`Emitter::context_entry_stub`]).
+    pub fn runtime_stub(&mut self, core: u64, xmm: &[Register]) -> std::ops::Range<u64> {
         self.insn(Instruction::with1(Code::Push_r64, Register::RAX));
         self.insn(Instruction::with1(Code::Seto_rm8, Register::AL));
         self.insn(Ok(Instruction::with(Code::Lahf)));
         self.insn(Instruction::with1(Code::Push_r64, Register::RAX));
-        for r in SAVED {
+        for r in RUNTIME_SAVED {
             self.insn(Instruction::with1(Code::Push_r64, r));
         }
         // RBX (kept by the callee) holds the stack pointer past the saves.
@@ -282,7 +271,7 @@ impl Emitter {
         }
         // Above RBX: the saves (11 words with RAX and the flags), the
         // return address, the argument, then the 128 bytes skipped.
-        let saves = 8 * (SAVED.len() as i32 + 2);
+        let saves = 8 * (RUNTIME_SAVED.len() as i32 + 2);
         let arg = based(Register::RBX, saves + 8);
         self.insn(Instruction::with2(Code::Mov_r64_rm64, Register::RCX, arg));
         // op: 1 (grow) for a complemented id, else 0.
@@ -331,6 +320,51 @@ impl Emitter {
             Register::RAX,
         ));
         self.jcc_label(5, fail); // jne
+        // A signal that arrived meanwhile waits for the entry's end (see
+        // `layout::S_SIGNAL_WAITS`): the exit traps instead of returning.
+        let waits = self.new_label();
+        let window = self.here();
+        self.insn(Instruction::with2(
+            Code::Cmp_rm64_imm8,
+            gs(layout::S_SIGNAL_WAITS),
+            0,
+        ));
+        self.jcc_label(5, waits); // jne
+        self.runtime_stub_exit(xmm, Code::Retnq);
+        let window = window..self.here();
+        self.bind(waits);
+        self.runtime_stub_exit(xmm, Code::Int3);
+        self.bind(fail);
+        self.insn(Instruction::with2(
+            Code::Mov_rm64_r64,
+            gs(layout::S_TARGET),
+            Register::RAX,
+        ));
+        self.magic_syscall(layout::MAGIC_RUNTIME);
+        self.insn(Ok(Instruction::with(Code::Ud2)));
+        window
+    }
+}
+
+/// Registers the runtime stub pushes after RAX and the arithmetic flags
+/// (in AX).
+const RUNTIME_SAVED: [Register; 9] = [
+    Register::RCX,
+    Register::RDX,
+    Register::RSI,
+    Register::RDI,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+    Register::RBX,
+];
+
+impl Emitter {
+    /// The runtime stub's way out (RBX = the stack past its saves): the
+    /// XMM registers, the saved ones and the flags back, then `last` (a
+    /// return, or the trap a waiting signal is delivered from).
+    fn runtime_stub_exit(&mut self, xmm: &[Register], last: Code) {
         for (i, &x) in xmm.iter().enumerate() {
             let slot = based(Register::RSP, 16 * i as i32);
             self.insn(Instruction::with2(Code::Movdqu_xmm_xmmm128, x, slot));
@@ -340,7 +374,7 @@ impl Emitter {
             Register::RSP,
             Register::RBX,
         ));
-        for r in SAVED.iter().rev() {
+        for r in RUNTIME_SAVED.iter().rev() {
             self.insn(Instruction::with1(Code::Pop_r64, *r));
         }
         // OF from AL (1 + 0x7f overflows), then the rest from AH.
@@ -348,15 +382,7 @@ impl Emitter {
         self.insn(Instruction::with2(Code::Add_rm8_imm8, Register::AL, 0x7f));
         self.insn(Ok(Instruction::with(Code::Sahf)));
         self.insn(Instruction::with1(Code::Pop_r64, Register::RAX));
-        self.insn(Ok(Instruction::with(Code::Retnq)));
-        self.bind(fail);
-        self.insn(Instruction::with2(
-            Code::Mov_rm64_r64,
-            gs(layout::S_TARGET),
-            Register::RAX,
-        ));
-        self.magic_syscall(layout::MAGIC_RUNTIME);
-        self.insn(Ok(Instruction::with(Code::Ud2)));
+        self.insn(Ok(Instruction::with(last)));
     }
 }
 

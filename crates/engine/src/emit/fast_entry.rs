@@ -137,15 +137,24 @@ impl Emitter {
     /// counters must grow): the inline fast paths, and then (bound at the
     /// returned label) the runtime stub, which every other entry reaches
     /// with the stack, registers and flags as at the stub's entry.
-    pub fn context_entry_stub(&mut self, core: u64, xmm: &[Register], fast: FastEntry) {
+    /// Returns the stub's *exit windows*: from each exit's check of
+    /// [`layout::S_SIGNAL_WAITS`] to the end of its return, where a thread
+    /// goes back to translated code without looking at the slot again.
+    pub fn context_entry_stub(
+        &mut self,
+        core: u64,
+        xmm: &[Register],
+        fast: FastEntry,
+    ) -> [std::ops::Range<u64>; 2] {
         let slow = self.new_label();
-        self.fast_entries(fast, slow);
+        let fast_exit = self.fast_entries(fast, slow);
         self.bind(slow);
-        self.runtime_stub(core, xmm);
+        [fast_exit, self.runtime_stub(core, xmm)]
     }
 
-    /// The fast paths, going to `slow` for anything else.
-    fn fast_entries(&mut self, fast: FastEntry, slow: Label) {
+    /// The fast paths, going to `slow` for anything else; returns the
+    /// exit window of their common way out.
+    fn fast_entries(&mut self, fast: FastEntry, slow: Label) -> std::ops::Range<u64> {
         let (restore_to_slow, ret_path, done) =
             (self.new_label(), self.new_label(), self.new_label());
         // Saves: RAX, the arithmetic flags, the scratch registers.
@@ -302,11 +311,22 @@ impl Emitter {
         for w in [head::FAST_ENTRIES, head::ENTRIES, head::INLINE_ENTRIES] {
             op!(self, Add_rm64_imm8, word(RSI, w), 1);
         }
+        // A signal that arrived meanwhile waits for the entry's end: the
+        // tracer delivers it from the trap, as at the return address.
+        let waits = self.new_label();
+        let window = self.here();
+        op!(self, Cmp_rm64_imm8, gs(layout::S_SIGNAL_WAITS), 0);
+        self.jcc_label(JNE, waits);
         self.restore_saved();
         op!(self, Retnq);
+        let window = window..self.here();
+        self.bind(waits);
+        self.restore_saved();
+        op!(self, Int3);
         self.bind(restore_to_slow);
         self.restore_saved();
         self.jmp_label(slow);
+        window
     }
 
     /// Pops what [`Emitter::fast_entries`] pushed.

@@ -38,12 +38,20 @@ pub struct Contexts {
     origins: Vec<Option<Arc<CodeOrigin>>>,
     /// The arenas of threads that ended, with their thread numbers.
     ended: Vec<ThreadContexts>,
+    /// The context stub's exit windows (`Emitter::context_entry_stub`).
+    exit_windows: [std::ops::Range<u64>; 2],
 }
 
 impl Contexts {
-    /// Contexts mode over the facts table mapped at `facts_at`.
-    pub fn new(classifier: Box<dyn ContextClassifier>, facts_at: u64) -> Contexts {
+    /// Contexts mode over the facts table mapped at `facts_at`, with the
+    /// context stub's exit windows.
+    pub fn new(
+        classifier: Box<dyn ContextClassifier>,
+        facts_at: u64,
+        exit_windows: [std::ops::Range<u64>; 2],
+    ) -> Contexts {
         Contexts {
+            exit_windows,
             classifier,
             facts_at,
             blocks: Vec::new(),
@@ -67,7 +75,15 @@ impl Contexts {
             current: None,
             origins: self.origins.clone(),
             ended: Vec::new(),
+            exit_windows: self.exit_windows.clone(),
         }
+    }
+
+    /// Whether host address `host` lies in one of the context stub's exit
+    /// windows, where a thread leaves the runtime without looking at
+    /// `layout::S_SIGNAL_WAITS` again.
+    pub fn in_exit_window(&self, host: u64) -> bool {
+        self.exit_windows.iter().any(|w| w.contains(&host))
     }
 }
 

@@ -440,6 +440,21 @@ impl Space {
         self.in_code_cache(host) || (self.core..self.core + layout::CORE_SIZE).contains(&host)
     }
 
+    /// Whether host address `host` is inside contexts mode's runtime: the
+    /// context entries' stub or the runtime blob, where the runtime's words
+    /// may be half-written (a signal handler must not enter it there).
+    pub fn in_context_runtime(&self, host: u64) -> bool {
+        self.contexts.is_some()
+            && (self.core + layout::RT_STUB..self.core + layout::HTAB).contains(&host)
+    }
+
+    /// Whether host address `host` is where a thread leaves contexts
+    /// mode's runtime without looking for a waiting signal again (see
+    /// `Contexts::in_exit_window`).
+    pub fn in_context_exit(&self, host: u64) -> bool {
+        self.contexts.as_ref().is_some_and(|c| c.in_exit_window(host))
+    }
+
     /// Leaving a signal handler of the stopped thread whose area is `area`:
     /// see [`areas::Areas::pop_signal_spills`].
     pub fn pop_signal_spills(&mut self, area: u64) -> Result<(), EngineError> {

@@ -195,7 +195,7 @@ fn setup_contexts(
         blocks: FACTS_CAPACITY,
         separate_recs: cfg.separate_recs,
     };
-    stub.context_entry_stub(core, &xmm, fast);
+    let exit_windows = stub.context_entry_stub(core, &xmm, fast);
     debug_assert!(layout::RT_STUB + (stub.bytes.len() as u64) < layout::RT_BLOB);
     mem.write(core + layout::RT_STUB, &stub.bytes);
     mem.write(
@@ -209,7 +209,7 @@ fn setup_contexts(
         .flat_map(|w| w.to_le_bytes())
         .collect();
     mem.write(core + layout::RT_CONFIG, &config);
-    Ok(Contexts::new((cfg.classifier)(), facts as u64))
+    Ok(Contexts::new((cfg.classifier)(), facts as u64, exit_windows))
 }
 
 /// The syscall-interest table: one byte per syscall number, for those

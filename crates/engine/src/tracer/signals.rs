@@ -88,29 +88,130 @@ impl Tracer<'_> {
         if sig == libc::SIGTRAP && self.left_retired_entry(tid)? {
             return self.resume(tid, 0);
         }
+        if sig == libc::SIGTRAP && self.left_runtime_with_signal(tid)? {
+            return Ok(());
+        }
         if is_synchronous(sig) {
             self.place_fault(tid, sig)?;
         }
         if self.handler_runs(tid, sig) {
             // The kernel runs our trampoline, which enters the translated
             // handler.
-            if !is_synchronous(sig) && !self.place_interrupted(tid, sig)? {
-                return Ok(());
+            if !is_synchronous(sig) {
+                if self.postpone_in_runtime(tid, sig)? {
+                    return Ok(());
+                }
+                if !self.place_interrupted(tid, sig)? {
+                    return Ok(());
+                }
             }
-            self.mark_trace(tid, MARK_SIGNAL)?;
-            if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
-                self.log_delivery(tid, sig)?;
-            }
-            if self.shares_actions(tid) {
-                // Another thread may change the action before this one
-                // runs again and looks it up: the handler's frame is
-                // built now, under the action the signal met.
-                return self.step_into_handler(tid, sig);
-            }
+            return self.deliver_to_handler(tid, sig);
         }
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig)?;
         Ok(())
+    }
+
+    /// `tid`, stopped at the delivery of `sig` whose handler runs (with
+    /// the siginfo it is to see), goes on into the handler.
+    fn deliver_to_handler(&mut self, tid: i32, sig: i32) -> Result<(), EngineError> {
+        self.mark_trace(tid, MARK_SIGNAL)?;
+        if debug_enabled() || std::env::var_os("CACHESCOPE_ENGINE_DEBUG_SIGNALS").is_some() {
+            self.log_delivery(tid, sig)?;
+        }
+        if self.shares_actions(tid) {
+            // Another thread may change the action before this one runs
+            // again and looks it up: the handler's frame is built now,
+            // under the action the signal met.
+            return self.step_into_handler(tid, sig);
+        }
+        self.resume(tid, sig)
+    }
+
+    /// Contexts mode: an asynchronous signal `sig` whose handler runs,
+    /// stopped at while `tid` is inside the context runtime (the stub or
+    /// the blob), where the runtime's words may be half-written and a
+    /// handler's first block would enter the runtime again. The signal
+    /// waits: it is kept with its siginfo, the thread's
+    /// `layout::S_SIGNAL_WAITS` is set, and the thread goes on; the
+    /// runtime's exit then traps instead of returning, and
+    /// [`Tracer::left_runtime_with_signal`] delivers it there. A thread
+    /// already past its exit's check (in an exit window) is stepped out
+    /// instead, and the signal delivered where it lands. Returns whether
+    /// the signal was taken care of (waits, or was delivered meanwhile).
+    fn postpone_in_runtime(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let mut regs = get_regs(tid)?;
+        if !space.borrow().in_context_runtime(regs.rip) {
+            return Ok(false);
+        }
+        let info = sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?;
+        let mut steps = 0;
+        while space.borrow().in_context_exit(regs.rip) && steps < MAX_STEPS {
+            match self.step(tid)? {
+                Step::Done => {}
+                Step::Gone => return Ok(true),
+                Step::Raised(other) => {
+                    let tgid = self.tasks[&tid].tgid;
+                    self.requeue.push((tgid, tid, sig));
+                    self.on_signal(tid, other)?;
+                    return Ok(true);
+                }
+            }
+            steps += 1;
+            regs = get_regs(tid)?;
+        }
+        if steps > 0 {
+            // Stopped by the step's SIGTRAP: the signal is delivered
+            // instead, with its own siginfo.
+            sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
+            if !space.borrow().in_context_runtime(regs.rip) {
+                return Ok(false);
+            }
+        }
+        let task = self.tasks.get_mut(&tid).expect("known task");
+        task.waiting.push((sig, info));
+        let slot = regs.gs_base + u64::from(layout::S_SIGNAL_WAITS);
+        space.borrow_mut().mem().write(slot, &1u64.to_le_bytes());
+        self.resume(tid, 0)?;
+        Ok(true)
+    }
+
+    /// Whether `tid`'s SIGTRAP is the context runtime's exit trapping for
+    /// a signal that waits ([`Tracer::postpone_in_runtime`]); if so the
+    /// exit's return is done here (the thread is back in translated code,
+    /// after the context entry's call) and the first waiting signal is
+    /// delivered there, with its own siginfo; others are sent again.
+    fn left_runtime_with_signal(&mut self, tid: i32) -> Result<bool, EngineError> {
+        if self.tasks.get(&tid).is_none_or(|t| t.waiting.is_empty()) {
+            return Ok(false);
+        }
+        let space = self.space_of(tid).expect("known task");
+        let mut regs = get_regs(tid)?;
+        if !space.borrow().in_context_runtime(regs.rip.wrapping_sub(1)) {
+            return Ok(false);
+        }
+        let task = self.tasks.get_mut(&tid).expect("known task");
+        let mut waiting = std::mem::take(&mut task.waiting).into_iter();
+        let tgid = task.tgid;
+        {
+            let mut sp = space.borrow_mut();
+            let mem = sp.mem();
+            mem.write(
+                regs.gs_base + u64::from(layout::S_SIGNAL_WAITS),
+                &0u64.to_le_bytes(),
+            );
+            regs.rip = mem.read_u64(regs.rsp)?;
+            regs.rsp += 8;
+        }
+        set_regs(tid, &regs)?;
+        let (sig, info) = waiting.next().expect("a waiting signal");
+        for (other, _) in waiting {
+            self.requeue.push((tgid, tid, other));
+        }
+        sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
+        self.deliver_to_handler(tid, sig)?;
+        Ok(true)
     }
 
     /// Whether `tid` trapped on the `int3` of a retired block's entry

@@ -42,6 +42,9 @@ pub(super) struct Task {
     pub(super) tgid: i32,
     /// The thread area (GS base) this thread owns.
     pub(super) area: u64,
+    /// Asynchronous signals (with their siginfo) waiting for the thread to
+    /// leave contexts mode's runtime (`Tracer::postpone_in_runtime`).
+    pub(super) waiting: Vec<(i32, crate::sys::SigInfo)>,
 }
 
 /// A traced process.
@@ -75,7 +78,14 @@ impl Tracer<'_> {
     }
 
     fn add_task(&mut self, tid: i32, tgid: i32, area: u64) {
-        self.tasks.insert(tid, Task { tgid, area });
+        self.tasks.insert(
+            tid,
+            Task {
+                tgid,
+                area,
+                waiting: Vec::new(),
+            },
+        );
     }
 
     /// How many threads, of every process, run in `space`.
