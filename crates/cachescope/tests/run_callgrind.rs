@@ -423,3 +423,55 @@ fn fn_skip() {
     assert!(!gb.selfs.contains_key("is_odd") && gb.selfs.contains_key("main"));
     assert_eq!(ga, gb);
 }
+
+/// Self Ir of two functions, then calls and inclusive Ir of two arcs.
+type TimerLoop = (Vec<Option<u64>>, Vec<Option<(u64, u64)>>);
+
+/// What `timer.c`'s loop runs whatever its profiling timer interrupts:
+/// work's and main's self Ir, and main -> work and work -> mid with their
+/// calls and inclusive Ir.
+fn timer_loop(g: &Graph) -> TimerLoop {
+    let selfs = ["work", "main"].map(|f| g.selfs.get(f).copied()).to_vec();
+    let arcs = [("main", "work"), ("work", "mid")]
+        .map(|(a, b)| g.arcs_in.get(&(a.to_string(), b.to_string())).copied())
+        .to_vec();
+    (selfs, arcs)
+}
+
+#[test]
+fn asynchronous_timer_signals() {
+    // A timer signal landing between a call and its callee's first block
+    // lost the call's stack pointer (the callee's return became a call:
+    // work'2 under mid); in contexts mode, one landing in the runtime had
+    // the handler enter it half-way through an entry.
+    let (dir, ours, theirs) = both("timer.c", &["-O1"]);
+    let suffix = "fixtures/callgrind/timer.c";
+    let them = graph(&read(&theirs), suffix);
+    assert!(timer_loop(&them).0.iter().all(Option::is_some), "{them:?}");
+    let exe = dir.join("timer");
+    let contexts = dir.join("contexts.out");
+    let out = format!("--callgrind-out-file={}", contexts.display());
+    let run = under_cachescope(
+        &dir.0,
+        &["--tool=callgrind", "-q", "--client-contexts=yes", &out],
+        exe.as_os_str(),
+        &[],
+        None,
+    );
+    assert!(
+        matches!(run.end, run_support::End::Code(0)),
+        "{}",
+        run.stderr_text()
+    );
+    assert!(
+        String::from_utf8_lossy(&run.stdout).ends_with(" ticked\n"),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    for (mode, file) in [("stream path", &ours), ("contexts mode", &contexts)] {
+        let us = graph(&read(file), suffix);
+        assert_eq!(timer_loop(&us), timer_loop(&them), "{mode}");
+        let levels: Vec<_> = us.selfs.keys().filter(|f| f.starts_with("work'")).collect();
+        assert!(levels.is_empty(), "{mode}: {levels:?}");
+    }
+}

@@ -320,8 +320,8 @@ impl Emitter {
             Register::RAX,
         ));
         self.jcc_label(5, fail); // jne
-        // A signal that arrived meanwhile waits for the entry's end (see
-        // `layout::S_SIGNAL_WAITS`): the exit traps instead of returning.
+                                 // A signal that arrived meanwhile waits for the entry's end (see
+                                 // `layout::S_SIGNAL_WAITS`): the exit traps instead of returning.
         let waits = self.new_label();
         let window = self.here();
         self.insn(Instruction::with2(

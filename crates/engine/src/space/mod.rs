@@ -452,7 +452,9 @@ impl Space {
     /// mode's runtime without looking for a waiting signal again (see
     /// `Contexts::in_exit_window`).
     pub fn in_context_exit(&self, host: u64) -> bool {
-        self.contexts.as_ref().is_some_and(|c| c.in_exit_window(host))
+        self.contexts
+            .as_ref()
+            .is_some_and(|c| c.in_exit_window(host))
     }
 
     /// Leaving a signal handler of the stopped thread whose area is `area`:

@@ -209,7 +209,11 @@ fn setup_contexts(
         .flat_map(|w| w.to_le_bytes())
         .collect();
     mem.write(core + layout::RT_CONFIG, &config);
-    Ok(Contexts::new((cfg.classifier)(), facts as u64, exit_windows))
+    Ok(Contexts::new(
+        (cfg.classifier)(),
+        facts as u64,
+        exit_windows,
+    ))
 }
 
 /// The syscall-interest table: one byte per syscall number, for those
