@@ -148,15 +148,8 @@ impl Tracer<'_> {
         let info = sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?;
         let mut steps = 0;
         while space.borrow().in_context_exit(regs.rip) && steps < MAX_STEPS {
-            match self.step(tid)? {
-                Step::Done => {}
-                Step::Gone => return Ok(true),
-                Step::Raised(other) => {
-                    let tgid = self.tasks[&tid].tgid;
-                    self.requeue.push((tgid, tid, sig));
-                    self.on_signal(tid, other)?;
-                    return Ok(true);
-                }
+            if !self.step_towards_delivery(tid, sig)? {
+                return Ok(true);
             }
             steps += 1;
             regs = get_regs(tid)?;
@@ -294,19 +287,8 @@ impl Tracer<'_> {
                 if info.is_none() {
                     info = Some(sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?);
                 }
-                match self.step(tid)? {
-                    Step::Done => {}
-                    Step::Gone => return Ok(false),
-                    Step::Raised(other) => {
-                        // The stepped instruction (an indirect branch's
-                        // target load) faulted: that signal is delivered
-                        // now, as at the guest instruction, and this one is
-                        // sent again after it.
-                        let tgid = self.tasks[&tid].tgid;
-                        self.requeue.push((tgid, tid, sig));
-                        self.on_signal(tid, other)?;
-                        return Ok(false);
-                    }
+                if !self.step_towards_delivery(tid, sig)? {
+                    return Ok(false);
                 }
                 steps += 1;
                 regs = get_regs(tid)?;
@@ -321,6 +303,25 @@ impl Tracer<'_> {
                 sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
             }
             return Ok(true);
+        }
+    }
+
+    /// Steps `tid` one instruction on the way to delivering `sig`
+    /// (withheld meanwhile). `false` when the signal was taken care of
+    /// otherwise: the thread exited, or the stepped instruction (an
+    /// indirect branch's target load) faulted, and that signal is
+    /// delivered now, as at the guest instruction, with `sig` sent again
+    /// after it.
+    fn step_towards_delivery(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
+        match self.step(tid)? {
+            Step::Done => Ok(true),
+            Step::Gone => Ok(false),
+            Step::Raised(other) => {
+                let tgid = self.tasks[&tid].tgid;
+                self.requeue.push((tgid, tid, sig));
+                self.on_signal(tid, other)?;
+                Ok(false)
+            }
         }
     }
 
