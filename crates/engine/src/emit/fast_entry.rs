@@ -733,6 +733,150 @@ impl Emitter {
     }
 }
 
+/// Registers an inline foreign jump borrows (RAX keeps the flags), with
+/// their spill slots.
+const FOREIGN_SPILLS: [(Register, u32); 4] = [
+    (RAX, layout::S_RAX),
+    (RCX, layout::S_RCX),
+    (RDX, layout::S_RDX),
+    (RSI, layout::S_CONTEXT_RSI),
+];
+
+impl Emitter {
+    /// Translated code's own fast path for a direct jump out of block `x`
+    /// (of counter group `x_group`) into another counter group
+    /// (`y_group`) of the same context: a
+    /// `.cold` part, the next region of unnamed code (perl's regex engine:
+    /// a third of its context entries). The target is static, so is
+    /// everything the stub's jump path reads of it, and `x` has no other
+    /// way out that leaves its group: a memo past x's counter names the
+    /// node y counts in. It checks what the stub's `fast_jump` checks in
+    /// that case and does what it does (`CUR` to that node's counters);
+    /// it falls through with every register and flag as it found them
+    /// when it did, else it jumps to the returned label, where
+    /// [`Emitter::inline_foreign_jump_failed`] puts them back before the
+    /// jump to y's context entry.
+    pub fn inline_foreign_jump(
+        &mut self,
+        x: crate::translate::ContextBlock,
+        (x_group, y_group): (u32, u32),
+    ) -> Label {
+        let failed = self.new_label();
+        self.store_gs(RAX, layout::S_RAX);
+        self.save_flags_to_ax();
+        for &(r, slot) in &FOREIGN_SPILLS[1..] {
+            self.store_gs(r, slot);
+        }
+        // RCX = the counters, a node's where it keeps them now, of x's
+        // group, with room for x's memo; EDX = the node its memo names.
+        op!(self, Mov_r64_rm64, RCX, gs(hot_word(hot::CUR)));
+        op!(self, Cmp_rm64_imm8, based(RCX, NODE_ID - NODE_COUNTERS), -1);
+        self.jcc_label(JE, failed);
+        op!(self, Mov_r32_imm32, EDX, x_group);
+        op!(
+            self,
+            Cmp_rm64_r64,
+            based(RCX, NODE_GROUP - NODE_COUNTERS),
+            RDX
+        );
+        self.jcc_label(JNE, failed);
+        op!(self, Mov_r32_imm32, EDX, x.last);
+        op!(
+            self,
+            Cmp_r64_rm64,
+            RDX,
+            based(RCX, NODE_ROOM - NODE_COUNTERS)
+        );
+        self.jcc_label(JAE, failed);
+        let memo = 8 * (x.index as i32 + 1);
+        op!(self, Cmp_rm32_imm8, based(RCX, memo), 0);
+        self.jcc_label(JE, failed);
+        op!(self, Mov_r32_rm32, EDX, based(RCX, memo + 4));
+        // RSI = the arena: a thread with a context, outside handlers and
+        // skipped code, whose stack pointer leaves no frame behind.
+        op!(self, Mov_r64_rm64, RSI, gs(hot_word(hot::ARENA)));
+        op!(self, Cmp_rm64_imm8, word(RSI, head::USED), 0);
+        self.jcc_label(JE, failed);
+        op!(self, Cmp_rm64_imm8, word(RSI, head::SIGNALS_LEN), 0);
+        self.jcc_label(JNE, failed);
+        op!(self, Cmp_rm64_imm8, gs(hot_word(hot::SIGNALS)), 0);
+        self.jcc_label(JNE, failed);
+        op!(self, Cmp_rm64_imm8, word(RSI, head::NODE), -1);
+        self.jcc_label(JE, failed);
+        op!(self, Cmp_rm64_imm8, word(RSI, head::NONSKIPPED_NODE), -1);
+        self.jcc_label(JNE, failed);
+        let frames_kept = self.new_label();
+        op!(self, Mov_r64_rm64, RCX, word(RSI, head::DEPTH));
+        op!(self, Test_rm64_r64, RCX, RCX);
+        self.jcc_label(JE, frames_kept);
+        // RCX = the word past the top frame, from the stack's first word;
+        // its stack pointer against the last one known (a direct jump's
+        // is not), as the stub's jump path has it.
+        op!(
+            self,
+            Shl_rm64_imm8,
+            RCX,
+            (FRAME_BYTES / 8).trailing_zeros() as i32
+        );
+        op!(self, Add_r64_rm64, RCX, word(RSI, head::STACK));
+        op!(
+            self,
+            Mov_r64_rm64,
+            RCX,
+            indexed(RSI, RCX, 8, FRAME_SP - FRAME_BYTES)
+        );
+        op!(self, Cmp_r64_rm64, RCX, word(RSI, head::LAST_SP));
+        self.jcc_label(JB, failed);
+        self.bind(frames_kept);
+        // RCX = the node's record: of y's group, the context's own node
+        // or its foreign node.
+        op!(self, Mov_r64_rm64, RCX, word(RSI, head::NODES));
+        op!(self, Add_r64_rm64, RCX, RDX);
+        op!(self, Mov_r64_rm64, RCX, indexed(RSI, RCX, 8, 0));
+        op!(self, Lea_r64_m, RCX, indexed(RSI, RCX, 8, 0));
+        op!(self, Cmp_rm64_imm32, based(RCX, NODE_GROUP), y_group as i32);
+        self.jcc_label(JNE, failed);
+        let own = self.new_label();
+        op!(self, Cmp_r64_rm64, RDX, word(RSI, head::NODE));
+        self.jcc_label(JE, own);
+        op!(self, Mov_r32_rm32, EDX, word(RSI, head::NODE));
+        op!(self, Cmp_rm32_r32, based(RCX, NODE_PARENT), EDX);
+        self.jcc_label(JNE, failed);
+        op!(
+            self,
+            Cmp_rm32_imm8,
+            based(RCX, NODE_KIND),
+            abi::FOREIGN as i32
+        );
+        self.jcc_label(JNE, failed);
+        self.bind(own);
+        // Commit, as the stub's way out does.
+        op!(self, Lea_r64_m, RCX, based(RCX, NODE_COUNTERS));
+        op!(self, Mov_rm64_r64, gs(hot_word(hot::CUR)), RCX);
+        op!(self, Mov_rm64_imm32, gs(hot_word(hot::LAST)), -1);
+        for w in [head::FAST_ENTRIES, head::ENTRIES, head::INLINE_ENTRIES] {
+            op!(self, Add_rm64_imm8, word(RSI, w), 1);
+        }
+        self.restore_foreign_spills();
+        failed
+    }
+
+    /// The failure of [`Emitter::inline_foreign_jump`] at `failed`: every
+    /// register and flag back.
+    pub fn inline_foreign_jump_failed(&mut self, failed: Label) {
+        self.bind(failed);
+        self.restore_foreign_spills();
+    }
+
+    fn restore_foreign_spills(&mut self) {
+        for &(r, slot) in FOREIGN_SPILLS[1..].iter().rev() {
+            self.load_gs(r, slot);
+        }
+        self.restore_flags_from_ax();
+        self.load_gs(RAX, layout::S_RAX);
+    }
+}
+
 /// The calls the fast paths take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CallKind {
