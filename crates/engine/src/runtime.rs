@@ -150,6 +150,7 @@ mod native {
                 instrs: 2,
                 sp_known,
                 memo: false,
+                resumes: exit == Exit::Call,
             }
             .pack()
         };
