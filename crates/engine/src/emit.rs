@@ -92,12 +92,6 @@ pub struct Emitter {
     /// `space::sites`), or a handler running the same block would lose its
     /// counts to the store of the stale value.
     pub counter_updates: Vec<(u64, u64)>,
-    /// Contexts mode: the host ranges of the inline sequences that read
-    /// and then write the runtime's words (`Emitter::inline_return`,
-    /// `Emitter::inline_foreign_jump`), which a signal handler must not
-    /// run inside: a signal stopped at there waits for the sequence's end
-    /// (`layout::S_SIGNAL_WAITS`).
-    pub context_sequences: Vec<(u64, u64)>,
     /// The host address just past the block counter's update, once made.
     pub counter_end: Option<u64>,
     /// Trace mode, a block without a buffer check on entry: the chunk's
@@ -154,7 +148,6 @@ impl Emitter {
             labels: Vec::new(),
             fixups: Vec::new(),
             counter_updates: Vec::new(),
-            context_sequences: Vec::new(),
             counter_end: None,
             checked_appends: None,
         }
@@ -464,19 +457,6 @@ impl Emitter {
     /// so the processor predicts each site's targets separately. With
     /// `count_hits`, hits are counted in the thread area (`--stats=yes`).
     pub fn lookup(&mut self, htab: u32, probe: u64, count_hits: bool) {
-        self.lookup_with(htab, probe, count_hits, None);
-    }
-
-    /// [`Emitter::lookup`] for a `ret`, which with `inline` (contexts mode:
-    /// the block's start and the `ret`'s immediate) does the return's
-    /// context change itself where it can, at a hit in the home bucket,
-    /// and goes on past the target's context entry
-    /// ([`Emitter::inline_return`]).
-    pub fn lookup_return(&mut self, htab: u32, probe: u64, count_hits: bool, inline: (u64, u32)) {
-        self.lookup_with(htab, probe, count_hits, Some(inline));
-    }
-
-    fn lookup_with(&mut self, htab: u32, probe: u64, count_hits: bool, ret: Option<(u64, u32)>) {
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let hits: Vec<Label> = (0..layout::INLINE_WAYS).map(|_| self.new_label()).collect();
         for (way, &hit) in hits.iter().enumerate() {
@@ -507,12 +487,6 @@ impl Emitter {
         self.store_gs(rax, layout::S_TARGET);
         if count_hits {
             self.add_counter_via(rax, layout::S_STAT_INLINE_HITS);
-        }
-        if let Some((x_start, pop)) = ret {
-            let (failed, entered) = (self.inline_return(x_start, pop), self.new_label());
-            self.jmp_label(entered);
-            self.inline_return_failed(failed);
-            self.bind(entered);
         }
         self.lookup_entry();
         self.jmp_slot();

@@ -245,10 +245,6 @@ pub const S_SIGNAL_WAITS: u32 = 0xf8;
 /// Spill slot (contexts mode): RSI during an inline foreign jump
 /// (`Emitter::inline_foreign_jump`).
 pub const S_CONTEXT_RSI: u32 = 0xf0;
-/// Spill slot (contexts mode): R8 during an inline return
-/// (`Emitter::inline_return`).
-pub const S_CONTEXT_R8: u32 = 0xe8;
-const _: () = assert!(S_CONTEXT_R8 >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!(S_CONTEXT_RSI >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!(S_SIGNAL_WAITS >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!((S_SIGNAL_WAITS as u64) + 8 <= SPILL_BYTES);

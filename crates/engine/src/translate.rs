@@ -288,9 +288,6 @@ pub struct Translation {
     /// Host ranges of the counter updates that take several instructions
     /// (see [`Emitter::counter_updates`]).
     pub counter_updates: Vec<(u64, u64)>,
-    /// Host ranges of contexts mode's inline sequences (see
-    /// [`Emitter::context_sequences`]).
-    pub context_sequences: Vec<(u64, u64)>,
     /// The host address just past the block counter's update (none when
     /// the block has no counter).
     pub counter_end: Option<u64>,
@@ -803,7 +800,6 @@ impl Builder<'_> {
         self.t.guest_end = end;
         self.t.code = std::mem::take(&mut self.e.bytes);
         self.t.counter_updates = std::mem::take(&mut self.e.counter_updates);
-        self.t.context_sequences = std::mem::take(&mut self.e.context_sequences);
         self.t.counter_end = self.e.counter_end.take();
     }
 
@@ -1062,15 +1058,7 @@ impl Builder<'_> {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.e.pop_return(pop);
-                // Contexts mode: the return taken inline where it can be,
-                // if the popped target stays inside the red zone.
-                if self.contexts && pop <= 64 {
-                    let htab = (self.ctx.core() + layout::HTAB) as u32;
-                    let (probe, count) = (self.ctx.probe_stub(), self.ctx.count_lookups());
-                    self.e.lookup_return(htab, probe, count, (guest, pop));
-                } else {
-                    self.lookup();
-                }
+                self.lookup();
             }
             FlowControl::Interrupt | FlowControl::Exception => {
                 self.copy(i, code, guest)?;

@@ -770,7 +770,6 @@ impl Emitter {
         (x_group, y_group): (u32, u32),
     ) -> Label {
         let failed = self.new_label();
-        let start = self.here();
         self.store_gs(RAX, layout::S_RAX);
         self.save_flags_to_ax();
         for &(r, slot) in &FOREIGN_SPILLS[1..] {
@@ -866,7 +865,6 @@ impl Emitter {
         for w in [head::FAST_ENTRIES, head::ENTRIES, head::INLINE_ENTRIES] {
             op!(self, Add_rm64_imm8, word(RSI, w), 1);
         }
-        self.context_sequence_end(start);
         self.restore_foreign_spills();
         failed
     }
@@ -875,28 +873,7 @@ impl Emitter {
     /// register and flag back.
     pub fn inline_foreign_jump_failed(&mut self, failed: Label) {
         self.bind(failed);
-        self.signal_waits_trap();
         self.restore_foreign_spills();
-    }
-
-    /// The end of an inline sequence begun at `start` that reads and then
-    /// writes the runtime's words (flags free, kept in AX): its range is
-    /// one a signal waits to leave ([`Emitter::context_sequences`]), and a
-    /// signal that waits is delivered here.
-    fn context_sequence_end(&mut self, start: u64) {
-        self.context_sequences.push((start, self.here()));
-        self.signal_waits_trap();
-    }
-
-    /// `int3` if a signal waits for the thread to leave the runtime's
-    /// words (`layout::S_SIGNAL_WAITS`): the tracer delivers it from the
-    /// trap and the code goes on after it.
-    fn signal_waits_trap(&mut self) {
-        let go_on = self.new_label();
-        op!(self, Cmp_rm64_imm8, gs(layout::S_SIGNAL_WAITS), 0);
-        self.jcc_label(JE, go_on);
-        op!(self, Int3);
-        self.bind(go_on);
     }
 
     fn restore_foreign_spills(&mut self) {
@@ -905,157 +882,6 @@ impl Emitter {
         }
         self.restore_flags_from_ax();
         self.load_gs(RAX, layout::S_RAX);
-    }
-}
-
-/// Registers an inline return borrows besides RAX (the flags) and RCX
-/// (free: the lookup spilled both), with their spill slots.
-const RETURN_SPILLS: [(Register, u32); 3] = [
-    (RDX, layout::S_RDX),
-    (RSI, layout::S_CONTEXT_RSI),
-    (R8, layout::S_CONTEXT_R8),
-];
-
-impl Emitter {
-    /// Translated code's own return path, at a `ret` of block `x` (at
-    /// `x_start`, popping `pop` bytes more) whose target's translation
-    /// the indirect-branch lookup found (in `S_TARGET`; RAX and RCX free,
-    /// the client's in their slots; the target still below the stack
-    /// pointer): the stub's `fast_return` for a return that leaves
-    /// exactly the top frame, a real call's that returns here with a
-    /// resume record. A frame has one only where the call returns into
-    /// its own counter group (`ctxrt::abi::RESUMES`), so the target's
-    /// block is needed for nothing but its address; its room is its own
-    /// bounds check's. The frame is popped as the stub pops it, counting
-    /// goes on in the resume record, and `S_TARGET` moves past the
-    /// target's context entry; registers and flags but RAX and RCX are as
-    /// they were. Else it jumps to the returned label
-    /// ([`Emitter::inline_return_failed`]), having changed nothing.
-    pub fn inline_return(&mut self, x_start: u64, pop: u32) -> Label {
-        let failed = self.new_label();
-        let start = self.here();
-        self.save_flags_to_ax();
-        for &(r, slot) in &RETURN_SPILLS {
-            self.store_gs(r, slot);
-        }
-        // RSI = the arena: a thread with a context, outside handlers.
-        op!(self, Mov_r64_rm64, RSI, gs(hot_word(hot::ARENA)));
-        op!(self, Cmp_rm64_imm8, word(RSI, head::USED), 0);
-        self.jcc_label(JE, failed);
-        op!(self, Cmp_rm64_imm8, word(RSI, head::SIGNALS_LEN), 0);
-        self.jcc_label(JNE, failed);
-        op!(self, Cmp_rm64_imm8, gs(hot_word(hot::SIGNALS)), 0);
-        self.jcc_label(JNE, failed);
-        op!(self, Cmp_rm64_imm8, word(RSI, head::NODE), -1);
-        self.jcc_label(JE, failed);
-        // RDX = the target (not x itself); RCX = the depth; R8 = the top
-        // frame, which the stack pointer left, and the only one.
-        op!(
-            self,
-            Mov_r64_rm64,
-            RDX,
-            based(Register::RSP, -8 - pop as i32)
-        );
-        op!(self, Mov_r64_imm64, R8, x_start);
-        op!(self, Cmp_r64_rm64, RDX, R8);
-        self.jcc_label(JE, failed);
-        op!(self, Mov_r64_rm64, RCX, word(RSI, head::DEPTH));
-        op!(self, Test_rm64_r64, RCX, RCX);
-        self.jcc_label(JE, failed);
-        op!(self, Mov_r64_rm64, R8, RCX);
-        op!(
-            self,
-            Shl_rm64_imm8,
-            R8,
-            (FRAME_BYTES / 8).trailing_zeros() as i32
-        );
-        op!(self, Add_r64_rm64, R8, word(RSI, head::STACK));
-        op!(self, Lea_r64_m, R8, indexed(RSI, R8, 8, -FRAME_BYTES));
-        op!(self, Cmp_rm64_r64, based(R8, FRAME_RET), RDX);
-        self.jcc_label(JNE, failed);
-        op!(self, Cmp_rm64_r64, based(R8, FRAME_SP), Register::RSP);
-        self.jcc_label(JAE, failed);
-        let one = self.new_label();
-        op!(self, Cmp_rm64_imm8, RCX, 1);
-        self.jcc_label(JE, one);
-        op!(
-            self,
-            Cmp_rm64_r64,
-            based(R8, FRAME_SP - FRAME_BYTES),
-            Register::RSP
-        );
-        self.jcc_label(JB, failed);
-        self.bind(one);
-        // A real call's frame with a caller, no skipped code, and a
-        // resume record where its node keeps its counters now.
-        op!(self, Cmp_rm64_imm8, based(R8, FRAME_NS_NODE), -1);
-        self.jcc_label(JNE, failed);
-        op!(self, Cmp_rm32_imm8, based(R8, FRAME_CALLER), -1);
-        self.jcc_label(JE, failed);
-        op!(self, Mov_r64_rm64, RDX, based(R8, FRAME_RESUME));
-        op!(self, Cmp_rm64_imm8, RDX, -1);
-        self.jcc_label(JE, failed);
-        op!(self, Cmp_rm64_imm8, indexed(RSI, RDX, 8, NODE_ID), -1);
-        self.jcc_label(JE, failed);
-        // Commit: the frame popped (its arc gets the call's inclusive Ir
-        // and its function one active frame less), its caller's state
-        // back, the resume record counting.
-        op!(self, Sub_rm64_imm8, word(RSI, head::DEPTH), 1);
-        let no_arc = self.new_label();
-        op!(self, Mov_r64_rm64, RCX, based(R8, FRAME_ARC));
-        op!(self, Cmp_rm64_imm8, RCX, -1);
-        self.jcc_label(JE, no_arc);
-        op!(self, Lea_r64_m, RCX, indexed(RCX, RCX, 4, 0));
-        op!(self, Add_r64_rm64, RCX, word(RSI, head::ARCS));
-        op!(self, Lea_r64_m, RCX, indexed(RSI, RCX, 8, 0));
-        op!(self, Mov_r64_rm64, RDX, gs(hot_word(hot::IR)));
-        op!(self, Sub_r64_rm64, RDX, based(R8, FRAME_IR));
-        op!(self, Add_rm64_r64, based(RCX, ARC_INCLUSIVE), RDX);
-        op!(self, Mov_r32_rm32, ECX, based(R8, FRAME_FUNCTION));
-        op!(self, Add_r64_rm64, RCX, word(RSI, head::ACTIVE));
-        op!(self, Lea_r64_m, RCX, indexed(RSI, RCX, 8, 0));
-        op!(self, Cmp_rm64_imm8, based(RCX, 0), 0);
-        self.jcc_label(JE, no_arc);
-        op!(self, Sub_rm64_imm8, based(RCX, 0), 1);
-        self.bind(no_arc);
-        op!(self, Mov_r32_rm32, ECX, based(R8, FRAME_CALLER));
-        op!(self, Mov_rm64_r64, word(RSI, head::NODE), RCX);
-        op!(self, Mov_r64_rm64, RCX, based(R8, FRAME_NS_NODE));
-        op!(self, Mov_rm64_r64, word(RSI, head::NONSKIPPED_NODE), RCX);
-        op!(self, Mov_r64_rm64, RCX, based(R8, FRAME_NS_SITE));
-        op!(self, Mov_rm64_r64, word(RSI, head::NONSKIPPED_SITE), RCX);
-        op!(self, Mov_r64_rm64, RCX, based(R8, FRAME_RESUME));
-        op!(self, Lea_r64_m, RCX, indexed(RSI, RCX, 8, NODE_COUNTERS));
-        op!(self, Mov_rm64_r64, gs(hot_word(hot::CUR)), RCX);
-        op!(self, Mov_rm64_r64, word(RSI, head::LAST_SP), Register::RSP);
-        op!(self, Mov_rm64_imm32, gs(hot_word(hot::LAST)), -1);
-        for w in [head::FAST_ENTRIES, head::ENTRIES, head::INLINE_ENTRIES] {
-            op!(self, Add_rm64_imm8, word(RSI, w), 1);
-        }
-        op!(
-            self,
-            Add_rm64_imm8,
-            gs(layout::S_TARGET),
-            crate::emit::CONTEXT_ENTRY_BYTES as i32
-        );
-        self.context_sequence_end(start);
-        self.restore_return_spills();
-        failed
-    }
-
-    /// The failure of [`Emitter::inline_return`] at `failed`: the
-    /// registers it borrowed and the flags back.
-    pub fn inline_return_failed(&mut self, failed: Label) {
-        self.bind(failed);
-        self.signal_waits_trap();
-        self.restore_return_spills();
-    }
-
-    fn restore_return_spills(&mut self) {
-        for &(r, slot) in RETURN_SPILLS.iter().rev() {
-            self.load_gs(r, slot);
-        }
-        self.restore_flags_from_ax();
     }
 }
 

@@ -123,9 +123,6 @@ pub struct Space {
     instrumented: bool,
     /// The last id handed out by `VALGRIND_STACK_REGISTER`.
     stack_ids: u64,
-    /// Contexts mode's inline sequences in the code cache, start to end
-    /// (`Emitter::context_sequences`; translations stay where they are).
-    context_sequences: std::collections::BTreeMap<u64, u64>,
     /// Direct successors of the blocks translated during the current
     /// `ensure`, not yet queued for eager translation.
     fresh: Vec<u64>,
@@ -169,7 +166,6 @@ impl Space {
             sites: HostSites::default(),
             instrumented: true,
             stack_ids: 0,
-            context_sequences: Default::default(),
             fresh: Vec::new(),
             count_lookups: false,
             smc_check: SmcCheck::default(),
@@ -197,7 +193,6 @@ impl Space {
             sigills: self.sigills.clone(),
             entry_traps: self.entry_traps.clone(),
             sites: self.sites.clone(),
-            context_sequences: self.context_sequences.clone(),
             instrumented: self.instrumented,
             stack_ids: self.stack_ids,
             fresh: Vec::new(),
@@ -450,25 +445,7 @@ impl Space {
     /// may be half-written (a signal handler must not enter it there).
     pub fn in_context_runtime(&self, host: u64) -> bool {
         self.contexts.is_some()
-            && ((self.core + layout::RT_STUB..self.core + layout::HTAB).contains(&host)
-                || self
-                    .context_sequences
-                    .range(..=host)
-                    .next_back()
-                    .is_some_and(|(_, &end)| host < end))
-    }
-
-    /// Contexts mode: whether the `int3` at `host` is where a signal that
-    /// waits for the runtime is delivered from ([`Space::in_context_runtime`]),
-    /// and if so whether the trap stands for a return (the stub's exits)
-    /// or is passed (an inline sequence's end, in the code cache).
-    pub fn context_trap(&mut self, host: u64) -> Option<bool> {
-        self.contexts.as_ref()?;
-        if (self.core + layout::RT_STUB..self.core + layout::HTAB).contains(&host) {
-            return Some(true);
-        }
-        let int3 = self.in_code_cache(host) && self.mem.read(host, 1).is_ok_and(|b| b[0] == 0xcc);
-        int3.then_some(false)
+            && (self.core + layout::RT_STUB..self.core + layout::HTAB).contains(&host)
     }
 
     /// Whether host address `host` is where a thread leaves contexts
@@ -714,8 +691,6 @@ impl Space {
         );
         self.sites
             .insert_counter_updates(host, t.code.len() as u64, &t.counter_updates);
-        self.context_sequences
-            .extend(t.context_sequences.iter().copied());
         if let Some(tr) = &mut self.tracing {
             for site in &t.flush_sites {
                 let n = site.id as usize;

@@ -171,10 +171,9 @@ impl Tracer<'_> {
     }
 
     /// Whether `tid`'s SIGTRAP is the context runtime's exit trapping for
-    /// a signal that waits ([`Tracer::postpone_in_runtime`]): the stub's
-    /// (its return is done here: the thread is back in translated code,
-    /// after the context entry's call) or an inline sequence's in
-    /// translated code (passed). If so the first waiting signal is
+    /// a signal that waits ([`Tracer::postpone_in_runtime`]); if so the
+    /// exit's return is done here (the thread is back in translated code,
+    /// after the context entry's call) and the first waiting signal is
     /// delivered there, with its own siginfo; others are sent again.
     fn left_runtime_with_signal(&mut self, tid: i32) -> Result<bool, EngineError> {
         if self.tasks.get(&tid).is_none_or(|t| t.waiting.is_empty()) {
@@ -182,9 +181,9 @@ impl Tracer<'_> {
         }
         let space = self.space_of(tid).expect("known task");
         let mut regs = get_regs(tid)?;
-        let Some(returns) = space.borrow_mut().context_trap(regs.rip.wrapping_sub(1)) else {
+        if !space.borrow().in_context_runtime(regs.rip.wrapping_sub(1)) {
             return Ok(false);
-        };
+        }
         let task = self.tasks.get_mut(&tid).expect("known task");
         let mut waiting = std::mem::take(&mut task.waiting).into_iter();
         let tgid = task.tgid;
@@ -195,10 +194,8 @@ impl Tracer<'_> {
                 regs.gs_base + u64::from(layout::S_SIGNAL_WAITS),
                 &0u64.to_le_bytes(),
             );
-            if returns {
-                regs.rip = mem.read_u64(regs.rsp)?;
-                regs.rsp += 8;
-            }
+            regs.rip = mem.read_u64(regs.rsp)?;
+            regs.rsp += 8;
         }
         set_regs(tid, &regs)?;
         let (sig, info) = waiting.next().expect("a waiting signal");
