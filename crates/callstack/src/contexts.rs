@@ -427,12 +427,6 @@ mod tests {
                 group: blk.function as u32,
                 index: blk.counter as u32,
                 memo: may_call(blk.term),
-                // A call returns into its function's block after it.
-                resumes: exit == Exit::Call
-                    && self
-                        .blocks
-                        .iter()
-                        .any(|o| o.start == end && o.function == blk.function && o.index != 0),
                 instrs: blk.instrs as u32,
                 sp_known: matches!(
                     blk.term,

@@ -26,12 +26,6 @@ pub const SP_KNOWN: u64 = 16;
 pub const DESCRIBED: u64 = 32;
 /// Its counter is followed by its call memo ([`CALL_MEMO_WORDS`]).
 pub const CALL_MEMO: u64 = 64;
-/// A call from it returns into its counter group: its fall-through is no
-/// function's start and counts side by side with it. Only such a call's
-/// frame keeps the counters it was made from (its resume record), so a
-/// return that finds one needs nothing of the block it returns to but
-/// its address (translated code's inline returns).
-pub const RESUMES: u64 = 128;
 
 /// Words after the counter of a block that may leave its context other
 /// than by a return (a call, an indirect jump, a jump into another
@@ -64,9 +58,6 @@ pub struct Facts {
     /// or an indirect jump: its group's numbering left
     /// [`CALL_MEMO_WORDS`] for it).
     pub memo: bool,
-    /// Whether a call from it returns into its counter group
-    /// ([`RESUMES`]).
-    pub resumes: bool,
 }
 
 impl Facts {
@@ -93,8 +84,7 @@ impl Facts {
             | if f.pop_on_jump { POP_ON_JUMP } else { 0 }
             | if f.notify { NOTIFY } else { 0 }
             | if self.sp_known { SP_KNOWN } else { 0 }
-            | if self.memo { CALL_MEMO } else { 0 }
-            | if self.resumes { RESUMES } else { 0 };
+            | if self.memo { CALL_MEMO } else { 0 };
         [
             f.start,
             u64::from(f.function) | u64::from(f.domain) << 32,
@@ -130,7 +120,6 @@ impl Facts {
             instrs: p.instrs(),
             sp_known: p.has(SP_KNOWN),
             memo: p.has(CALL_MEMO),
-            resumes: p.has(RESUMES),
         })
     }
 }
@@ -203,7 +192,6 @@ mod tests {
             instrs: 9,
             sp_known: true,
             memo: true,
-            resumes: true,
         };
         let back = Facts::unpack(&f.pack()).expect("described");
         assert_eq!(back.pack(), f.pack());

@@ -25,7 +25,7 @@
 use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER, NONE};
 use crate::facts::{
     Packed, CALL_MEMO, CALL_MEMO_WORDS, ENTRY, EXIT_CALL, EXIT_RETURN, FACT_WORDS, POP_ON_JUMP,
-    RESUMES, SKIP, SP_KNOWN,
+    SKIP, SP_KNOWN,
 };
 use crate::hot;
 use crate::runtime::{Runtime, FOREIGN, ID};
@@ -312,11 +312,7 @@ impl Runtime<'_> {
             self.hot[hot::IR],
             ns,
             ns_site,
-            if real && xf.has(RESUMES) {
-                self.resume_of(cur)
-            } else {
-                NONE
-            },
+            if real { self.resume_of(cur) } else { NONE },
         ];
         if self.push(frame).is_err() {
             return false;

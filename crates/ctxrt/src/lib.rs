@@ -41,7 +41,7 @@ pub use arena::{ArcRecord, Arena, NodeKind, NodeRecord, NONE};
 pub mod abi {
     pub use crate::arena::{head, ARC_WORDS, FRAME_WORDS, NODE_HEADER};
     pub use crate::facts::{
-        CALL_MEMO, DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, RESUMES, SKIP, SP_KNOWN,
+        CALL_MEMO, DESCRIBED, ENTRY, EXIT_CALL, EXIT_RETURN, POP_ON_JUMP, SKIP, SP_KNOWN,
     };
     pub use crate::fast::{memo_child, memo_key, memo_slot, FRAME_RESUME, MEMO_HASH, MEMO_WORDS};
     pub use crate::runtime::{FOREIGN, ID};

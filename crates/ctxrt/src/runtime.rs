@@ -221,9 +221,10 @@ impl Runtime<'_> {
         if push {
             // A real call's frame keeps the counters it was made from, for
             // its return's fast path.
-            let resume = match &xf {
-                Some(x) if ret_addr != 0 && x.resumes => self.resume_of(cur_before),
-                _ => NONE,
+            let resume = if ret_addr == 0 {
+                NONE
+            } else {
+                self.resume_of(cur_before)
             };
             let frame = [
                 push_sp.unwrap_or(self.arena[head::LAST_SP]),
@@ -834,7 +835,6 @@ mod tests {
                 instrs: 3,
                 sp_known: matches!(exit, Exit::Call | Exit::Return),
                 memo,
-                resumes: exit == Exit::Call,
             };
             if self.facts.len() < (id + 1) * FACT_WORDS {
                 self.facts.resize((id + 1) * FACT_WORDS, 0);

@@ -150,7 +150,6 @@ mod native {
                 instrs: 2,
                 sp_known,
                 memo: false,
-                resumes: exit == Exit::Call,
             }
             .pack()
         };

@@ -454,18 +454,10 @@ impl Emitter {
         op!(self, Mov_r64_rm64, R9, word(RSI, head::NONSKIPPED_SITE));
         op!(self, Mov_rm64_r64, based(RDX, FRAME_NS_SITE), R9);
         // The resume record of the counters a real call is made from
-        // (none for a sink or a moved copy, nor for a call that returns
-        // into another group).
+        // (none for a sink or a moved copy).
         let resume_none = self.new_label();
         op!(self, Mov_r64_imm64, R9, u64::MAX);
         if real {
-            op!(
-                self,
-                Test_rm8_imm8,
-                based(RAX, FACT_FLAGS),
-                abi::RESUMES as i32
-            );
-            self.jcc_label(JE, resume_none);
             op!(self, Cmp_rm64_imm8, based(R8, NODE_ID - NODE_COUNTERS), -1);
             self.jcc_label(JE, resume_none);
             op!(self, Cmp_rm64_imm8, based(R8, NODE_ROOM - NODE_COUNTERS), 0);

@@ -285,12 +285,6 @@ impl Space {
                 | Terminator::Return
                 | Terminator::IndirectJump
         );
-        // A call returns into the block's group where its fall-through
-        // keeps the context (as a jump there would).
-        let resumes = flow.exit == callrules::Exit::Call && {
-            let (there, there_group) = classify(c, flow.end(), info.origin().cloned());
-            !there.entry && there_group == group && there.domain == flow.domain
-        };
         let facts = Facts {
             flow,
             group,
@@ -298,7 +292,6 @@ impl Space {
             instrs: info.instrs().len() as u32,
             sp_known,
             memo,
-            resumes,
         };
         let words = facts.pack();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
