@@ -242,10 +242,6 @@ const _: () = assert!(S_CONTEXT_HOT as u64 + 8 * ctxrt::hot::WORDS as u64 <= SPI
 /// stub's exits then trap (`int3`) instead of returning, and the tracer
 /// delivers the signal from there (`tracer/signals.rs`).
 pub const S_SIGNAL_WAITS: u32 = 0xf8;
-/// Spill slot (contexts mode): RSI during an inline foreign jump
-/// (`Emitter::inline_foreign_jump`).
-pub const S_CONTEXT_RSI: u32 = 0xf0;
-const _: () = assert!(S_CONTEXT_RSI >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!(S_SIGNAL_WAITS >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!((S_SIGNAL_WAITS as u64) + 8 <= SPILL_BYTES);
 /// Where the process's table of block facts (contexts mode) is asked to

@@ -120,16 +120,6 @@ pub trait TransCtx {
         false
     }
 
-    /// Contexts mode: if a jump or fall-through from the block being
-    /// translated to `target` stays in its context but not in its counter
-    /// group (same object and section kind, not a function's start,
-    /// another group: a `.cold` part, the next region of unnamed code),
-    /// the two groups (the block's, the target's).
-    fn foreign_jump(&mut self, target: u64) -> Option<(u32, u32)> {
-        let _ = target;
-        None
-    }
-
     /// Up to `len` bytes of the guest code at `guest`, if it is there to
     /// read and cannot change in place (a read-only file mapping): a
     /// translation may look at a successor's first instructions, and rely
@@ -852,48 +842,6 @@ impl Builder<'_> {
         self.t.exits.push((site, guest_target));
         self.mark_plain(site, guest_target);
         self.t.branch_targets.push(guest_target);
-    }
-
-    /// Contexts mode: the way out of block `x` (of the counter groups
-    /// `groups`: x's, the target's) to `target` in another counter group
-    /// of its context, its only way out that leaves its group: the
-    /// inline foreign jump, linked past the target's context entry when
-    /// it succeeds, else the usual exit to the entry.
-    fn foreign_exit(&mut self, x: contexts::ContextBlock, groups: (u32, u32), target: u64) {
-        let failed = self.e.inline_foreign_jump(x, groups);
-        self.e.align_rel32(1);
-        let site = self.e.jmp(self.e.here());
-        self.t.exits.push((site, target));
-        self.t.plain_exits.push(site);
-        self.e.inline_foreign_jump_failed(failed);
-        self.exit_jmp(target);
-    }
-
-    /// Contexts mode: terminator `i` of block `x` (a `jmp`, or a
-    /// conditional branch) with its [`contexts::ForeignExit`] `f`.
-    fn foreign_terminator(
-        &mut self,
-        i: &Instruction,
-        x: contexts::ContextBlock,
-        f: contexts::ForeignExit,
-    ) {
-        use contexts::Side;
-        match f.side {
-            Side::Jump => self.foreign_exit(x, f.groups, f.target),
-            Side::Taken => {
-                let cc = condition_code(i).expect("a conditional branch with a condition");
-                let taken = self.e.new_label();
-                self.e.jcc_label(cc, taken);
-                self.exit_jmp_next(i.next_ip(), PointKind::Clean);
-                self.e.bind(taken);
-                self.foreign_exit(x, f.groups, f.target);
-            }
-            Side::Next => {
-                let cc = condition_code(i).expect("a conditional branch with a condition");
-                self.exit_jcc(cc, i.near_branch_target(), i.ip());
-                self.foreign_exit(x, f.groups, f.target);
-            }
-        }
     }
 
     /// Contexts mode: marks the exit at `site` plain if the transfer to

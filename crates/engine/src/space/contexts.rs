@@ -253,18 +253,6 @@ impl ContextsCtx<'_> {
         let (there, there_group) = classify(self.contexts, target, origin);
         !there.entry && there_group == group && there.domain == here.domain
     }
-
-    /// See `TransCtx::foreign_jump`.
-    pub fn foreign_jump(
-        &mut self,
-        target: u64,
-        origin: Option<Arc<CodeOrigin>>,
-    ) -> Option<(u32, u32)> {
-        let (_, _, here, group, _) = self.contexts.current?;
-        let (there, there_group) = classify(self.contexts, target, origin);
-        (!there.entry && there_group != group && there.domain == here.domain)
-            .then_some((group, there_group))
-    }
 }
 
 impl Space {

@@ -795,17 +795,6 @@ struct Ctx<'a> {
     contexts: Option<(ContextsCtx<'a>, Option<std::sync::Arc<events::CodeOrigin>>)>,
 }
 
-impl Ctx<'_> {
-    /// Contexts mode: the shared origin of the code at `target`, if it
-    /// is mapped.
-    fn context_origin(&mut self, target: u64) -> Option<std::sync::Arc<events::CodeOrigin>> {
-        let (c, _) = self.contexts.as_mut()?;
-        let m = self.modules.code_mapping(target, &mut *self.mem).ok()?;
-        let i = self.modules.record(&m);
-        Some(c.origin(i, &self.modules.records()[i]))
-    }
-}
-
 impl TransCtx for Ctx<'_> {
     fn contexts(&mut self, guest: u64) -> Result<Option<translate::ContextBlock>, TransError> {
         let Some((c, origin)) = self.contexts.as_mut() else {
@@ -821,16 +810,17 @@ impl TransCtx for Ctx<'_> {
     }
 
     fn same_context(&mut self, target: u64) -> bool {
-        let origin = self.context_origin(target);
         let Some((c, _)) = self.contexts.as_mut() else {
             return false;
         };
+        let origin = match self.modules.code_mapping(target, &mut *self.mem) {
+            Ok(m) => {
+                let i = self.modules.record(&m);
+                Some(c.origin(i, &self.modules.records()[i]))
+            }
+            Err(_) => None,
+        };
         c.same_context(target, origin)
-    }
-
-    fn foreign_jump(&mut self, target: u64) -> Option<(u32, u32)> {
-        let origin = self.context_origin(target);
-        self.contexts.as_mut()?.0.foreign_jump(target, origin)
     }
 
     fn alloc_counter(&mut self) -> Result<u32, TransError> {

@@ -49,14 +49,6 @@ pub(super) fn translate_contexts(
     } else {
         cb
     };
-    // A block whose one way out of its counter group is a direct jump,
-    // fall-through or side of a conditional branch into another group of
-    // its context takes it inline (`Emitter::inline_foreign_jump`).
-    let foreign = if store_last && !returns && !leaves_by_syscall(&items) {
-        foreign_exit_of(&items, &stop, &mut *ctx)
-    } else {
-        None
-    };
     let rep = match items.first() {
         Some(Item::Insn(i)) if is_rep(i) => Some(*i),
         _ => None,
@@ -178,10 +170,7 @@ pub(super) fn translate_contexts(
                         let returns = i.flow_control() == FlowControl::Return;
                         b.e.store_last(cb.id, returns);
                     }
-                    match foreign {
-                        Some(f) => b.foreign_terminator(i, cb, f),
-                        _ => b.terminator(i, code, guest)?,
-                    }
+                    b.terminator(i, code, guest)?;
                 }
             }
         }
@@ -190,10 +179,7 @@ pub(super) fn translate_contexts(
         if store_last {
             b.e.store_last(cb.id, false);
         }
-        match foreign {
-            Some(f) => b.foreign_exit(cb, f.groups, f.target),
-            None => b.exit_jmp_next(next, PointKind::Clean),
-        }
+        b.exit_jmp_next(next, PointKind::Clean);
     }
     for ((grow, back, id), r) in grows {
         b.e.context_grow(core, grow, back, r, id);
@@ -223,7 +209,11 @@ pub(super) fn translate_contexts(
 /// child goes on after it, and its first entry takes the block left for
 /// the block that made it.
 fn leaves_context(items: &[Item], stop: &Stop, ctx: &mut dyn TransCtx) -> bool {
-    if leaves_by_syscall(items) {
+    let syscall = items.iter().any(|it| match it {
+        Item::Insn(i) => i.mnemonic() == Mnemonic::Syscall,
+        Item::ClientRequest(_) | Item::Illegal(..) => true,
+    });
+    if syscall {
         return true;
     }
     let last = match items.last() {
@@ -240,78 +230,6 @@ fn leaves_context(items: &[Item], stop: &Stop, ctx: &mut dyn TransCtx) -> bool {
         }
         _ => true,
     }
-}
-
-/// A block's one way out of its counter group into another group of its
-/// context (`TransCtx::foreign_jump`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct ForeignExit {
-    pub target: u64,
-    /// The block's counter group and the target's.
-    pub groups: (u32, u32),
-    pub side: Side,
-}
-
-/// Which way out of a block a [`ForeignExit`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Side {
-    /// Its `jmp`.
-    Jump,
-    /// The taken side of its conditional branch (the other keeps the
-    /// group).
-    Taken,
-    /// Its fall-through (after a conditional branch whose taken side
-    /// keeps the group, or with no branch at all).
-    Next,
-}
-
-/// The block's [`ForeignExit`], if it has one and no other way out that
-/// leaves its group (so that its call memo names the exit's target
-/// whenever it names one).
-fn foreign_exit_of(items: &[Item], stop: &Stop, ctx: &mut dyn TransCtx) -> Option<ForeignExit> {
-    let mut foreign = |target: u64, side| {
-        ctx.foreign_jump(target).map(|groups| ForeignExit {
-            target,
-            groups,
-            side,
-        })
-    };
-    match (items.last(), stop) {
-        (Some(Item::Insn(i)), Stop::Terminator) if i.is_jmp_short_or_near() => {
-            foreign(i.near_branch_target(), Side::Jump)
-        }
-        (Some(Item::Insn(i)), Stop::Terminator)
-            if i.is_jcc_short_or_near() && condition_code(i).is_some() =>
-        {
-            let (taken, next) = (i.near_branch_target(), i.next_ip());
-            if ctx.same_context(next) {
-                ctx.foreign_jump(taken).map(|groups| ForeignExit {
-                    target: taken,
-                    groups,
-                    side: Side::Taken,
-                })
-            } else if ctx.same_context(taken) {
-                ctx.foreign_jump(next).map(|groups| ForeignExit {
-                    target: next,
-                    groups,
-                    side: Side::Next,
-                })
-            } else {
-                None
-            }
-        }
-        (_, Stop::Continue(next)) => foreign(*next, Side::Next),
-        _ => None,
-    }
-}
-
-/// Whether a block has a system call, a client request or an illegal
-/// instruction (each may leave it for the tool or the kernel).
-fn leaves_by_syscall(items: &[Item]) -> bool {
-    items.iter().any(|it| match it {
-        Item::Insn(i) => i.mnemonic() == Mnemonic::Syscall,
-        Item::ClientRequest(_) | Item::Illegal(..) => true,
-    })
 }
 
 /// The earliest place at or before item `n` (where the flags are dead,
