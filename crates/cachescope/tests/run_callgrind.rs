@@ -75,15 +75,7 @@ fn both_with(src: &str, flags: &[&str], options: &[&str]) -> (TempDir, PathBuf, 
     let exe = callgrind_fixture(&dir, &[src], &[flags, NOW].concat());
     let ours = dir.join("ours.out");
     let theirs = dir.join("theirs.out");
-    let out = format!("--callgrind-out-file={}", ours.display());
-    let mut ours_args = vec!["--tool=callgrind", "-q", &out];
-    ours_args.extend_from_slice(options);
-    let run = under_cachescope(&dir.0, &ours_args, exe.as_os_str(), &[], None);
-    assert!(
-        matches!(run.end, run_support::End::Code(0)),
-        "{}",
-        run.stderr_text()
-    );
+    ours_into(&dir, &exe, &ours, options);
     let vg = Command::new("valgrind")
         .args(["--tool=callgrind", "-q"])
         .args(options)
@@ -98,6 +90,21 @@ fn both_with(src: &str, flags: &[&str], options: &[&str]) -> (TempDir, PathBuf, 
         String::from_utf8_lossy(&vg.stderr)
     );
     (dir, ours, theirs)
+}
+
+/// Runs `exe` under `--tool=callgrind` with `options`, its file at `out`;
+/// the run must succeed. Returns its stdout.
+fn ours_into(dir: &TempDir, exe: &Path, out: &Path, options: &[&str]) -> String {
+    let file = format!("--callgrind-out-file={}", out.display());
+    let mut args = vec!["--tool=callgrind", "-q", &file];
+    args.extend_from_slice(options);
+    let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
+    assert!(
+        matches!(run.end, run_support::End::Code(0)),
+        "{}",
+        run.stderr_text()
+    );
+    String::from_utf8_lossy(&run.stdout).into_owned()
 }
 
 /// Compares fixture `src` built with `flags`; the inclusive costs of calls
@@ -448,26 +455,14 @@ fn asynchronous_timer_signals() {
     let suffix = "fixtures/callgrind/timer.c";
     let them = graph(&read(&theirs), suffix);
     assert!(timer_loop(&them).0.iter().all(Option::is_some), "{them:?}");
-    let exe = dir.join("timer");
     let contexts = dir.join("contexts.out");
-    let out = format!("--callgrind-out-file={}", contexts.display());
-    let run = under_cachescope(
-        &dir.0,
-        &["--tool=callgrind", "-q", "--client-contexts=yes", &out],
-        exe.as_os_str(),
-        &[],
-        None,
+    let stdout = ours_into(
+        &dir,
+        &dir.join("timer"),
+        &contexts,
+        &["--client-contexts=yes"],
     );
-    assert!(
-        matches!(run.end, run_support::End::Code(0)),
-        "{}",
-        run.stderr_text()
-    );
-    assert!(
-        String::from_utf8_lossy(&run.stdout).ends_with(" ticked\n"),
-        "{}",
-        String::from_utf8_lossy(&run.stdout)
-    );
+    assert!(stdout.ends_with(" ticked\n"), "{stdout}");
     for (mode, file) in [("stream path", &ours), ("contexts mode", &contexts)] {
         let us = graph(&read(file), suffix);
         assert_eq!(timer_loop(&us), timer_loop(&them), "{mode}");

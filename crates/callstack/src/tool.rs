@@ -210,17 +210,19 @@ impl ThreadState {
         &mut self.active[i]
     }
 
-    /// Back to the code a handler interrupted.
-    fn end_signal(&mut self) {
-        if let Some(s) = self.signals.pop() {
-            self.node = s.node;
-            self.last = s.last;
-            self.nonskipped = s.nonskipped;
-            self.cost = s.cost;
-            self.sim_cost = s.sim_cost;
-            self.collect = s.collect;
-            self.sp = None;
-        }
+    /// Back to the code a handler interrupted; returns the stack pointers
+    /// it had (its pending one and the last known), which a handler's
+    /// return puts back and a `longjmp` out of it does not.
+    fn end_signal(&mut self) -> Option<(Option<u64>, u64)> {
+        let s = self.signals.pop()?;
+        self.node = s.node;
+        self.last = s.last;
+        self.nonskipped = s.nonskipped;
+        self.cost = s.cost;
+        self.sim_cost = s.sim_cost;
+        self.collect = s.collect;
+        self.sp = None;
+        Some((s.sp, s.last_sp))
     }
 
     /// Pops the top frame, adding the calls' inclusive cost to its arc.
@@ -1263,9 +1265,7 @@ impl Tool for CallTool {
                 while t.stack.len() > depth {
                     t.pop(&mut self.tree);
                 }
-                let kept = t.signals.last().map(|s| (s.sp, s.last_sp));
-                t.end_signal();
-                if let Some((sp, last_sp)) = kept {
+                if let Some((sp, last_sp)) = t.end_signal() {
                     (t.sp, t.last_sp) = (sp, last_sp);
                 }
             }
