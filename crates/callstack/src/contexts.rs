@@ -88,6 +88,8 @@ pub fn into_tool(
             arena,
             facts: &[],
             separate_recs: options.separate_recs,
+            // Ending calls makes no contexts.
+            flat: false,
         }
         .finish();
         let runs = folder.fold(
@@ -571,9 +573,11 @@ mod tests {
     }
 
     /// Runs `p` for up to `steps` blocks from f0, feeding each block to the
-    /// call tool and, as translated code would, to the client runtime;
-    /// returns both trees' self Ir per context and arcs, by names.
-    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], u64) {
+    /// call tool and, as translated code would, to the client runtime
+    /// (keeping only (function, level) contexts if `flat`); returns both
+    /// trees' self Ir per context and arcs, by names (contexts named by
+    /// their function and level alone if `flat`).
+    fn run_both(p: &Program, rng: &mut Rng, steps: usize, flat: bool) -> ([Results; 2], u64) {
         let mut tool = CallTool::new(CallOptions::default(), Box::new(p.clone()));
         let mut facts = vec![0u64; p.blocks.len() * FACT_WORDS];
         for b in 0..p.blocks.len() {
@@ -602,6 +606,7 @@ mod tests {
                 arena: &mut arena,
                 facts: &facts,
                 separate_recs: 2,
+                flat,
             };
             if !plain {
                 rt.hot[hot::LAST] = last.map_or(NONE, |x| x as u64);
@@ -678,6 +683,7 @@ mod tests {
             arena: &mut arena,
             facts: &facts,
             separate_recs: 2,
+            flat,
         }
         .finish();
         // The client's, folded.
@@ -709,10 +715,11 @@ mod tests {
             &tree,
             |f| p.functions[f as usize].name.clone(),
             |b| p.blocks[b as usize].instrs,
+            flat,
         );
         let names = |f: FnId| tool.functions[f as usize].class.function.to_string();
         let instrs = |b: u32| tool.block_state(b).instrs.len() as u64;
-        let stream = results(&tool.tree, names, instrs);
+        let stream = results(&tool.tree, names, instrs, flat);
         ([stream, client], Arena::new(&arena).entries().1)
     }
 
@@ -720,14 +727,21 @@ mod tests {
     /// with their counts and inclusive Ir, as text.
     type Results = (Vec<(String, u64)>, Vec<String>);
 
-    /// A tree's [`Results`].
-    fn results(tree: &Tree, name: impl Fn(FnId) -> String, instrs: impl Fn(u32) -> u64) -> Results {
+    /// A tree's [`Results`], its contexts named by their stack of
+    /// functions, or by their function and level alone if `flat`
+    /// (Callgrind's contexts).
+    fn results(
+        tree: &Tree,
+        name: impl Fn(FnId) -> String,
+        instrs: impl Fn(u32) -> u64,
+        flat: bool,
+    ) -> Results {
         let path = |mut n: NodeId| {
             let mut s = String::new();
             while n != NO_NODE {
                 let node = tree.nodes[n as usize];
                 s = format!("{}'{}/{s}", name(node.function), node.level);
-                n = node.parent;
+                n = if flat { NO_NODE } else { node.parent };
             }
             s
         };
@@ -740,21 +754,24 @@ mod tests {
         }
         let mut selfs: Vec<_> = selfs.into_iter().filter(|e| e.1 > 0).collect();
         selfs.sort();
-        let mut arcs: Vec<_> = tree
-            .arcs
-            .iter()
-            .filter(|a| a.calls > 0 || a.inclusive > 0)
-            .map(|a| {
-                format!(
-                    "{} @{:#x} -> {} @{:#x}: {} calls, {} Ir",
-                    path(a.caller),
-                    a.call_site,
-                    path(a.callee),
-                    a.target,
-                    a.calls,
-                    a.inclusive
-                )
-            })
+        // Arcs of one name (those of one (function, level) pair, if
+        // `flat`) are one.
+        let mut by_name: FxHashMap<String, (u64, u64)> = FxHashMap::default();
+        for a in tree.arcs.iter().filter(|a| a.calls > 0 || a.inclusive > 0) {
+            let name = format!(
+                "{} @{:#x} -> {} @{:#x}",
+                path(a.caller),
+                a.call_site,
+                path(a.callee),
+                a.target
+            );
+            let e = by_name.entry(name).or_default();
+            e.0 += a.calls;
+            e.1 += a.inclusive;
+        }
+        let mut arcs: Vec<_> = by_name
+            .into_iter()
+            .map(|(name, (calls, ir))| format!("{name}: {calls} calls, {ir} Ir"))
             .collect();
         arcs.sort();
         (selfs, arcs)
@@ -762,16 +779,18 @@ mod tests {
 
     #[test]
     fn the_client_runtime_keeps_the_call_tools_contexts_on_random_programs() {
-        let mut fast = 0;
-        for seed in 1..=300u64 {
-            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-            let p = program(&mut rng);
-            let ([stream, client], fast_entries) = run_both(&p, &mut rng, 400);
-            assert_eq!(client, stream, "seed {seed}");
-            fast += fast_entries;
+        for flat in [false, true] {
+            let mut fast = 0;
+            for seed in 1..=300u64 {
+                let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                let p = program(&mut rng);
+                let ([stream, client], fast_entries) = run_both(&p, &mut rng, 400, flat);
+                assert_eq!(client, stream, "seed {seed}, flat {flat}");
+                fast += fast_entries;
+            }
+            // The fast paths (calls the memo knows, returns, jumps) were
+            // taken, and kept the contexts equal.
+            assert!(fast > 10_000, "{fast} fast entries, flat {flat}");
         }
-        // The fast paths (calls the memo knows, returns, jumps) were
-        // taken, and kept the contexts equal.
-        assert!(fast > 10_000, "{fast} fast entries");
     }
 }

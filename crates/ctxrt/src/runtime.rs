@@ -95,6 +95,12 @@ pub struct Runtime<'a> {
     pub facts: &'a [u64],
     /// `--separate-recs`.
     pub separate_recs: u32,
+    /// Contexts are Callgrind's (function, recursion level) alone, not
+    /// one per caller context too: a run that writes only Callgrind's
+    /// profile, whose costs and arcs are per (function, level), keeps no
+    /// tree it would fold away (g++'s cc1plus made 4.8 M contexts of the
+    /// tree, a few hundred MB of counters per thread in most runs).
+    pub flat: bool,
 }
 
 type Result<T> = core::result::Result<T, Error>;
@@ -211,7 +217,8 @@ impl Runtime<'_> {
                         self.arena[head::NONSKIPPED_SITE],
                     );
                 }
-                let node = self.node(CONTEXT, caller, f, level, 0, yf.group)?;
+                let parent = if self.flat { NONE } else { caller };
+                let node = self.node(CONTEXT, parent, f, level, 0, yf.group)?;
                 arc = self.arc(from.0, from.1, node, yf.flow.start)?;
                 self.arena[head::NODE] = node;
             } else {
@@ -848,6 +855,7 @@ mod tests {
                 arena: &mut self.arena,
                 facts: &self.facts,
                 separate_recs: self.recs,
+                flat: false,
             }
         }
 

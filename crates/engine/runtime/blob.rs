@@ -15,13 +15,13 @@ use ctxrt::{hot, Error, Runtime};
 /// entry with the stack pointer `sp`; 1 grows the counters for it.
 /// `hot` is the thread's hot words, `config` the process's runtime
 /// configuration words (facts table address, its length in words,
-/// `--separate-recs`). Returns 0, or an error code the stub reports to
+/// `--separate-recs`, whether contexts are flat: `Runtime::flat`). Returns 0, or an error code the stub reports to
 /// the tool (1: the arena is full; 2: a block without facts).
 ///
 /// # Safety
 /// `hot` points at the thread's [`hot::WORDS`] hot words, whose
 /// [`hot::ARENA`] and [`hot::ARENA_WORDS`] describe the thread's arena;
-/// `config` at three words whose first two describe the facts table. All
+/// `config` at four words whose first two describe the facts table. All
 /// are mapped for the life of the thread, written only by this thread
 /// (the facts table by the tool while the thread is stopped).
 #[no_mangle]
@@ -35,21 +35,22 @@ pub unsafe extern "sysv64" fn cs_runtime(
     // SAFETY: see the function's contract: the hot words and the config
     // words are mapped and sized as stated; the arena and the facts table
     // are distinct mappings of the sizes the words give.
-    let (hot, arena, facts, recs) = unsafe {
+    let (hot, arena, facts, config) = unsafe {
         let hot = core::slice::from_raw_parts_mut(hot, hot::WORDS);
         let arena = core::slice::from_raw_parts_mut(
             hot[hot::ARENA] as *mut u64,
             hot[hot::ARENA_WORDS] as usize,
         );
-        let config = core::slice::from_raw_parts(config, 3);
+        let config = core::slice::from_raw_parts(config, 4);
         let facts = core::slice::from_raw_parts(config[0] as *const u64, config[1] as usize);
-        (hot, arena, facts, config[2] as u32)
+        (hot, arena, facts, config)
     };
     let mut rt = Runtime {
         hot,
         arena,
         facts,
-        separate_recs: recs,
+        separate_recs: config[2] as u32,
+        flat: config[3] != 0,
     };
     let result = match op {
         0 => rt.enter(block, sp),

@@ -108,6 +108,10 @@ pub struct ContextsConfig {
     pub classifier: Arc<dyn Fn() -> Box<dyn ContextClassifier> + Send + Sync>,
     /// `--separate-recs`.
     pub separate_recs: u32,
+    /// Whether the client keeps only Callgrind's (function, level)
+    /// contexts rather than the calling-context tree
+    /// (`ctxrt::Runtime::flat`): when nothing reads the tree (no export).
+    pub flat: bool,
 }
 
 /// Names the code a block starts with for Callgrind's rules, as the call

@@ -166,7 +166,8 @@ mod native {
     #[test]
     fn the_blob_runs_the_runtime_as_the_library_does() {
         let facts = facts();
-        let config = [facts.as_ptr() as u64, facts.len() as u64, 2];
+        // Flat contexts (`Runtime::flat`), as a run without exports has them.
+        let config = [facts.as_ptr() as u64, facts.len() as u64, 2, 1];
         let entries = [(0u64, NONE, 0x8000u64), (1, 0, 0x7ff8), (2, 1, 0x8000)];
         let mut blob_arena = vec![0u64; 1 << 20];
         let mut hot_words = vec![0u64; hot::WORDS];
@@ -191,6 +192,7 @@ mod native {
                 arena: &mut lib_arena,
                 facts: &facts,
                 separate_recs: 2,
+                flat: true,
             };
             rt.enter(y, sp).expect("room");
             assert_eq!(hot_words, lib_hot);

@@ -411,6 +411,9 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
     Some(engine::ContextsConfig {
         classifier: Arc::new(move || Box::new(namer.clone()) as Box<dyn engine::ContextClassifier>),
         separate_recs: cg.calls.separate_recs,
+        // The exports read the calling-context tree; Callgrind's profile
+        // needs only its (function, level) contexts.
+        flat: cg.exports.is_empty(),
     })
 }
 

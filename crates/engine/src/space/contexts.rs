@@ -296,11 +296,13 @@ impl Space {
 }
 
 /// Words of the core region's runtime configuration: the facts table's
-/// address and length in words, `--separate-recs`.
-pub fn runtime_config(facts_at: u64, separate_recs: u32) -> [u64; 3] {
+/// address and length in words, `--separate-recs`, and whether contexts
+/// are flat (`ctxrt::Runtime::flat`).
+pub fn runtime_config(facts_at: u64, separate_recs: u32, flat: bool) -> [u64; 4] {
     [
         facts_at,
         FACTS_CAPACITY * FACT_WORDS as u64,
         u64::from(separate_recs),
+        u64::from(flat),
     ]
 }

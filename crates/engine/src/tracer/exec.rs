@@ -204,7 +204,7 @@ fn setup_contexts(
     );
     let entry = blob + crate::runtime::ENTRY;
     mem.write(core + layout::RT_ENTRY_PTR, &entry.to_le_bytes());
-    let config: Vec<u8> = runtime_config(facts as u64, cfg.separate_recs)
+    let config: Vec<u8> = runtime_config(facts as u64, cfg.separate_recs, cfg.flat)
         .iter()
         .flat_map(|w| w.to_le_bytes())
         .collect();
