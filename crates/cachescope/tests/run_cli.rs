@@ -244,6 +244,69 @@ fn unwritable_output_gives_zero_totals() {
 }
 
 #[test]
+fn callgrind_makes_its_file_before_the_program_runs() {
+    // Callgrind creates its file, empty, when it starts: a program that
+    // execs another without --trace-children=yes leaves it so; one it
+    // cannot create stops the run before the program starts.
+    require("valgrind");
+    let dir = TempDir::new("callgrind-start");
+    for (tool, prefix) in [(Some("valgrind"), "vg."), (None, "cs.")] {
+        let file = format!("--callgrind-out-file={prefix}%p");
+        let args = [
+            "--tool=callgrind",
+            "-q",
+            &file,
+            "/bin/sh",
+            "-c",
+            "exec /bin/echo hi",
+        ];
+        let r: Run = match tool {
+            Some(vg) => Command::new(vg)
+                .args(args)
+                .current_dir(&dir.0)
+                .output()
+                .unwrap()
+                .into(),
+            None => cs(&dir, &args),
+        };
+        assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
+        assert_eq!(r.stdout, b"hi\n");
+        let files = files_with_prefix(&dir.0, prefix);
+        assert_eq!(files.len(), 1, "{prefix}");
+        let meta = std::fs::metadata(&files[0]).unwrap();
+        assert_eq!((meta.len(), meta.permissions().mode() & 0o777), (0, 0o600));
+    }
+    for tool in [Some("valgrind"), None] {
+        let args = [
+            "--tool=callgrind",
+            "--callgrind-out-file=/nonexistent-dir/x",
+            "/bin/sh",
+            "-c",
+            "echo ran",
+        ];
+        let r: Run = match tool {
+            Some(vg) => Command::new(vg)
+                .args(["-q"])
+                .args(args)
+                .current_dir(&dir.0)
+                .output()
+                .unwrap()
+                .into(),
+            None => cs(&dir, &args),
+        };
+        assert_eq!(r.end, End::Code(1), "{tool:?}");
+        assert_eq!(r.stdout, b"", "{tool:?}");
+        assert!(
+            r.stderr_text().contains(
+                "== Error: can not open cache simulation output file `/nonexistent-dir/x'\n"
+            ),
+            "{}",
+            r.stderr_text()
+        );
+    }
+}
+
+#[test]
 fn death_by_signal_is_passed_on() {
     let dir = TempDir::new("signal");
     let prog = OsStr::new("/bin/sh");

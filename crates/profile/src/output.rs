@@ -104,6 +104,25 @@ fn write_in_place(
         .map_err(OutputError::Write)
 }
 
+/// Creates `path` empty (permission bits `mode`, reduced by the umask,
+/// when new), or empties the regular file there, as Callgrind makes its
+/// output file when it starts. A path that is not a regular file (a
+/// device or pipe) is left alone: the profile goes there at the end, and
+/// opening a pipe now would wait for its reader.
+pub fn create_empty(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .map(drop)
+}
+
 /// The few errno values [`write_output`] tells apart (std has no names
 /// for them, and this crate does not link libc directly).
 mod libc_errno {

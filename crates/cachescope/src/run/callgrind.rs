@@ -604,6 +604,23 @@ impl CgSink<'_> {
         self.stats(&proc_profile);
     }
 
+    /// Makes process `pid`'s `callgrind.out` file, empty, before the
+    /// program runs, as Callgrind does at its start: a program that execs
+    /// another without `--trace-children=yes` leaves it so, as under
+    /// Valgrind (it is written whole at the process's end). False, with
+    /// Callgrind's message, when it cannot be made: then, as under
+    /// Valgrind, the program does not run.
+    pub(super) fn callgrind_started(&mut self, cg: &CallgrindOptions, pid: i32) -> bool {
+        let Some(path) = self.out_path("--callgrind-out-file", &cg.out_file, pid) else {
+            return false;
+        };
+        if profile::output::create_empty(&path, 0o600).is_err() {
+            self.log.umsg(pid, &cannot_open(&path));
+            return false;
+        }
+        true
+    }
+
     /// Writes one `callgrind.out` file, or says why it could not.
     fn write_callgrind(
         &mut self,
@@ -616,15 +633,7 @@ impl CgSink<'_> {
             |w: &mut dyn std::io::Write| chunks.iter().try_for_each(|p| p.write_to(w, cg.write));
         match write_output(path, 0o600, write) {
             Ok(()) => {}
-            Err(OutputError::Open(_)) => {
-                self.log.umsg(
-                    pid,
-                    &format!(
-                        "Error: can not open cache simulation output file `{}'",
-                        path.display()
-                    ),
-                );
-            }
+            Err(OutputError::Open(_)) => self.log.umsg(pid, &cannot_open(path)),
             Err(OutputError::Write(e)) => {
                 self.log.umsg(
                     pid,
@@ -636,6 +645,14 @@ impl CgSink<'_> {
             }
         }
     }
+}
+
+/// Callgrind's message for an output file it cannot open.
+fn cannot_open(path: &std::path::Path) -> String {
+    format!(
+        "Error: can not open cache simulation output file `{}'",
+        path.display()
+    )
 }
 
 /// The file a dump of `thread` goes to, as Callgrind names it: `<file>.<n>`

@@ -123,6 +123,11 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         return ExitCode::from(status);
     }
     sink.preamble(me);
+    if let RunTool::Callgrind(cg) = &opts.tool {
+        if !sink.callgrind_started(cg, me) {
+            return ExitCode::from(1);
+        }
+    }
     let tool = match (&opts.tool, &sink.trace) {
         (RunTool::Lackey(l), Some(out)) => Some(lackey::factory(l, out.clone())),
         _ => {
