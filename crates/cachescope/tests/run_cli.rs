@@ -243,6 +243,19 @@ fn unwritable_output_gives_zero_totals() {
     assert!(err.contains("== I refs:        0\n"), "{err}");
 }
 
+/// Runs `args` (in `dir`) under `tool` (Valgrind's command), or ours.
+fn valgrind_or_ours(dir: &TempDir, tool: Option<&str>, args: &[&str]) -> Run {
+    match tool {
+        Some(vg) => Command::new(vg)
+            .args(args)
+            .current_dir(&dir.0)
+            .output()
+            .unwrap()
+            .into(),
+        None => cs(dir, args),
+    }
+}
+
 #[test]
 fn callgrind_makes_its_file_before_the_program_runs() {
     // Callgrind creates its file, empty, when it starts: a program that
@@ -260,15 +273,7 @@ fn callgrind_makes_its_file_before_the_program_runs() {
             "-c",
             "exec /bin/echo hi",
         ];
-        let r: Run = match tool {
-            Some(vg) => Command::new(vg)
-                .args(args)
-                .current_dir(&dir.0)
-                .output()
-                .unwrap()
-                .into(),
-            None => cs(&dir, &args),
-        };
+        let r = valgrind_or_ours(&dir, tool, &args);
         assert_eq!(r.end, End::Code(0), "{}", r.stderr_text());
         assert_eq!(r.stdout, b"hi\n");
         let files = files_with_prefix(&dir.0, prefix);
@@ -278,22 +283,14 @@ fn callgrind_makes_its_file_before_the_program_runs() {
     }
     for tool in [Some("valgrind"), None] {
         let args = [
+            "-q",
             "--tool=callgrind",
             "--callgrind-out-file=/nonexistent-dir/x",
             "/bin/sh",
             "-c",
             "echo ran",
         ];
-        let r: Run = match tool {
-            Some(vg) => Command::new(vg)
-                .args(["-q"])
-                .args(args)
-                .current_dir(&dir.0)
-                .output()
-                .unwrap()
-                .into(),
-            None => cs(&dir, &args),
-        };
+        let r = valgrind_or_ours(&dir, tool, &args);
         assert_eq!(r.end, End::Code(1), "{tool:?}");
         assert_eq!(r.stdout, b"", "{tool:?}");
         assert!(
