@@ -21,13 +21,13 @@ fn sigill_is_delivered_as_natively() {
             "die" => assert_eq!(nat.end, End::Signal(libc_sigill()), "{text}"),
             _ => {
                 assert_eq!(nat.end, End::Code(0));
-                // Each instruction twice, and (the fixture checks) at the
-                // right address with ILL_ILLOPN.
-                assert_eq!(
-                    text.matches("SIGILL 4 code 2 addr ok rip ok\n").count(),
-                    8,
-                    "{text}"
-                );
+                // Each instruction the processor lacks twice, and (the
+                // fixture checks) at the right address with ILL_ILLOPN:
+                // `ud2` and the invalid opcode always; `xbegin` without
+                // TSX and the FP16 instruction without AVX512-FP16 (an
+                // Intel processor with TSX runs the first natively).
+                let raised = text.matches("SIGILL 4 code 2 addr ok rip ok\n").count();
+                assert!((4..=8).contains(&raised) && raised % 2 == 0, "{text}");
             }
         }
         same_in_both_modes(dir.path(), &exe, &[mode], &text, nat.end);
