@@ -27,7 +27,10 @@ fn sigill_is_delivered_as_natively() {
                 // TSX and the FP16 instruction without AVX512-FP16 (an
                 // Intel processor with TSX runs the first natively).
                 let raised = text.matches("SIGILL 4 code 2 addr ok rip ok\n").count();
-                assert!((4..=8).contains(&raised) && raised.is_multiple_of(2), "{text}");
+                assert!(
+                    (4..=8).contains(&raised) && raised.is_multiple_of(2),
+                    "{text}"
+                );
             }
         }
         same_in_both_modes(dir.path(), &exe, &[mode], &text, nat.end);
