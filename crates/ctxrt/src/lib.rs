@@ -65,4 +65,4 @@ pub struct NumberedBlock<T> {
     /// Whether [`CALL_MEMO_WORDS`] of call memo follow its counter.
     pub memo: bool,
 }
-pub use runtime::{continued_thread, fresh_thread, Error, Runtime, FIRST_COUNTERS};
+pub use runtime::{continued_thread, fresh_thread, Error, Runtime, CONFIG_WORDS, FIRST_COUNTERS};

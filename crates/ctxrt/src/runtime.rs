@@ -18,6 +18,12 @@ pub enum Error {
     UnknownBlock(u64),
 }
 
+/// Words of the process's runtime configuration, which the engine writes
+/// into the core region and the blob's entry reads: the facts table's
+/// address and length in words, `--separate-recs`, and whether contexts
+/// are flat ([`Runtime::flat`]).
+pub const CONFIG_WORDS: usize = 4;
+
 /// Counters a context starts with (translated code checks the bound only
 /// for blocks numbered past it).
 pub const FIRST_COUNTERS: usize = 8;

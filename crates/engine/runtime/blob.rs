@@ -9,19 +9,19 @@
 #![no_std]
 #![no_main]
 
-use ctxrt::{hot, Error, Runtime};
+use ctxrt::{hot, Error, Runtime, CONFIG_WORDS};
 
 /// What the stub asks: `op` 0 enters block `block` through its context
 /// entry with the stack pointer `sp`; 1 grows the counters for it.
-/// `hot` is the thread's hot words, `config` the process's runtime
-/// configuration words (facts table address, its length in words,
-/// `--separate-recs`, whether contexts are flat: `Runtime::flat`). Returns 0, or an error code the stub reports to
-/// the tool (1: the arena is full; 2: a block without facts).
+/// `hot` is the thread's hot words, `config` the process's
+/// [`CONFIG_WORDS`] runtime configuration words. Returns 0, or an error
+/// code the stub reports to the tool (1: the arena is full; 2: a block
+/// without facts).
 ///
 /// # Safety
 /// `hot` points at the thread's [`hot::WORDS`] hot words, whose
 /// [`hot::ARENA`] and [`hot::ARENA_WORDS`] describe the thread's arena;
-/// `config` at four words whose first two describe the facts table. All
+/// `config` at [`CONFIG_WORDS`] words whose first two describe the facts table. All
 /// are mapped for the life of the thread, written only by this thread
 /// (the facts table by the tool while the thread is stopped).
 #[no_mangle]
@@ -41,7 +41,7 @@ pub unsafe extern "sysv64" fn cs_runtime(
             hot[hot::ARENA] as *mut u64,
             hot[hot::ARENA_WORDS] as usize,
         );
-        let config = core::slice::from_raw_parts(config, 4);
+        let config = core::slice::from_raw_parts(config, CONFIG_WORDS);
         let facts = core::slice::from_raw_parts(config[0] as *const u64, config[1] as usize);
         (hot, arena, facts, config)
     };

@@ -251,13 +251,14 @@ pub const FACTS_HINT: u64 = 0x0f_0000_0000;
 /// Offset in a thread area of the runtime's arena (contexts mode), up to
 /// the area's end.
 pub const AREA_ARENA: u64 = 32 << 20;
-/// Offset in the core region of the runtime's configuration words (the
-/// facts table's address and length in words, `--separate-recs`).
+/// Offset in the core region of the runtime's configuration words
+/// (`ctxrt::CONFIG_WORDS` of them, before [`RT_STUB_PTR`]).
 pub const RT_CONFIG: u64 = 0x2_0000;
 /// Offset in the core region of the word holding the runtime stub's
 /// address (translated code calls through it: chunks may lie beyond
 /// rel32 reach of the core region).
 pub const RT_STUB_PTR: u64 = 0x2_0020;
+const _: () = assert!(RT_CONFIG + 8 * ctxrt::CONFIG_WORDS as u64 <= RT_STUB_PTR);
 /// Offset in the core region of the word holding the blob's entry's
 /// address.
 pub const RT_ENTRY_PTR: u64 = 0x2_0028;

@@ -167,7 +167,8 @@ mod native {
     fn the_blob_runs_the_runtime_as_the_library_does() {
         let facts = facts();
         // Flat contexts (`Runtime::flat`), as a run without exports has them.
-        let config = [facts.as_ptr() as u64, facts.len() as u64, 2, 1];
+        // (Written out: `runtime_config` gives the process table's length.)
+        let config: [u64; ctxrt::CONFIG_WORDS] = [facts.as_ptr() as u64, facts.len() as u64, 2, 1];
         let entries = [(0u64, NONE, 0x8000u64), (1, 0, 0x7ff8), (2, 1, 0x8000)];
         let mut blob_arena = vec![0u64; 1 << 20];
         let mut hot_words = vec![0u64; hot::WORDS];

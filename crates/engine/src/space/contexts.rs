@@ -295,10 +295,8 @@ impl Space {
     }
 }
 
-/// Words of the core region's runtime configuration: the facts table's
-/// address and length in words, `--separate-recs`, and whether contexts
-/// are flat (`ctxrt::Runtime::flat`).
-pub fn runtime_config(facts_at: u64, separate_recs: u32, flat: bool) -> [u64; 4] {
+/// The core region's runtime configuration words (`ctxrt::CONFIG_WORDS`).
+pub fn runtime_config(facts_at: u64, separate_recs: u32, flat: bool) -> [u64; ctxrt::CONFIG_WORDS] {
     [
         facts_at,
         FACTS_CAPACITY * FACT_WORDS as u64,
