@@ -26,6 +26,9 @@ mod index;
 mod memo;
 mod output;
 mod stacks;
+pub mod tagged;
+#[cfg(test)]
+mod testprog;
 mod tool;
 mod tree;
 

@@ -32,6 +32,7 @@ mod fast;
 pub mod hot;
 mod runtime;
 mod table;
+pub mod tagged;
 
 pub use arena::{ArcRecord, Arena, NodeKind, NodeRecord, NONE};
 
