@@ -1,5 +1,6 @@
-//! `--tool=callgrind --client-contexts=yes` (the client keeps its calling
-//! contexts, `docs/client-contexts.md`) against the stream path on the
+//! `--tool=callgrind --client-contexts=yes` and `=tagged` (the client
+//! keeps its calling contexts, `docs/client-contexts.md`; tagged: in a
+//! slot per block, `ctxrt::tagged`) against the stream path on the
 //! fixtures of `fixtures/callgrind`: the whole program's self Ir per
 //! function and line, and every call arc's count and inclusive Ir per
 //! (caller, call line, callee), are equal. The stream path is itself
@@ -48,34 +49,41 @@ fn costs(p: &Profile) -> Costs {
     c
 }
 
-/// Runs `src` both ways and compares.
+/// The client's ways of keeping contexts, each compared with the stream.
+const CLIENT_MODES: [&str; 2] = ["--client-contexts=yes", "--client-contexts=tagged"];
+
+/// Runs `src` every way and compares each client way with the stream.
 fn compare(src: &str, flags: &[&str]) {
-    let [stream, client] = both(src, flags);
+    let dir = TempDir::new(&format!("client-contexts-{src}"));
+    let exe = callgrind_fixture(&dir, &[src], &[flags, NOW].concat());
+    let [stream, clients @ ..] = all_of(&dir, &exe, None);
+    for (mode, client) in CLIENT_MODES.iter().zip(&clients) {
+        assert_same(&stream, client, &format!("{src} {mode}"));
+    }
+}
+
+/// Asserts that `client`'s self costs and calls are the stream's.
+fn assert_same(stream: &Costs, client: &Costs, what: &str) {
     assert_eq!(
         differences(&stream.selfs, &client.selfs),
         "",
-        "self costs of {src}"
+        "self costs of {what}"
     );
     assert_eq!(
         differences(&stream.calls, &client.calls),
         "",
-        "calls of {src}"
+        "calls of {what}"
     );
 }
 
-/// Runs `src` with and without `--client-contexts=yes`.
-fn both(src: &str, flags: &[&str]) -> [Costs; 2] {
-    let dir = TempDir::new(&format!("client-contexts-{src}"));
-    let exe = callgrind_fixture(&dir, &[src], &[flags, NOW].concat());
-    both_of(&dir, &exe, None)
-}
-
-/// Runs `exe` (in `dir`) with and without `--client-contexts=yes`: the
-/// whole program's costs, or with `thread` those of that thread's file
-/// (`--separate-threads=yes`, its `-NN` suffix).
-fn both_of(dir: &TempDir, exe: &std::path::Path, thread: Option<&str>) -> [Costs; 2] {
+/// Runs `exe` (in `dir`) the stream's way and each of [`CLIENT_MODES`]:
+/// the whole program's costs, or with `thread` those of that thread's
+/// file (`--separate-threads=yes`, its `-NN` suffix).
+fn all_of(dir: &TempDir, exe: &std::path::Path, thread: Option<&str>) -> [Costs; 3] {
     let mut got = Vec::new();
-    for (name, extra) in [("stream", None), ("client", Some("--client-contexts=yes"))] {
+    let modes = [None, Some(CLIENT_MODES[0]), Some(CLIENT_MODES[1])];
+    for (i, extra) in modes.into_iter().enumerate() {
+        let name = format!("run{i}");
         let file = dir.join(&format!("{name}.out"));
         let out = format!("--callgrind-out-file={}", file.display());
         let mut args = vec!["--tool=callgrind", "-q", &out];
@@ -86,7 +94,7 @@ fn both_of(dir: &TempDir, exe: &std::path::Path, thread: Option<&str>) -> [Costs
         let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
         assert!(
             matches!(run.end, run_support::End::Code(0)),
-            "{name}: {}",
+            "{extra:?}: {}",
             run.stderr_text()
         );
         let file = match thread {
@@ -97,8 +105,7 @@ fn both_of(dir: &TempDir, exe: &std::path::Path, thread: Option<&str>) -> [Costs
         got.push(costs(&callgrind::parse(&data).unwrap()));
     }
     assert!(!got[0].selfs.is_empty() && !got[0].calls.is_empty());
-    let client = got.pop().expect("two");
-    [got.pop().expect("two"), client]
+    got.try_into().expect("three runs")
 }
 
 /// The entries of two maps that differ, one per line (stream, client).
@@ -195,10 +202,11 @@ fn stripped_code_across_regions() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let [stream, client] = both_of(&dir, &exe, None);
+    let [stream, clients @ ..] = all_of(&dir, &exe, None);
     assert!(stream.selfs.keys().any(|(f, _)| f.starts_with("0x")));
-    assert_eq!(differences(&stream.selfs, &client.selfs), "", "self costs");
-    assert_eq!(differences(&stream.calls, &client.calls), "", "calls");
+    for (mode, client) in CLIENT_MODES.iter().zip(&clients) {
+        assert_same(&stream, client, mode);
+    }
 }
 
 /// `threads.c`'s two workers run one after the other and get the same
@@ -211,13 +219,14 @@ fn stripped_code_across_regions() {
 fn threads_taking_an_ended_threads_number() {
     let dir = TempDir::new("client-contexts-threads");
     let exe = callgrind_fixture(&dir, &["threads.c"], &[&["-O0"], NOW].concat());
-    let [stream, client] = both_of(&dir, &exe, Some("02"));
+    let [stream, clients @ ..] = all_of(&dir, &exe, Some("02"));
     assert!(
         stream.selfs.keys().any(|(f, _)| f == "start_thread'2"),
         "the second worker goes on with the first's stack"
     );
-    assert_eq!(differences(&stream.selfs, &client.selfs), "", "self costs");
-    assert_eq!(differences(&stream.calls, &client.calls), "", "calls");
+    for (mode, client) in CLIENT_MODES.iter().zip(&clients) {
+        assert_same(&stream, client, mode);
+    }
 }
 
 /// The engine's inline fast paths (its stub, before the runtime) take

@@ -188,7 +188,7 @@ mod tests {
     /// slot, retagged where its tag is not the current one. Returns both
     /// trees' results (contexts named by function and level), and the
     /// entries and retags.
-    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], (u64, u64)) {
+    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], (u64, u64, u64)) {
         let mut tool = CallTool::new(CallOptions::default(), Box::new(p.clone()));
         let mut facts = vec![0u64; p.blocks.len() * FACT_WORDS];
         for b in 0..p.blocks.len() {
@@ -214,7 +214,17 @@ mod tests {
                 facts: &facts,
                 separate_recs: 2,
             };
-            if !plain {
+            // The inline paths translated code takes first: a return, and
+            // a direct call of code that is not skipped.
+            let inline = match last.map(|x| (x, p.blocks[x].term)) {
+                Some((_, Terminator::Return)) => rt.inline_return(sp),
+                Some((x, Terminator::Call { .. })) if !y.flow.skip => {
+                    let ret_addr = p.facts(x).flow.end();
+                    rt.inline_call(x as u64, y.flow.function, sp, ret_addr)
+                }
+                _ => false,
+            };
+            if !plain && !inline {
                 rt.hot[hot::LAST] = last.map_or(NONE, |x| x as u64);
                 rt.enter(b as u64, sp).expect("room");
             }
@@ -302,19 +312,20 @@ mod tests {
 
     #[test]
     fn tagged_counting_keeps_the_call_tools_contexts_on_random_programs() {
-        let (mut entries, mut retags) = (0, 0);
+        let (mut entries, mut retags, mut inline) = (0, 0, 0);
         for seed in 1..=300u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let p = program(&mut rng);
-            let ([stream, client], (e, r)) = run_both(&p, &mut rng, 400);
+            let ([stream, client], (e, r, i)) = run_both(&p, &mut rng, 400);
             assert_eq!(client, stream, "seed {seed}");
-            (entries, retags) = (entries + e, retags + r);
+            (entries, retags, inline) = (entries + e, retags + r, inline + i);
         }
         // Contexts changed under blocks (recursion levels, code run from
-        // other functions' contexts, the PLT from several call sites).
+        // other functions' contexts, the PLT from several call sites), and
+        // calls and returns took the inline paths.
         assert!(
-            entries > 10_000 && retags > 1_000,
-            "{entries} entries, {retags} retags"
+            entries > 10_000 && retags > 1_000 && inline > 10_000,
+            "{entries} entries, {retags} retags, {inline} inline"
         );
     }
 }

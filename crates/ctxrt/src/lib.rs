@@ -66,4 +66,7 @@ pub struct NumberedBlock<T> {
     /// Whether [`CALL_MEMO_WORDS`] of call memo follow its counter.
     pub memo: bool,
 }
-pub use runtime::{continued_thread, fresh_thread, Error, Runtime, CONFIG_WORDS, FIRST_COUNTERS};
+pub use runtime::{
+    continued_thread, fresh_thread, Error, Runtime, CONFIG_WORDS, CONTEXTS_FLAT, CONTEXTS_TAGGED,
+    CONTEXTS_TREE, FIRST_COUNTERS,
+};

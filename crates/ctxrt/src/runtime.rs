@@ -24,6 +24,13 @@ pub enum Error {
 /// are flat ([`Runtime::flat`]).
 pub const CONFIG_WORDS: usize = 4;
 
+/// The last configuration word: the calling-context tree.
+pub const CONTEXTS_TREE: u64 = 0;
+/// Flat contexts ([`Runtime::flat`]).
+pub const CONTEXTS_FLAT: u64 = 1;
+/// Tagged counting ([`crate::tagged`]).
+pub const CONTEXTS_TAGGED: u64 = 2;
+
 /// Counters a context starts with (translated code checks the bound only
 /// for blocks numbered past it).
 pub const FIRST_COUNTERS: usize = 8;

@@ -33,7 +33,7 @@ use crate::facts::{Facts, FACT_WORDS};
 use crate::hot;
 use crate::runtime::Error;
 use crate::table::{entry, find, hash, place};
-use callrules::{Calls, Flow, Step};
+use callrules::{Calls, Exit, Flow, Step};
 
 type Result<T> = core::result::Result<T, Error>;
 
@@ -43,8 +43,18 @@ pub const SKIP_TAGS: u64 = 1 << 31;
 pub const SINK_TAGS: u64 = 3 << 30;
 /// A slot that counts for no context yet.
 pub const NO_TAG: u64 = 0;
-/// Words of a block's slot: its tag and its Ir.
-pub const SLOT_WORDS: usize = 2;
+/// Words of a block's slot: its tag, its Ir, and for a block that calls
+/// its *call memo*: the tags of the caller and callee of its last call
+/// from a context (caller's in the low half) and that call's arc, which
+/// translated code's inline calls read ([`Tagged::enter`] writes them).
+pub const SLOT_WORDS: usize = 4;
+/// Where a slot's call memo is.
+pub const SLOT_MEMO: usize = 2;
+/// Block ids a thread's slots have room for.
+pub const MAX_BLOCKS: usize = 1 << 22;
+/// Bytes of a thread's slots, which lie right before its arena (the
+/// runtime finds them from the arena's address).
+pub const SLOTS_BYTES: u64 = (MAX_BLOCKS * SLOT_WORDS * 8) as u64;
 
 /// The tag of function `f`'s context at recursion level `level` (from
 /// 1), with `--separate-recs` `recs` (0 counts as 1).
@@ -94,6 +104,9 @@ pub mod head {
     pub const ENTRIES: usize = 13;
     /// Slots given another tag.
     pub const RETAGS: usize = 14;
+    /// Calls and returns translated code did inline (not in
+    /// [`ENTRIES`]).
+    pub const INLINE: usize = 36;
     /// A thread that took an ended thread's number: the context it was
     /// in plus one, until its first entry (0: none).
     pub const CONTINUED: usize = 15;
@@ -107,7 +120,7 @@ pub mod head {
     /// Per sink, the tag its counts are charged to.
     pub const SINKS: usize = 31;
     /// Words of header.
-    pub const WORDS: usize = 36;
+    pub const WORDS: usize = 40;
 }
 
 /// Words of a frame: the stack pointer after the call, the address it
@@ -174,8 +187,8 @@ pub struct Tagged<'a> {
 }
 
 /// The hot words of a thread that starts afresh with the arena at `arena`
-/// (client address), `words` long (its header is made at the first
-/// entry).
+/// (client address), `words` long (its header, which must read all zero,
+/// is made at the first entry: translated code's inline paths read it).
 pub fn fresh_thread(arena: u64, words: u64) -> [u64; hot::WORDS] {
     let mut h = [0; hot::WORDS];
     h[hot::CUR] = SINK_TAGS;
@@ -305,6 +318,16 @@ impl Tagged<'_> {
             }
             self.arena[head::CTX] = callee;
         }
+        let real_call = xf.is_some_and(|x| x.flow.exit == Exit::Call) && last != y;
+        if push && !skip && caller != NO_TAG && self.arena[head::NS_CTX] == NO_TAG && real_call {
+            // The call memo of the calling block (read by inline calls,
+            // which check both tags).
+            let at = last as usize * SLOT_WORDS + SLOT_MEMO;
+            if let Some(m) = self.slots.get_mut(at..at + 2) {
+                m[0] = caller | self.arena[head::CTX] << 32;
+                m[1] = arc;
+            }
+        }
         if push {
             let frame = [
                 push_sp.unwrap_or(self.arena[head::LAST_SP]),
@@ -354,6 +377,95 @@ impl Tagged<'_> {
             self.add_count(tag, b, ir)?;
         }
         Ok(())
+    }
+
+    /// What translated code does inline at a `ret` (the engine's
+    /// `emit::tagged`, word for word), with the stack pointer `sp` after
+    /// it: the commonest return, which leaves exactly the top frame (a
+    /// context's own, outside signal handlers and skipped code). Returns
+    /// whether it did; if not, nothing changed and the target's context
+    /// entry decides.
+    pub fn inline_return(&mut self, sp: u64) -> bool {
+        let a = &mut *self.arena;
+        let depth = a[head::DEPTH] as usize;
+        if a[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0 || depth == 0 {
+            return false;
+        }
+        let top = a[head::STACK] as usize + (depth - 1) * FRAME_WORDS;
+        if a[top] >= sp || (depth > 1 && a[top - FRAME_WORDS] < sp) || a[top + 5] != NO_TAG {
+            return false;
+        }
+        let arc = a[top + 3];
+        if arc != NONE {
+            let at = a[ARCS.at] as usize + arc as usize * ARCS.words;
+            a[at + 4] += self.hot[hot::IR] - a[top + 4];
+            let f = a[head::ACTIVE] as usize + (a[top + 2] >> 32) as usize;
+            a[f] = a[f].saturating_sub(1);
+        }
+        let caller = a[top + 2] & 0xffff_ffff;
+        a[head::CTX] = caller;
+        self.hot[hot::CUR] = caller;
+        a[head::NS_CTX] = NO_TAG;
+        a[head::NS_SITE] = a[top + 6];
+        a[head::DEPTH] = depth as u64 - 1;
+        a[head::LAST_SP] = sp;
+        a[head::INLINE] += 1;
+        self.hot[hot::LAST] = NONE;
+        true
+    }
+
+    /// What translated code does inline at a direct `call` from block
+    /// `x` (its call site `site`, returning to `ret_addr`) of function
+    /// `f`'s first block at `target`, not skipped code, with the stack
+    /// pointer `sp` after it: the call its memo knows, from a context
+    /// outside signal handlers and skipped code, leaving no frame. Returns
+    /// whether it did; if not, nothing changed.
+    pub fn inline_call(&mut self, x: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
+        let a = &mut *self.arena;
+        let depth = a[head::DEPTH] as usize;
+        let caller = a[head::CTX];
+        if a[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0
+            || caller == NO_TAG
+            || a[head::NS_CTX] != NO_TAG
+            || depth >= a[head::STACK_CAP] as usize
+            || f as u64 >= a[head::ACTIVE_CAP]
+        {
+            return false;
+        }
+        let frames = a[head::STACK] as usize;
+        if depth > 0 && a[frames + (depth - 1) * FRAME_WORDS] < sp {
+            return false;
+        }
+        let active = a[head::ACTIVE] as usize + f as usize;
+        let recs = u64::from(self.separate_recs.max(1));
+        let callee = 1 + u64::from(f) * recs + (a[active] + 1).min(recs) - 1;
+        let memo = x as usize * SLOT_WORDS + SLOT_MEMO;
+        if self.slots[memo] != caller | callee << 32 {
+            return false;
+        }
+        let arc = self.slots[memo + 1];
+        let at = a[ARCS.at] as usize + arc as usize * ARCS.words;
+        a[at + 3] += 1;
+        a[active] += 1;
+        let top = frames + depth * FRAME_WORDS;
+        let frame = [
+            sp,
+            ret_addr,
+            caller | u64::from(f) << 32,
+            arc,
+            self.hot[hot::IR],
+            NO_TAG,
+            a[head::NS_SITE],
+            0,
+        ];
+        a[top..top + FRAME_WORDS].copy_from_slice(&frame);
+        a[head::DEPTH] = depth as u64 + 1;
+        a[head::CTX] = callee;
+        self.hot[hot::CUR] = callee;
+        a[head::LAST_SP] = sp;
+        a[head::INLINE] += 1;
+        self.hot[hot::LAST] = NONE;
+        true
     }
 
     /// The thread ended (or the process): every call still running
@@ -776,11 +888,16 @@ impl<'a> TaggedArena<'a> {
         self.records(SINKS).map(|r| r[0])
     }
 
-    /// Context entries and slots retagged.
-    pub fn entries(&self) -> (u64, u64) {
+    /// Context entries, slots retagged, and calls and returns done
+    /// inline.
+    pub fn entries(&self) -> (u64, u64, u64) {
         match self.words.get(head::USED) {
-            Some(&u) if u != 0 => (self.words[head::ENTRIES], self.words[head::RETAGS]),
-            _ => (0, 0),
+            Some(&u) if u != 0 => (
+                self.words[head::ENTRIES],
+                self.words[head::RETAGS],
+                self.words[head::INLINE],
+            ),
+            _ => (0, 0, 0),
         }
     }
 }
@@ -789,7 +906,6 @@ impl<'a> TaggedArena<'a> {
 mod tests {
     extern crate std;
     use super::*;
-    use callrules::Exit;
     use std::vec;
     use std::vec::Vec;
 
@@ -930,7 +1046,7 @@ mod tests {
         assert_eq!(arcs, [(f0, f1, 1, 18), (f1, f1b, 1, 6)]);
         // Each block's first run tags its slot (six), and the two run at
         // both levels moved their first level's counts out once each.
-        assert_eq!(TaggedArena::new(&c.arena).entries(), (5, 6 + 2));
+        assert_eq!(TaggedArena::new(&c.arena).entries(), (5, 6 + 2, 0));
     }
 
     #[test]

@@ -9,10 +9,12 @@
 #![no_std]
 #![no_main]
 
-use ctxrt::{hot, Error, Runtime, CONFIG_WORDS};
+use ctxrt::tagged::{Tagged, MAX_BLOCKS, SLOTS_BYTES, SLOT_WORDS};
+use ctxrt::{hot, Error, Runtime, CONFIG_WORDS, CONTEXTS_TAGGED};
 
 /// What the stub asks: `op` 0 enters block `block` through its context
-/// entry with the stack pointer `sp`; 1 grows the counters for it.
+/// entry with the stack pointer `sp`; 1 grows the counters for it (in
+/// tagged counting: retags its slot).
 /// `hot` is the thread's hot words, `config` the process's
 /// [`CONFIG_WORDS`] runtime configuration words. Returns 0, or an error
 /// code the stub reports to the tool (1: the arena is full; 2: a block
@@ -23,7 +25,8 @@ use ctxrt::{hot, Error, Runtime, CONFIG_WORDS};
 /// [`hot::ARENA`] and [`hot::ARENA_WORDS`] describe the thread's arena;
 /// `config` at [`CONFIG_WORDS`] words whose first two describe the facts table. All
 /// are mapped for the life of the thread, written only by this thread
-/// (the facts table by the tool while the thread is stopped).
+/// (the facts table by the tool while the thread is stopped). In tagged
+/// counting the thread's slots lie right before its arena.
 #[no_mangle]
 pub unsafe extern "sysv64" fn cs_runtime(
     op: u64,
@@ -45,16 +48,38 @@ pub unsafe extern "sysv64" fn cs_runtime(
         let facts = core::slice::from_raw_parts(config[0] as *const u64, config[1] as usize);
         (hot, arena, facts, config)
     };
-    let mut rt = Runtime {
-        hot,
-        arena,
-        facts,
-        separate_recs: config[2] as u32,
-        flat: config[3] != 0,
-    };
-    let result = match op {
-        0 => rt.enter(block, sp),
-        _ => rt.grow(block),
+    let result = if config[3] == CONTEXTS_TAGGED {
+        // SAFETY: in tagged counting the thread's slots, `MAX_BLOCKS` of
+        // them, lie right before its arena, in the same thread area.
+        let slots = unsafe {
+            core::slice::from_raw_parts_mut(
+                (hot[hot::ARENA] - SLOTS_BYTES) as *mut u64,
+                MAX_BLOCKS * SLOT_WORDS,
+            )
+        };
+        let mut rt = Tagged {
+            hot,
+            arena,
+            slots,
+            facts,
+            separate_recs: config[2] as u32,
+        };
+        match op {
+            0 => rt.enter(block, sp),
+            _ => rt.retag(block),
+        }
+    } else {
+        let mut rt = Runtime {
+            hot,
+            arena,
+            facts,
+            separate_recs: config[2] as u32,
+            flat: config[3] != 0,
+        };
+        match op {
+            0 => rt.enter(block, sp),
+            _ => rt.grow(block),
+        }
     };
     match result {
         Ok(()) => 0,

@@ -251,6 +251,13 @@ pub const FACTS_HINT: u64 = 0x0f_0000_0000;
 /// Offset in a thread area of the runtime's arena (contexts mode), up to
 /// the area's end.
 pub const AREA_ARENA: u64 = 32 << 20;
+/// Offset in a thread area of the blocks' slots in tagged counting
+/// (`ctxrt::tagged`: a tag and an Ir per block id), whose arena follows
+/// them ([`AREA_TAGGED_ARENA`]: the runtime finds them from its address).
+pub const AREA_SLOTS: u64 = AREA_ARENA;
+/// Offset in a thread area of the runtime's arena in tagged counting.
+pub const AREA_TAGGED_ARENA: u64 = AREA_SLOTS + ctxrt::tagged::SLOTS_BYTES;
+const _: () = assert!(AREA_TAGGED_ARENA < 1 << 31, "slots are within disp32 of GS");
 /// Offset in the core region of the runtime's configuration words
 /// (`ctxrt::CONFIG_WORDS` of them, before [`RT_STUB_PTR`]).
 pub const RT_CONFIG: u64 = 0x2_0000;

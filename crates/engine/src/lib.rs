@@ -112,6 +112,11 @@ pub struct ContextsConfig {
     /// contexts rather than the calling-context tree
     /// (`ctxrt::Runtime::flat`): when nothing reads the tree (no export).
     pub flat: bool,
+    /// Tagged counting (`ctxrt::tagged`, flat contexts only): each block
+    /// counts in a slot of its own tagged with its context, and jumps
+    /// Callgrind's rules take for jumps keep the context whatever
+    /// function they go to.
+    pub tagged: bool,
 }
 
 /// Names the code a block starts with for Callgrind's rules, as the call
@@ -136,8 +141,11 @@ pub struct ThreadContexts {
     pub thread: u32,
     /// Its hot words (`ctxrt::hot`).
     pub hot: Vec<u64>,
-    /// Its arena's used words (`ctxrt::Arena`).
+    /// Its arena's used words (`ctxrt::Arena`, or `ctxrt::tagged`'s).
     pub arena: Vec<u64>,
+    /// Tagged counting: its blocks' slots (`ctxrt::tagged::SLOT_WORDS`
+    /// per block id); empty otherwise.
+    pub slots: Vec<u64>,
 }
 
 /// A process's calling contexts (contexts mode).
@@ -150,6 +158,8 @@ pub struct ContextsProfile {
     /// counter (`ctxrt::Facts::memo`); `None` for an id whose translation
     /// failed.
     pub blocks: Vec<Option<ctxrt::NumberedBlock<events::BlockInfo>>>,
+    /// Whether the threads counted tagged (`ctxrt::tagged`).
+    pub tagged: bool,
 }
 
 /// Valgrind's `--smc-check`: which code gets self-modifying-code checks

@@ -414,6 +414,7 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
         // The exports read the calling-context tree; Callgrind's profile
         // needs only its (function, level) contexts.
         flat: cg.exports.is_empty(),
+        tagged: cg.tagged_contexts && cg.exports.is_empty(),
     })
 }
 
@@ -421,6 +422,19 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
 /// share its fast paths took, and how many of those the engine's stub
 /// took inline.
 fn contexts_summary(c: &engine::ContextsProfile) -> String {
+    if c.tagged {
+        let (mut entries, mut retags, mut inline, mut words) = (0, 0, 0, 0);
+        for t in &c.threads {
+            let (e, r, i) = ctxrt::tagged::TaggedArena::new(&t.arena).entries();
+            (entries, retags) = (entries + e, retags + r);
+            (inline, words) = (inline + i, words + t.arena.len());
+        }
+        return format!(
+            "client contexts (tagged): {entries} context entries, {inline} calls and returns \
+             inline, {retags} slots retagged; arenas {} MB",
+            (words * 8) >> 20
+        );
+    }
     let (mut entries, mut fast, mut inline, mut words) = (0, 0, 0, 0);
     for t in &c.threads {
         let arena = ctxrt::Arena::new(&t.arena);
@@ -450,6 +464,24 @@ fn contexts_tool(
         patterns: Arc::new(cg.clone()),
         remember: true,
     });
+    if contexts.tagged {
+        let mut threads: Vec<callstack::tagged::TaggedThread> = contexts
+            .threads
+            .iter_mut()
+            .map(|t| callstack::tagged::TaggedThread {
+                thread: t.thread,
+                hot: &t.hot,
+                arena: &mut t.arena,
+                slots: &t.slots,
+            })
+            .collect();
+        return callstack::tagged::into_tool(
+            cg.calls.clone(),
+            classify,
+            &contexts.blocks,
+            &mut threads,
+        );
+    }
     let mut threads: Vec<callstack::contexts::ThreadArena> = contexts
         .threads
         .iter_mut()

@@ -42,8 +42,12 @@ pub struct CallgrindOptions {
     pub separate_threads: bool,
     /// `--client-contexts=yes` (ours, default no while it is being built,
     /// `docs/client-contexts.md`): the client keeps its calling contexts
-    /// itself instead of streaming every block to the tool.
+    /// itself instead of streaming every block to the tool;
+    /// `--client-contexts=tagged` with tagged counting (`ctxrt::tagged`,
+    /// where nothing needs the calling-context tree).
     pub client_contexts: bool,
+    /// `--client-contexts=tagged`.
+    pub tagged_contexts: bool,
 }
 
 impl Default for CallgrindOptions {
@@ -65,6 +69,7 @@ impl Default for CallgrindOptions {
             obj_skip: Vec::new(),
             separate_threads: false,
             client_contexts: false,
+            tagged_contexts: false,
         }
     }
 }
@@ -125,7 +130,14 @@ impl CallgrindOptions {
             "--instr-atstart" => flag(value, &mut self.instr_atstart),
             "--combine-dumps" => flag(value, &mut self.combine_dumps),
             "--separate-threads" => flag(value, &mut self.separate_threads),
-            "--client-contexts" => flag(value, &mut self.client_contexts),
+            "--client-contexts" if value == "tagged" => {
+                (self.client_contexts, self.tagged_contexts) = (true, true);
+                Ok(true)
+            }
+            "--client-contexts" => {
+                self.tagged_contexts = false;
+                flag(value, &mut self.client_contexts)
+            }
             "--toggle-collect" | "--dump-before" | "--dump-after" | "--zero-before"
             | "--fn-skip" | "--obj-skip" => {
                 let list = match name {

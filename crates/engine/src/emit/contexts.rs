@@ -173,6 +173,9 @@ impl Emitter {
         cb: ContextBlock,
         value: Result<Register, u32>,
     ) -> Option<(Label, Label, u32)> {
+        if cb.tagged {
+            return Some(self.tagged_add(r, cb, value));
+        }
         let cur = hot_word(hot::CUR);
         self.load_gs(r, cur);
         let mut grow = None;
@@ -202,6 +205,42 @@ impl Emitter {
             }
         }
         grow
+    }
+
+    /// Tagged counting's count (flags dead, through `r`): `mov r,
+    /// gs:[CUR]; cmp gs:[tag], r; jne retag; add gs:[ir], n; add gs:[IR],
+    /// n` on the block's slot. Returns the out-of-line retag (the runtime
+    /// gives the slot the current tag, then the count goes on), bound by
+    /// [`Emitter::context_grow`].
+    fn tagged_add(
+        &mut self,
+        r: Register,
+        cb: ContextBlock,
+        value: Result<Register, u32>,
+    ) -> (Label, Label, u32) {
+        let slot = layout::AREA_SLOTS as u32 + 8 * ctxrt::tagged::SLOT_WORDS as u32 * cb.id;
+        self.load_gs(r, hot_word(hot::CUR));
+        self.insn(Instruction::with2(Code::Cmp_rm64_r64, gs(slot), r));
+        let retag = self.new_label();
+        self.jcc_label(5, retag); // jne
+        let back = self.new_label();
+        self.bind(back);
+        let ir = gs(hot_word(hot::IR));
+        match value {
+            Err(n) => {
+                self.insn(Instruction::with2(
+                    Code::Add_rm64_imm32,
+                    gs(slot + 8),
+                    n as i32,
+                ));
+                self.insn(Instruction::with2(Code::Add_rm64_imm32, ir, n as i32));
+            }
+            Ok(v) => {
+                self.insn(Instruction::with2(Code::Add_rm64_r64, gs(slot + 8), v));
+                self.insn(Instruction::with2(Code::Add_rm64_r64, ir, v));
+            }
+        }
+        (retag, back, cb.id)
     }
 
     /// Moves a rep string instruction's count from its thread counter at

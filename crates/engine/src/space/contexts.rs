@@ -7,10 +7,11 @@
 //! process end.
 
 use super::Space;
-use crate::layout::{AREA_ARENA, AREA_SIZE, S_CONTEXT_HOT};
+use crate::layout::{AREA_ARENA, AREA_SIZE, AREA_SLOTS, AREA_TAGGED_ARENA, S_CONTEXT_HOT};
 use crate::translate::ContextBlock;
 use crate::{ContextClassifier, ContextsProfile, ThreadContexts};
 use callrules::Flow;
+use ctxrt::tagged;
 use ctxrt::{continued_thread, fresh_thread, Facts, NumberedBlock, CALL_MEMO_WORDS, FACT_WORDS};
 use events::{BlockInfo, CodeOrigin, Terminator};
 use rustc_hash::FxHashMap as HashMap;
@@ -40,6 +41,8 @@ pub struct Contexts {
     ended: Vec<ThreadContexts>,
     /// The context stub's exit windows (`Emitter::context_entry_stub`).
     exit_windows: [std::ops::Range<u64>; 2],
+    /// Tagged counting (`ctxrt::tagged`).
+    tagged: bool,
 }
 
 impl Contexts {
@@ -49,8 +52,10 @@ impl Contexts {
         classifier: Box<dyn ContextClassifier>,
         facts_at: u64,
         exit_windows: [std::ops::Range<u64>; 2],
+        tagged: bool,
     ) -> Contexts {
         Contexts {
+            tagged,
             exit_windows,
             classifier,
             facts_at,
@@ -76,6 +81,7 @@ impl Contexts {
             origins: self.origins.clone(),
             ended: Vec::new(),
             exit_windows: self.exit_windows.clone(),
+            tagged: self.tagged,
         }
     }
 
@@ -99,6 +105,9 @@ impl Space {
         let Some(c) = self.contexts.as_mut() else {
             return;
         };
+        if c.tagged {
+            return self.fresh_tagged(area);
+        }
         let arena = area + AREA_ARENA;
         // A thread that takes an ended thread's number goes on with that
         // thread's arena, still in the area, as Callgrind goes on with a
@@ -125,11 +134,46 @@ impl Space {
         self.mem.write(area + u64::from(S_CONTEXT_HOT), &bytes);
     }
 
+    /// Tagged counting: [`Space::fresh_contexts`]. A thread that takes an
+    /// ended thread's number goes on with its arena and slots, still in
+    /// the area, as in contexts mode.
+    fn fresh_tagged(&mut self, area: u64) {
+        let c = self.contexts.as_mut().expect("contexts mode");
+        let arena = area + AREA_TAGGED_ARENA;
+        let thread = crate::layout::valgrind_thread_id(area) as u32;
+        let ended = c.ended.iter().position(|t| t.thread == thread);
+        let (writes, hot) = match ended.map(|i| c.ended.remove(i)) {
+            Some(t) => {
+                let old: [u64; ctxrt::hot::WORDS] = t.hot[..].try_into().expect("hot words");
+                let (w, hot) = tagged::continued_thread(&old, &t.arena);
+                (w.to_vec(), hot)
+            }
+            // (The header reads zero until the first entry makes it:
+            // translated code's inline paths read it.)
+            None => (
+                (0..tagged::head::WORDS).map(|i| (i, 0)).collect(),
+                tagged::fresh_thread(arena, (AREA_SIZE - AREA_TAGGED_ARENA) / 8),
+            ),
+        };
+        for (i, v) in writes {
+            self.mem.write(arena + 8 * i as u64, &v.to_le_bytes());
+        }
+        let bytes: Vec<u8> = hot.iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.mem.write(area + u64::from(S_CONTEXT_HOT), &bytes);
+    }
+
     /// Contexts mode: reads the arena of the thread of `area` (numbered
-    /// `thread`), which ended or whose process ends.
+    /// `thread`), which ended or whose process ends, and in tagged
+    /// counting its blocks' slots.
     pub(super) fn read_contexts(&mut self, area: u64, thread: u32) -> Option<ThreadContexts> {
-        self.contexts.as_ref()?;
-        let arena = area + AREA_ARENA;
+        let c = self.contexts.as_ref()?;
+        let (tagged, blocks) = (c.tagged, c.blocks.len());
+        let arena = area
+            + if tagged {
+                AREA_TAGGED_ARENA
+            } else {
+                AREA_ARENA
+            };
         let used = self.mem.read(arena, 8).ok()?;
         let used = u64::from_le_bytes(used.try_into().ok()?);
         // Read straight into the words (python's arena is hundreds of
@@ -145,10 +189,18 @@ impl Space {
                 bytemuck::cast_slice_mut(&mut hot),
             )
             .ok()?;
+        let mut slots = Vec::new();
+        if tagged {
+            slots = vec![0u64; blocks * tagged::SLOT_WORDS];
+            self.mem
+                .read_into(area + AREA_SLOTS, bytemuck::cast_slice_mut(&mut slots))
+                .ok()?;
+        }
         Some(ThreadContexts {
             thread,
             hot,
             arena: words,
+            slots,
         })
     }
 
@@ -172,6 +224,7 @@ impl Space {
         Some(ContextsProfile {
             threads,
             blocks: c.blocks.clone(),
+            tagged: c.tagged,
         })
     }
 }
@@ -227,6 +280,7 @@ impl ContextsCtx<'_> {
             id,
             index,
             last: index,
+            tagged: c.tagged,
         })
     }
 
@@ -251,7 +305,11 @@ impl ContextsCtx<'_> {
             return false;
         };
         let (there, there_group) = classify(self.contexts, target, origin);
-        !there.entry && there_group == group && there.domain == here.domain
+        // Tagged counting counts a block for its context whatever group
+        // it is of: Callgrind's rules keep the context at a jump that is
+        // not into a function's start nor another object or section.
+        let tagged = self.contexts.tagged;
+        !there.entry && (tagged || there_group == group) && there.domain == here.domain
     }
 }
 
@@ -295,12 +353,27 @@ impl Space {
     }
 }
 
-/// The core region's runtime configuration words (`ctxrt::CONFIG_WORDS`).
-pub fn runtime_config(facts_at: u64, separate_recs: u32, flat: bool) -> [u64; ctxrt::CONFIG_WORDS] {
+/// The core region's runtime configuration words (`ctxrt::CONFIG_WORDS`):
+/// the last is the kind of contexts (`ctxrt::CONTEXTS_TREE`, `_FLAT` or
+/// `_TAGGED`).
+pub fn runtime_config(
+    facts_at: u64,
+    separate_recs: u32,
+    flat: bool,
+    tagged: bool,
+) -> [u64; ctxrt::CONFIG_WORDS] {
+    let kind = match (tagged, flat) {
+        (true, _) => ctxrt::CONTEXTS_TAGGED,
+        (false, true) => ctxrt::CONTEXTS_FLAT,
+        (false, false) => ctxrt::CONTEXTS_TREE,
+    };
     [
         facts_at,
         FACTS_CAPACITY * FACT_WORDS as u64,
         u64::from(separate_recs),
-        u64::from(flat),
+        kind,
     ]
 }
+
+// Every block id has a slot in tagged counting.
+const _: () = assert!(FACTS_CAPACITY as usize <= ctxrt::tagged::MAX_BLOCKS);

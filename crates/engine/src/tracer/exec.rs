@@ -195,7 +195,13 @@ fn setup_contexts(
         blocks: FACTS_CAPACITY,
         separate_recs: cfg.separate_recs,
     };
-    let exit_windows = stub.context_entry_stub(core, &xmm, fast);
+    // (Tagged counting has no inline fast paths yet: they work on contexts
+    // mode's nodes.)
+    let exit_windows = if cfg.tagged {
+        [0..0, stub.runtime_stub(core, &xmm)]
+    } else {
+        stub.context_entry_stub(core, &xmm, fast)
+    };
     debug_assert!(layout::RT_STUB + (stub.bytes.len() as u64) < layout::RT_BLOB);
     mem.write(core + layout::RT_STUB, &stub.bytes);
     mem.write(
@@ -204,7 +210,7 @@ fn setup_contexts(
     );
     let entry = blob + crate::runtime::ENTRY;
     mem.write(core + layout::RT_ENTRY_PTR, &entry.to_le_bytes());
-    let config: Vec<u8> = runtime_config(facts as u64, cfg.separate_recs, cfg.flat)
+    let config: Vec<u8> = runtime_config(facts as u64, cfg.separate_recs, cfg.flat, cfg.tagged)
         .iter()
         .flat_map(|w| w.to_le_bytes())
         .collect();
@@ -213,6 +219,7 @@ fn setup_contexts(
         (cfg.classifier)(),
         facts as u64,
         exit_windows,
+        cfg.tagged,
     ))
 }
 

@@ -21,6 +21,8 @@ pub struct ContextBlock {
     /// The last counter word it uses: its counter's, or its call memo's
     /// last (`ctxrt::Facts::last_word`); the counters' room must pass it.
     pub last: u32,
+    /// Tagged counting (`ctxrt::tagged`): it counts in its slot.
+    pub tagged: bool,
 }
 
 /// Translates the block at `guest` in contexts mode.
@@ -40,7 +42,7 @@ pub(super) fn translate_contexts(
     let store_last = leaves_context(&items, &stop, &mut *ctx);
     let returns = matches!(items.last(), Some(Item::Insn(i))
         if i.flow_control() == FlowControl::Return);
-    let cb = if store_last && !returns {
+    let cb = if store_last && !returns && !cb.tagged {
         ctx.reserve_call_memo();
         ContextBlock {
             last: cb.index + ctxrt::CALL_MEMO_WORDS as u32,
@@ -94,7 +96,8 @@ pub(super) fn translate_contexts(
     };
     // Blocks numbered past the first counters need a bounds check, which
     // needs the flags; the others count without them where flags live.
-    let flag_free = cb.last < UNCHECKED;
+    // (A tagged count always compares its slot's tag.)
+    let flag_free = cb.last < UNCHECKED && !cb.tagged;
     let spilled = |b: &mut Builder| b.e.store_gs(Register::RAX, layout::S_RAX);
     let unspill = |b: &mut Builder| b.e.load_gs(Register::RAX, layout::S_RAX);
     // A rep block is counted after its instruction; others where the
