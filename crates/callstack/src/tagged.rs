@@ -218,6 +218,10 @@ mod tests {
             // a direct call of code that is not skipped.
             let inline = match last.map(|x| (x, p.blocks[x].term)) {
                 Some((_, Terminator::Return)) => rt.inline_return(sp),
+                Some((x, Terminator::IndirectJump)) => {
+                    let from = p.facts(x).flow.domain;
+                    rt.inline_jump(from, y.flow.domain, y.flow.entry, sp)
+                }
                 Some((x, Terminator::Call { .. })) if !y.flow.skip => {
                     let ret_addr = p.facts(x).flow.end();
                     rt.inline_call(x as u64, y.flow.function, sp, ret_addr)

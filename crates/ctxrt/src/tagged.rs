@@ -414,6 +414,31 @@ impl Tagged<'_> {
         true
     }
 
+    /// What translated code does inline at an indirect jump from code of
+    /// domain `from` into a block of domain `to` (`entry`: a function
+    /// starts there), with the stack pointer `sp` there: a jump Callgrind's
+    /// rules keep in the context (not into a function's start nor another
+    /// domain, leaving no frame), outside signal handlers. Returns whether
+    /// it did; if not, nothing changed.
+    pub fn inline_jump(&mut self, from: u32, to: u32, entry: bool, sp: u64) -> bool {
+        let a = &mut *self.arena;
+        let depth = a[head::DEPTH] as usize;
+        if entry
+            || from != to
+            || a[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0
+            || a[head::CTX] == NO_TAG
+        {
+            return false;
+        }
+        if depth > 0 && a[a[head::STACK] as usize + (depth - 1) * FRAME_WORDS] < sp {
+            return false;
+        }
+        a[head::LAST_SP] = sp;
+        a[head::INLINE] += 1;
+        self.hot[hot::LAST] = NONE;
+        true
+    }
+
     /// What translated code does inline at a direct `call` from block
     /// `x` (its call site `site`, returning to `ret_addr`) of function
     /// `f`'s first block at `target`, not skipped code, with the stack

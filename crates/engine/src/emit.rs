@@ -11,6 +11,8 @@ mod contexts;
 mod fast_entry;
 pub use contexts::{CONTEXT_ENTRY_BYTES, UNCHECKED};
 pub use fast_entry::FastEntry;
+mod tagged;
+pub use tagged::TaggedCall;
 mod signals;
 mod smc;
 mod trace;
@@ -490,6 +492,42 @@ impl Emitter {
         }
         self.lookup_entry();
         self.jmp_slot();
+    }
+
+    /// [`Emitter::lookup`] up to the translation found in the inline ways
+    /// (in `S_TARGET`, the client's RAX and RCX still in their slots),
+    /// where the code that follows goes on; a miss goes to the probe stub
+    /// as there.
+    pub fn lookup_found(&mut self, htab: u32, probe: u64, count_hits: bool) {
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        let hits: Vec<Label> = (0..layout::INLINE_WAYS).map(|_| self.new_label()).collect();
+        for (way, &hit) in hits.iter().enumerate() {
+            self.movzx16(rax, rcx);
+            self.lea(rax, indexed(rax, 8, 0));
+            self.load(rax, indexed(rax, 8, htab + way as u32 * 16));
+            self.compare_rcx(rax, hit);
+        }
+        self.jmp(probe);
+        let dispatch = self.new_label();
+        for (way, hit) in hits.into_iter().enumerate().rev() {
+            self.bind(hit);
+            if way > 0 {
+                self.lea(rcx, based(rcx, way as i32 * 16));
+                if way > 1 {
+                    self.jmp_short(dispatch);
+                }
+            }
+        }
+        self.bind(dispatch);
+        self.not(rax);
+        self.movzx16(rax, rax);
+        self.lea(rax, indexed(rax, 8, 0));
+        self.lea(rax, MemoryOperand::with_base_index_scale(rcx, rax, 8));
+        self.load(rax, based(rax, (htab + 8) as i32));
+        self.store_gs(rax, layout::S_TARGET);
+        if count_hits {
+            self.add_counter_via(rax, layout::S_STAT_INLINE_HITS);
+        }
     }
 
     /// `jmp gs:[S_TARGET]`: to the translation a lookup found, once the

@@ -27,7 +27,7 @@ mod contexts;
 mod smc;
 mod traced;
 
-pub use contexts::ContextBlock;
+pub use contexts::{header_word, ContextBlock};
 
 #[cfg(test)]
 pub(crate) use traced::RepString;
@@ -118,6 +118,13 @@ pub trait TransCtx {
     fn same_context(&mut self, target: u64) -> bool {
         let _ = target;
         false
+    }
+
+    /// Tagged counting: the function of the code at `target` (a direct
+    /// call's) and whether it is skipped (`None`: not known).
+    fn tagged_callee(&mut self, target: u64) -> Option<(u32, bool)> {
+        let _ = target;
+        None
     }
 
     /// Up to `len` bytes of the guest code at `guest`, if it is there to
@@ -288,6 +295,9 @@ pub struct Translation {
     /// Contexts mode: the rel32 fields of exits whose transfer keeps the
     /// context, linked past their target's context entry.
     pub plain_exits: Vec<u64>,
+    /// Tagged counting: host ranges of inline calls and returns, which a
+    /// signal waits to leave (`Space::quiet`).
+    pub quiet: Vec<std::ops::Range<u64>>,
     /// Contexts mode: the block as the tool sees it (no origin yet).
     pub info: Option<events::BlockInfo>,
 }
@@ -707,6 +717,8 @@ struct Builder<'a> {
     /// Contexts mode: the terminator being translated leaves the context
     /// whatever its target (a call).
     leaving: bool,
+    /// Tagged counting: the block (its calls and returns are done inline).
+    tagged: Option<ContextBlock>,
 }
 
 /// What a block's indirect jump or call writes to the branch stream.
@@ -732,12 +744,14 @@ impl<'a> Builder<'a> {
         code: &[u8],
         guest: u64,
     ) -> Builder<'a> {
-        Builder::start_with(ctx, host, counter, items, code, guest, |_| {})
+        Builder::start_with(ctx, host, counter, items, code, guest, None, |_| {})
     }
 
     /// [`Builder::start`] with `entry` emitting code at the body's start,
     /// before the self-modifying-code check (contexts mode's context
-    /// entry).
+    /// entry), and `header` bytes right before the body (tagged
+    /// counting's block header).
+    #[allow(clippy::too_many_arguments)]
     fn start_with(
         ctx: &'a mut dyn TransCtx,
         host: u64,
@@ -745,6 +759,7 @@ impl<'a> Builder<'a> {
         items: &[Item],
         code: &[u8],
         guest: u64,
+        header: Option<[u8; 8]>,
         entry: impl FnOnce(&mut Emitter),
     ) -> Builder<'a> {
         let mut b = Builder {
@@ -760,12 +775,19 @@ impl<'a> Builder<'a> {
             indirect_word: None,
             contexts: false,
             leaving: false,
+            tagged: None,
         };
         if b.ctx.smc_stub().is_some() {
             // Code that may change gets retired while other threads run it:
             // its entry (the check's first store, 9 bytes) is then replaced
             // by a jump in one 8-byte store, atomic within a cache line.
-            b.e.align_span(8);
+            let ahead = if header.is_some() { 8 } else { 0 };
+            while (b.e.here() + ahead) % 64 + 8 > 64 {
+                b.e.raw(&[0x90]);
+            }
+        }
+        if let Some(h) = header {
+            b.e.raw(&h);
         }
         b.t.body = b.e.here();
         entry(&mut b.e);
@@ -842,6 +864,30 @@ impl Builder<'_> {
         self.t.exits.push((site, guest_target));
         self.mark_plain(site, guest_target);
         self.t.branch_targets.push(guest_target);
+    }
+
+    /// Tagged counting: a direct call of `function` at `target` (not
+    /// skipped), returning to `next`, done inline when its memo knows it
+    /// (into the callee's body), else through the callee's context entry.
+    fn tagged_call(&mut self, cb: ContextBlock, function: u32, next: u64, target: u64) {
+        let (done, fail) = (self.e.new_label(), self.e.new_label());
+        let start = self.e.here();
+        let call = crate::emit::TaggedCall {
+            block: cb.id,
+            function,
+            ret_addr: next,
+            recs: cb.recs,
+        };
+        self.e.tagged_call(call, done, fail);
+        self.t.quiet.push(start..self.e.here());
+        self.e.bind(done);
+        self.exit_jmp(target);
+        let (site, _) = *self.t.exits.last().expect("just made");
+        self.t.plain_exits.push(site);
+        self.e.bind(fail);
+        self.leaving = true;
+        self.exit_jmp(target);
+        self.leaving = false;
     }
 
     /// Contexts mode: marks the exit at `site` plain if the transfer to
@@ -977,6 +1023,13 @@ impl Builder<'_> {
                 self.site(i.ip(), self.regs);
                 self.push_literal(next);
                 self.t.call_returns.push(next);
+                let target = i.near_branch_target();
+                if let Some(cb) = self.tagged {
+                    if let Some((function, false)) = self.ctx.tagged_callee(target) {
+                        self.tagged_call(cb, function, next, target);
+                        return Ok(());
+                    }
+                }
                 self.leaving = true;
                 self.exit_jmp(i.near_branch_target());
                 self.leaving = false;
@@ -995,7 +1048,16 @@ impl Builder<'_> {
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
                 self.indirect_branch_word(i.ip());
-                self.lookup();
+                if let Some(cb) = self.tagged {
+                    let htab = (self.ctx.core() + layout::HTAB) as u32;
+                    let (probe, count) = (self.ctx.probe_stub(), self.ctx.count_lookups());
+                    let start = self.e.here();
+                    self.e.lookup_found(htab, probe, count);
+                    self.e.tagged_jump(cb.domain);
+                    self.t.quiet.push(start..self.e.here());
+                } else {
+                    self.lookup();
+                }
             }
             FlowControl::Return => {
                 let pop = if i.op_count() == 1 {
@@ -1006,7 +1068,16 @@ impl Builder<'_> {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.e.pop_return(pop);
-                self.lookup();
+                if self.tagged.is_some() {
+                    let htab = (self.ctx.core() + layout::HTAB) as u32;
+                    let (probe, count) = (self.ctx.probe_stub(), self.ctx.count_lookups());
+                    let start = self.e.here();
+                    self.e.lookup_found(htab, probe, count);
+                    self.e.tagged_return();
+                    self.t.quiet.push(start..self.e.here());
+                } else {
+                    self.lookup();
+                }
             }
             FlowControl::Interrupt | FlowControl::Exception => {
                 self.copy(i, code, guest)?;
@@ -1660,6 +1731,7 @@ mod tests {
             indirect_word: None,
             contexts: false,
             leaving: false,
+            tagged: None,
         };
         // xbegin +0x10
         let i = Decoder::with_ip(

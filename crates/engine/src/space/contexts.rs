@@ -43,6 +43,11 @@ pub struct Contexts {
     exit_windows: [std::ops::Range<u64>; 2],
     /// Tagged counting (`ctxrt::tagged`).
     tagged: bool,
+    /// `--separate-recs`.
+    separate_recs: u32,
+    /// Tagged counting: host ranges of inline calls and returns, where a
+    /// signal waits (by their start).
+    quiet: std::collections::BTreeMap<u64, u64>,
 }
 
 impl Contexts {
@@ -53,9 +58,12 @@ impl Contexts {
         facts_at: u64,
         exit_windows: [std::ops::Range<u64>; 2],
         tagged: bool,
+        separate_recs: u32,
     ) -> Contexts {
         Contexts {
             tagged,
+            separate_recs,
+            quiet: Default::default(),
             exit_windows,
             classifier,
             facts_at,
@@ -82,6 +90,8 @@ impl Contexts {
             ended: Vec::new(),
             exit_windows: self.exit_windows.clone(),
             tagged: self.tagged,
+            separate_recs: self.separate_recs,
+            quiet: self.quiet.clone(),
         }
     }
 
@@ -89,7 +99,24 @@ impl Contexts {
     /// windows, where a thread leaves the runtime without looking at
     /// `layout::S_SIGNAL_WAITS` again.
     pub fn in_exit_window(&self, host: u64) -> bool {
-        self.exit_windows.iter().any(|w| w.contains(&host))
+        self.exit_windows.iter().any(|w| w.contains(&host)) || self.in_quiet(host)
+    }
+
+    /// Whether host address `host` lies in an inline call or return of
+    /// tagged counting, which a thread is stepped out of before a signal.
+    pub fn in_quiet(&self, host: u64) -> bool {
+        self.quiet
+            .range(..=host)
+            .next_back()
+            .is_some_and(|(_, &end)| host < end)
+    }
+
+    /// Tagged counting: `ranges` of a translation are inline calls and
+    /// returns.
+    pub fn add_quiet(&mut self, ranges: &[std::ops::Range<u64>]) {
+        for r in ranges {
+            self.quiet.insert(r.start, r.end);
+        }
     }
 }
 
@@ -281,6 +308,10 @@ impl ContextsCtx<'_> {
             index,
             last: index,
             tagged: c.tagged,
+            recs: c.separate_recs,
+            domain: flow.domain,
+            entry: flow.entry,
+            skip: flow.skip,
         })
     }
 
@@ -296,6 +327,13 @@ impl ContextsCtx<'_> {
         debug_assert_eq!(*next, *index + 1, "numbered right after the counter");
         *next += CALL_MEMO_WORDS as u32;
         *memo = true;
+    }
+
+    /// Tagged counting: the function of the code at `target` (from
+    /// `origin`) and whether it is skipped.
+    pub fn callee(&mut self, target: u64, origin: Option<Arc<CodeOrigin>>) -> (u32, bool) {
+        let (f, _) = classify(self.contexts, target, origin);
+        (f.function, f.skip)
     }
 
     /// Whether a jump or fall-through from the block being translated to

@@ -444,8 +444,10 @@ impl Space {
     /// context entries' stub or the runtime blob, where the runtime's words
     /// may be half-written (a signal handler must not enter it there).
     pub fn in_context_runtime(&self, host: u64) -> bool {
-        self.contexts.is_some()
-            && (self.core + layout::RT_STUB..self.core + layout::HTAB).contains(&host)
+        self.contexts.as_ref().is_some_and(|c| {
+            (self.core + layout::RT_STUB..self.core + layout::HTAB).contains(&host)
+                || c.in_quiet(host)
+        })
     }
 
     /// Whether host address `host` is where a thread leaves contexts
@@ -681,6 +683,9 @@ impl Space {
             self.requests.insert(s.stop_rip, *s);
         }
         self.sigills.extend(t.sigills.iter().copied());
+        if let Some(c) = self.contexts.as_mut() {
+            c.add_quiet(&t.quiet);
+        }
         self.sites.insert(
             host,
             t.code.len() as u64,
@@ -795,6 +800,24 @@ struct Ctx<'a> {
     contexts: Option<(ContextsCtx<'a>, Option<std::sync::Arc<events::CodeOrigin>>)>,
 }
 
+impl Ctx<'_> {
+    /// Contexts mode: the origin of the code at `target` (`None`: not
+    /// contexts mode; `Some(None)`: code of no file).
+    fn context_origin(
+        &mut self,
+        target: u64,
+    ) -> Option<Option<std::sync::Arc<events::CodeOrigin>>> {
+        let (c, _) = self.contexts.as_mut()?;
+        Some(match self.modules.code_mapping(target, &mut *self.mem) {
+            Ok(m) => {
+                let i = self.modules.record(&m);
+                Some(c.origin(i, &self.modules.records()[i]))
+            }
+            Err(_) => None,
+        })
+    }
+}
+
 impl TransCtx for Ctx<'_> {
     fn contexts(&mut self, guest: u64) -> Result<Option<translate::ContextBlock>, TransError> {
         let Some((c, origin)) = self.contexts.as_mut() else {
@@ -810,17 +833,17 @@ impl TransCtx for Ctx<'_> {
     }
 
     fn same_context(&mut self, target: u64) -> bool {
-        let Some((c, _)) = self.contexts.as_mut() else {
+        let Some(origin) = self.context_origin(target) else {
             return false;
         };
-        let origin = match self.modules.code_mapping(target, &mut *self.mem) {
-            Ok(m) => {
-                let i = self.modules.record(&m);
-                Some(c.origin(i, &self.modules.records()[i]))
-            }
-            Err(_) => None,
-        };
+        let (c, _) = self.contexts.as_mut().expect("contexts mode");
         c.same_context(target, origin)
+    }
+
+    fn tagged_callee(&mut self, target: u64) -> Option<(u32, bool)> {
+        let origin = self.context_origin(target)?;
+        let (c, _) = self.contexts.as_mut().expect("contexts mode");
+        Some(c.callee(target, origin))
     }
 
     fn alloc_counter(&mut self) -> Result<u32, TransError> {

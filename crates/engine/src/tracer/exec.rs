@@ -220,6 +220,7 @@ fn setup_contexts(
         facts as u64,
         exit_windows,
         cfg.tagged,
+        cfg.separate_recs,
     ))
 }
 

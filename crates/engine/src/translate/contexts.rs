@@ -23,6 +23,33 @@ pub struct ContextBlock {
     pub last: u32,
     /// Tagged counting (`ctxrt::tagged`): it counts in its slot.
     pub tagged: bool,
+    /// `--separate-recs` (tagged counting's inline calls compute tags).
+    pub recs: u32,
+    /// Its code's object and section kind (`callrules::Flow::domain`),
+    /// whether a function starts there and whether it is skipped: tagged
+    /// counting writes them before the block's context entry
+    /// ([`tagged_header`]).
+    pub domain: u32,
+    /// See [`ContextBlock::domain`].
+    pub entry: bool,
+    /// See [`ContextBlock::domain`].
+    pub skip: bool,
+}
+
+/// Tagged counting: the 8 bytes right before a block's context entry, a
+/// `nop dword [rax+rax+disp32]` (harmless where a block falls into the
+/// next) whose displacement says what an indirect jump needs to know of
+/// the block without the runtime: its domain, whether it is skipped code
+/// and whether a function starts there ([`header_word`]).
+pub fn tagged_header(cb: &ContextBlock) -> [u8; 8] {
+    let w = header_word(cb.domain, cb.skip, cb.entry).to_le_bytes();
+    [0x0f, 0x1f, 0x84, 0x00, w[0], w[1], w[2], w[3]]
+}
+
+/// The word of a block's [`tagged_header`]: `domain << 2 | skip << 1 |
+/// entry`.
+pub fn header_word(domain: u32, skip: bool, entry: bool) -> u32 {
+    domain << 2 | u32::from(skip) << 1 | u32::from(entry)
 }
 
 /// Translates the block at `guest` in contexts mode.
@@ -56,11 +83,15 @@ pub(super) fn translate_contexts(
         _ => None,
     };
     let core = ctx.core();
-    let mut b = Builder::start_with(ctx, host, 0, &items, code, guest, |e| {
+    let header = cb.tagged.then(|| tagged_header(&cb));
+    let mut b = Builder::start_with(ctx, host, 0, &items, code, guest, header, |e| {
         e.context_entry(core, cb.id);
     });
     debug_assert_eq!(b.e.here() - b.t.body, CONTEXT_ENTRY_BYTES);
     b.contexts = true;
+    if cb.tagged {
+        b.tagged = Some(cb);
+    }
     let instrs = items.len() as u32;
     let mut grows = Vec::new();
     let count = |b: &mut Builder, r: Option<Register>, grows: &mut Vec<_>| {
