@@ -90,7 +90,7 @@ pub fn into_tool(
             options.separate_recs,
         )?;
         tool.block_runs += runs;
-        tool.adopt_thread(t.thread, hot_words[hot::IR]);
+        tool.adopt_thread(t.thread, hot::running_ir(&hot_words));
     }
     Ok(tool)
 }
@@ -236,7 +236,7 @@ mod tests {
                 rt.retag(b as u64).expect("room");
             }
             rt.slots[b * SLOT_WORDS + 1] += blk.instrs;
-            rt.hot[hot::IR] += blk.instrs;
+            rt.hot[hot::ir_word(b as u32)] += blk.instrs;
             let mut info = BlockInfo::new(blk.start, blk.term);
             for i in 0..blk.instrs {
                 info.push(blk.start + i, 1, &[]);

@@ -334,7 +334,7 @@ impl Tagged<'_> {
                 ret_addr,
                 caller | u64::from(f) << 32,
                 arc,
-                self.hot[hot::IR],
+                hot::running_ir(self.hot),
                 self.arena[head::NS_CTX],
                 self.arena[head::NS_SITE],
                 0,
@@ -398,7 +398,7 @@ impl Tagged<'_> {
         let arc = a[top + 3];
         if arc != NONE {
             let at = a[ARCS.at] as usize + arc as usize * ARCS.words;
-            a[at + 4] += self.hot[hot::IR] - a[top + 4];
+            a[at + 4] += hot::running_ir(self.hot) - a[top + 4];
             let f = a[head::ACTIVE] as usize + (a[top + 2] >> 32) as usize;
             a[f] = a[f].saturating_sub(1);
         }
@@ -478,7 +478,7 @@ impl Tagged<'_> {
             ret_addr,
             caller | u64::from(f) << 32,
             arc,
-            self.hot[hot::IR],
+            hot::running_ir(self.hot),
             NO_TAG,
             a[head::NS_SITE],
             0,
@@ -540,7 +540,7 @@ impl Tagged<'_> {
             self.arena[head::NS_CTX],
             self.arena[head::NS_SITE],
             self.arena[head::LAST_SP],
-            self.hot[hot::IR],
+            hot::running_ir(self.hot),
         ];
         self.arena[at + n * SIGNAL_WORDS..][..SIGNAL_WORDS].copy_from_slice(&record);
         self.arena[head::SIGNALS_LEN] = n as u64 + 1;
@@ -566,6 +566,9 @@ impl Tagged<'_> {
         self.arena[head::LAST_SP] = r[4];
         if !returned {
             self.hot[hot::IR] = r[5];
+            for w in hot::IR_MORE {
+                self.hot[w] = 0;
+            }
         }
         self.arena[head::SIGNALS_LEN] = n as u64;
         self.hot[hot::SIGNALS] = n as u64;
@@ -759,7 +762,7 @@ impl Tagged<'_> {
         let [_, _, caller_f, arc, enter_ir, ns_ctx, ns_site, _] = frame;
         if arc != NONE {
             let a = self.record(ARCS, arc);
-            self.arena[a + 4] += self.hot[hot::IR] - enter_ir;
+            self.arena[a + 4] += hot::running_ir(self.hot) - enter_ir;
             let f = (caller_f >> 32) as usize;
             let active = self.arena[head::ACTIVE] as usize + f;
             self.arena[active] = self.arena[active].saturating_sub(1);
@@ -789,7 +792,7 @@ impl Tagged<'_> {
             let id = self.arc(root, y.start.wrapping_sub(1), returning, target)?;
             let at = self.record(ARCS, id);
             self.arena[at + 3] += 1;
-            self.arena[at + 4] += self.hot[hot::IR];
+            self.arena[at + 4] += hot::running_ir(self.hot);
         }
         self.arena[head::CTX] = root;
         self.arena[head::NS_CTX] = NO_TAG;
@@ -996,7 +999,7 @@ mod tests {
                 self.rt().retag(y).expect("room");
             }
             self.slots[at + 1] += u64::from(f.instrs);
-            self.hot[hot::IR] += u64::from(f.instrs);
+            self.hot[hot::ir_word(y as u32)] += u64::from(f.instrs);
             self.hot[hot::LAST] = y;
         }
 

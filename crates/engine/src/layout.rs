@@ -244,15 +244,16 @@ const _: () = assert!(S_CONTEXT_HOT as u64 + 8 * ctxrt::hot::WORDS as u64 <= SPI
 pub const S_SIGNAL_WAITS: u32 = 0xf8;
 /// Spill slots (tagged counting): the client's registers while an inline
 /// call or return (`emit::tagged`) uses them.
-pub const S_TAGGED_RAX: u32 = 0x90;
+pub const S_TAGGED_RAX: u32 = 0xb0;
 /// See [`S_TAGGED_RAX`].
-pub const S_TAGGED_RCX: u32 = 0x98;
+pub const S_TAGGED_RCX: u32 = 0xb8;
 /// See [`S_TAGGED_RAX`].
-pub const S_TAGGED_RDX: u32 = 0xa0;
+pub const S_TAGGED_RDX: u32 = 0xc0;
 /// See [`S_TAGGED_RAX`].
-pub const S_TAGGED_R10: u32 = 0xa8;
+pub const S_TAGGED_R10: u32 = 0xc8;
 /// See [`S_TAGGED_RAX`].
-pub const S_TAGGED_R11: u32 = 0xb0;
+pub const S_TAGGED_R11: u32 = 0xd0;
+const _: () = assert!(S_TAGGED_R11 + 8 <= S_SIGNAL_WAITS);
 const _: () = assert!(S_TAGGED_RAX >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!(S_SIGNAL_WAITS >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!((S_SIGNAL_WAITS as u64) + 8 <= SPILL_BYTES);

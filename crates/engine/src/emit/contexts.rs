@@ -225,7 +225,7 @@ impl Emitter {
         self.jcc_label(5, retag); // jne
         let back = self.new_label();
         self.bind(back);
-        let ir = gs(hot_word(hot::IR));
+        let ir = gs(hot_word(hot::ir_word(cb.id)));
         match value {
             Err(n) => {
                 self.insn(Instruction::with2(

@@ -93,6 +93,14 @@ pub struct TaggedCall {
 }
 
 impl Emitter {
+    /// `r` = the running Ir, the sum of its words (flags changed).
+    fn running_ir(&mut self, r: Register) {
+        op!(self, Mov_r64_rm64, r, hot_word(hot::IR));
+        for w in hot::IR_MORE {
+            op!(self, Add_r64_rm64, r, hot_word(w));
+        }
+    }
+
     fn keep_registers(&mut self, regs: &[(Register, u32)]) {
         for &(r, s) in regs {
             self.store_gs(r, s);
@@ -186,7 +194,7 @@ impl Emitter {
         op!(self, Mov_rm32_imm32, arena_at(R11, 20), f);
         op!(self, Mov_r64_rm64, RDX, slot(c.block, SLOT_MEMO + 1));
         op!(self, Mov_rm64_r64, arena_at(R11, 24), RDX);
-        op!(self, Mov_r64_rm64, RDX, hot_word(hot::IR));
+        self.running_ir(RDX);
         op!(self, Mov_rm64_r64, arena_at(R11, 32), RDX);
         op!(self, Mov_rm64_imm32, arena_at(R11, 40), 0);
         op!(self, Mov_r64_rm64, RDX, arena(head::NS_SITE));
@@ -305,7 +313,7 @@ impl Emitter {
         self.jcc_label(JE, no_arc);
         op!(self, Lea_r64_m, RDX, scaled(RDX, RDX, 4));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
-        op!(self, Mov_r64_rm64, RCX, hot_word(hot::IR));
+        self.running_ir(RCX);
         op!(self, Sub_r64_rm64, RCX, arena_at(R11, 32));
         op!(self, Add_rm64_r64, arena_at(RDX, ARC_INCLUSIVE), RCX);
         op!(self, Mov_r32_rm32, ECX, arena_at(R11, 20));
