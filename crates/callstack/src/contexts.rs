@@ -361,10 +361,8 @@ impl Folder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::Section;
-    use crate::testprog::{program, results, Program, Results, Rng};
+    use crate::testprog::{program, results, Machine, Program, Results, Rng};
     use ctxrt::FACT_WORDS;
-    use events::Terminator;
 
     /// Runs `p` for up to `steps` blocks from f0, feeding each block to the
     /// call tool and, as translated code would, to the client runtime
@@ -381,11 +379,11 @@ mod tests {
         hot[hot::LAST] = NONE;
         let mut arena = vec![0u64; 1 << 20];
         let mut described = vec![false; p.blocks.len()];
-        // (return block, stack pointer after the return)
-        let mut frames: Vec<(usize, u64)> = Vec::new();
-        let (mut b, mut sp, mut last): (usize, u64, Option<usize>) = (0, 0x10_0000, None);
+        let mut machine = Machine::default();
+        let (mut b, mut last): (usize, Option<usize>) = (0, None);
         for _ in 0..steps {
             let blk = &p.blocks[b];
+            let sp = machine.sp;
             // The client: a context entry unless control stays plainly.
             let y = p.facts(b);
             let plain = last.is_some_and(|x| {
@@ -423,51 +421,7 @@ mod tests {
                 described[b] = true;
             }
             tool.block_run(BlockId(b as u32), &info, &[]);
-            // The machine.
-            let end = blk.start + blk.instrs;
-            let next_in_fn = || p.at(end);
-            let next = match blk.term {
-                Terminator::Call { target } => {
-                    tool.stack_pointer(sp);
-                    frames.push((next_in_fn(), sp));
-                    sp -= 8;
-                    p.at(target)
-                }
-                Terminator::Return => {
-                    tool.stack_pointer(sp);
-                    // With no frame left, a return underflows: the machine
-                    // goes on in f0 as if f0 had called it.
-                    let (ret, after) = frames.pop().unwrap_or((0, sp + 8));
-                    sp = after;
-                    ret
-                }
-                Terminator::IndirectJump => {
-                    let to = if p.functions[blk.function].section == Section::Plt {
-                        let lib = 7 + rng.below(2);
-                        p.functions[lib].blocks[0]
-                    } else if frames.len() >= 2 && rng.below(2) == 0 {
-                        // longjmp to an older frame's return site.
-                        let k = rng.below(frames.len() - 1);
-                        let (ret, after) = frames[k];
-                        frames.truncate(k);
-                        sp = after;
-                        ret
-                    } else {
-                        next_in_fn()
-                    };
-                    tool.stack_pointer(sp);
-                    to
-                }
-                Terminator::CondJump { target } => {
-                    if rng.below(2) == 0 {
-                        p.at(target)
-                    } else {
-                        next_in_fn()
-                    }
-                }
-                Terminator::Jump { target } => p.at(target),
-                _ => next_in_fn(),
-            };
+            let next = machine.next(p, rng, b, &mut tool);
             last = Some(b);
             b = next;
         }

@@ -71,6 +71,7 @@ pub fn into_tool(
             hot: &mut hot_words,
             arena: t.arena,
             slots: &mut [],
+            memos: &mut [],
             facts: &[],
             separate_recs: options.separate_recs,
         }
@@ -175,9 +176,8 @@ pub fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testprog::{program, results, Program, Results, Rng};
-    use crate::Section;
-    use ctxrt::tagged::{fresh_thread, SLOT_WORDS};
+    use crate::testprog::{program, results, Machine, Program, Results, Rng};
+    use ctxrt::tagged::{fresh_thread, MEMO_WORDS, SLOT_WORDS};
     use ctxrt::{FACT_WORDS, NONE};
     use events::Terminator;
 
@@ -188,7 +188,7 @@ mod tests {
     /// slot, retagged where its tag is not the current one. Returns both
     /// trees' results (contexts named by function and level), and the
     /// entries and retags.
-    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], (u64, u64, u64)) {
+    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], [u64; 7], u64) {
         let mut tool = CallTool::new(CallOptions::default(), Box::new(p.clone()));
         let mut facts = vec![0u64; p.blocks.len() * FACT_WORDS];
         for b in 0..p.blocks.len() {
@@ -197,11 +197,16 @@ mod tests {
         let mut hot = fresh_thread(0, 1 << 20).to_vec();
         let mut arena = vec![0u64; 1 << 20];
         let mut slots = vec![0u64; p.blocks.len() * SLOT_WORDS];
+        let mut memos = vec![0u64; p.blocks.len() * MEMO_WORDS];
         let mut described = vec![false; p.blocks.len()];
-        let mut frames: Vec<(usize, u64)> = Vec::new();
-        let (mut b, mut sp, mut last): (usize, u64, Option<usize>) = (0, 0x10_0000, None);
+        let mut machine = Machine::default();
+        // Inline paths taken: returns of one frame, of two, calls from
+        // skipped code, jumps, direct calls, into skipped code, indirect.
+        let mut paths = [0u64; 7];
+        let (mut b, mut last): (usize, Option<usize>) = (0, None);
         for _ in 0..steps {
             let blk = &p.blocks[b];
+            let sp = machine.sp;
             let y = p.facts(b);
             let plain = last.is_some_and(|x| {
                 let x = p.facts(x);
@@ -211,23 +216,49 @@ mod tests {
                 hot: &mut hot,
                 arena: &mut arena,
                 slots: &mut slots,
+                memos: &mut memos,
                 facts: &facts,
                 separate_recs: 2,
             };
             // The inline paths translated code takes first: a return, and
             // a direct call of code that is not skipped.
-            let inline = match last.map(|x| (x, p.blocks[x].term)) {
-                Some((_, Terminator::Return)) => rt.inline_return(sp),
-                Some((x, Terminator::IndirectJump)) => {
-                    let from = p.facts(x).flow.domain;
-                    rt.inline_jump(from, y.flow.domain, y.flow.entry, sp)
+            let depth = rt.arena[ctxrt::tagged::head::DEPTH];
+            let inline = last.is_some_and(|x| {
+                let xf = p.facts(x);
+                let f = y.flow.function;
+                match p.blocks[x].term {
+                    Terminator::Return => rt.inline_return(sp),
+                    Terminator::IndirectJump if xf.flow.skip => {
+                        let call = y.flow.entry || xf.flow.domain != y.flow.domain;
+                        call && !y.flow.skip && rt.inline_skipped_call(f, y.flow.start, sp)
+                    }
+                    Terminator::IndirectJump => {
+                        rt.inline_jump(xf.flow.domain, y.flow.domain, y.flow.entry, sp)
+                    }
+                    Terminator::Call { .. } => {
+                        let site = y.flow.skip.then(|| xf.flow.call_site());
+                        rt.inline_call(x as u64, f, sp, xf.flow.end(), site)
+                    }
+                    Terminator::IndirectCall => {
+                        !y.flow.skip
+                            && rt.inline_indirect_call(x as u64, b as u64, f, sp, xf.flow.end())
+                    }
+                    _ => false,
                 }
-                Some((x, Terminator::Call { .. })) if !y.flow.skip => {
-                    let ret_addr = p.facts(x).flow.end();
-                    rt.inline_call(x as u64, y.flow.function, sp, ret_addr)
-                }
-                _ => false,
-            };
+            });
+            if inline {
+                // Which path: a return that popped two frames counts apart.
+                let x = last.expect("a block left");
+                let popped = depth.wrapping_sub(rt.arena[ctxrt::tagged::head::DEPTH]);
+                let kind = match (p.blocks[x].term, p.facts(x).flow.skip) {
+                    (Terminator::Return, _) => popped as usize - 1,
+                    (Terminator::IndirectJump, true) => 2,
+                    (Terminator::IndirectJump, false) => 3,
+                    (Terminator::Call { .. }, _) => 4 + usize::from(y.flow.skip),
+                    _ => 6,
+                };
+                paths[kind] += 1;
+            }
             if !plain && !inline {
                 rt.hot[hot::LAST] = last.map_or(NONE, |x| x as u64);
                 rt.enter(b as u64, sp).expect("room");
@@ -246,46 +277,7 @@ mod tests {
                 described[b] = true;
             }
             tool.block_run(BlockId(b as u32), &info, &[]);
-            let end = blk.start + blk.instrs;
-            let next_in_fn = || p.at(end);
-            let next = match blk.term {
-                Terminator::Call { target } => {
-                    tool.stack_pointer(sp);
-                    frames.push((next_in_fn(), sp));
-                    sp -= 8;
-                    p.at(target)
-                }
-                Terminator::Return => {
-                    tool.stack_pointer(sp);
-                    let (ret, after) = frames.pop().unwrap_or((0, sp + 8));
-                    sp = after;
-                    ret
-                }
-                Terminator::IndirectJump => {
-                    let to = if p.functions[blk.function].section == Section::Plt {
-                        p.functions[7 + rng.below(2)].blocks[0]
-                    } else if frames.len() >= 2 && rng.below(2) == 0 {
-                        let k = rng.below(frames.len() - 1);
-                        let (ret, after) = frames[k];
-                        frames.truncate(k);
-                        sp = after;
-                        ret
-                    } else {
-                        next_in_fn()
-                    };
-                    tool.stack_pointer(sp);
-                    to
-                }
-                Terminator::CondJump { target } => {
-                    if rng.below(2) == 0 {
-                        p.at(target)
-                    } else {
-                        next_in_fn()
-                    }
-                }
-                Terminator::Jump { target } => p.at(target),
-                _ => next_in_fn(),
-            };
+            let next = machine.next(p, rng, b, &mut tool);
             last = Some(b);
             b = next;
         }
@@ -294,6 +286,7 @@ mod tests {
             hot: &mut hot,
             arena: &mut arena,
             slots: &mut slots,
+            memos: &mut memos,
             facts: &facts,
             separate_recs: 2,
         }
@@ -311,25 +304,29 @@ mod tests {
         let names = |f: FnId| tool.functions[f as usize].class.function.to_string();
         let instrs = |b: u32| tool.block_state(b).instrs.len() as u64;
         let stream = results(&tool.tree, names, instrs, true);
-        ([stream, client], a.entries())
+        ([stream, client], paths, a.entries().0)
     }
 
     #[test]
     fn tagged_counting_keeps_the_call_tools_contexts_on_random_programs() {
-        let (mut entries, mut retags, mut inline) = (0, 0, 0);
+        let (mut entries, mut paths) = (0, [0u64; 7]);
         for seed in 1..=300u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let p = program(&mut rng);
-            let ([stream, client], (e, r, i)) = run_both(&p, &mut rng, 400);
+            let ([stream, client], taken, e) = run_both(&p, &mut rng, 400);
             assert_eq!(client, stream, "seed {seed}");
-            (entries, retags, inline) = (entries + e, retags + r, inline + i);
+            entries += e;
+            for (all, t) in paths.iter_mut().zip(taken) {
+                *all += t;
+            }
         }
         // Contexts changed under blocks (recursion levels, code run from
         // other functions' contexts, the PLT from several call sites), and
-        // calls and returns took the inline paths.
+        // every inline path was taken.
+        assert!(entries > 10_000, "{entries} entries");
         assert!(
-            entries > 10_000 && retags > 1_000 && inline > 10_000,
-            "{entries} entries, {retags} retags, {inline} inline"
+            paths.iter().all(|&n| n > 100),
+            "inline paths taken: {paths:?}"
         );
     }
 }

@@ -7,7 +7,7 @@ use crate::classify::{Classify, CodeClass, Section};
 use crate::tree::{FnId, NodeId, Tree, NO_NODE};
 use callrules::{Exit, Flow};
 use ctxrt::{Facts, CALL_MEMO_WORDS};
-use events::{BlockInfo, Terminator};
+use events::{BlockInfo, Terminator, Tool};
 use rustc_hash::FxHashMap;
 
 /// A function of the random program.
@@ -192,9 +192,10 @@ pub(crate) fn program(rng: &mut Rng) -> Program {
                 0..=5 => Terminator::CondJump {
                     target: p.blocks[fb[1 + rng.below(fb.len() - 1)]].start,
                 },
-                6..=10 if !lib => Terminator::Call {
+                6..=9 if !lib => Terminator::Call {
                     target: entry(&p, rng.below(7)),
                 },
+                10 if !lib => Terminator::IndirectCall,
                 11 if !lib => Terminator::Jump {
                     target: entry(&p, rng.below(6)),
                 },
@@ -267,4 +268,83 @@ pub(crate) fn results(
         .collect();
     arcs.sort();
     (selfs, arcs)
+}
+
+/// The random program's machine: its call stack of (return block, stack
+/// pointer after the return) and its stack pointer.
+pub(crate) struct Machine {
+    pub(crate) frames: Vec<(usize, u64)>,
+    pub(crate) sp: u64,
+}
+
+impl Default for Machine {
+    fn default() -> Machine {
+        Machine {
+            frames: Vec::new(),
+            sp: 0x10_0000,
+        }
+    }
+}
+
+impl Machine {
+    /// The block that runs after block `b`, telling `tool` the stack
+    /// pointer where the stream path records it.
+    pub(crate) fn next(
+        &mut self,
+        p: &Program,
+        rng: &mut Rng,
+        b: usize,
+        tool: &mut crate::CallTool,
+    ) -> usize {
+        let blk = &p.blocks[b];
+        let end = blk.start + blk.instrs;
+        let next_in_fn = || p.at(end);
+        match blk.term {
+            Terminator::Call { .. } | Terminator::IndirectCall => {
+                tool.stack_pointer(self.sp);
+                self.frames.push((next_in_fn(), self.sp));
+                self.sp -= 8;
+                match blk.term {
+                    Terminator::Call { target } => p.at(target),
+                    // A function pointer: any of the executable's
+                    // functions, or the PLT stub.
+                    _ => p.functions[rng.below(7)].blocks[0],
+                }
+            }
+            Terminator::Return => {
+                tool.stack_pointer(self.sp);
+                // With no frame left, a return underflows: the machine
+                // goes on in f0 as if f0 had called it.
+                let (ret, after) = self.frames.pop().unwrap_or((0, self.sp + 8));
+                self.sp = after;
+                ret
+            }
+            Terminator::IndirectJump => {
+                let to = if p.functions[blk.function].section == Section::Plt {
+                    let lib = 7 + rng.below(2);
+                    p.functions[lib].blocks[0]
+                } else if self.frames.len() >= 2 && rng.below(2) == 0 {
+                    // longjmp to an older frame's return site.
+                    let k = rng.below(self.frames.len() - 1);
+                    let (ret, after) = self.frames[k];
+                    self.frames.truncate(k);
+                    self.sp = after;
+                    ret
+                } else {
+                    next_in_fn()
+                };
+                tool.stack_pointer(self.sp);
+                to
+            }
+            Terminator::CondJump { target } => {
+                if rng.below(2) == 0 {
+                    p.at(target)
+                } else {
+                    next_in_fn()
+                }
+            }
+            Terminator::Jump { target } => p.at(target),
+            _ => next_in_fn(),
+        }
+    }
 }

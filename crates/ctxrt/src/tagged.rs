@@ -43,18 +43,46 @@ pub const SKIP_TAGS: u64 = 1 << 31;
 pub const SINK_TAGS: u64 = 3 << 30;
 /// A slot that counts for no context yet.
 pub const NO_TAG: u64 = 0;
-/// Words of a block's slot: its tag, its Ir, and for a block that calls
-/// its *call memo*: the tags of the caller and callee of its last call
-/// from a context (caller's in the low half) and that call's arc, which
-/// translated code's inline calls read ([`Tagged::enter`] writes them).
-pub const SLOT_WORDS: usize = 4;
-/// Where a slot's call memo is.
-pub const SLOT_MEMO: usize = 2;
+/// Words of a block's slot: its tag and its Ir.
+pub const SLOT_WORDS: usize = 2;
 /// Block ids a thread's slots have room for.
 pub const MAX_BLOCKS: usize = 1 << 22;
-/// Bytes of a thread's slots, which lie right before its arena (the
-/// runtime finds them from the arena's address).
+/// Bytes of a thread's slots, which lie right before its memos.
 pub const SLOTS_BYTES: u64 = (MAX_BLOCKS * SLOT_WORDS * 8) as u64;
+
+/// Words of a block's *memos*, which translated code's inline calls read
+/// ([`Tagged::enter`] writes them), by index:
+/// * [`M_CALL_KEY`], [`M_CALL_ARC`]: the block's last call from a context
+///   (the caller's tag in the low half, the callee's in the high: a
+///   context's, or a skip record's for a call into skipped code), and its
+///   arc (none for skipped code);
+/// * [`M_PLT_KEY`], [`M_PLT_ARC`], [`M_PLT_TARGET`]: the last call that
+///   skipped code the block called made (the PLT's jump into its
+///   function), its arc and its target;
+/// * [`M_IN_KEY`], [`M_IN_FROM`], [`M_IN_ARC`]: the last call into the
+///   block (its tags, the calling block and the arc), for indirect calls,
+///   whose targets vary where their call site does not.
+pub const MEMO_WORDS: usize = 8;
+/// See [`MEMO_WORDS`].
+pub const M_CALL_KEY: usize = 0;
+/// See [`MEMO_WORDS`].
+pub const M_CALL_ARC: usize = 1;
+/// See [`MEMO_WORDS`].
+pub const M_PLT_KEY: usize = 2;
+/// See [`MEMO_WORDS`].
+pub const M_PLT_ARC: usize = 3;
+/// See [`MEMO_WORDS`].
+pub const M_PLT_TARGET: usize = 4;
+/// See [`MEMO_WORDS`].
+pub const M_IN_KEY: usize = 5;
+/// See [`MEMO_WORDS`].
+pub const M_IN_FROM: usize = 6;
+/// See [`MEMO_WORDS`].
+pub const M_IN_ARC: usize = 7;
+/// Bytes of a thread's memos, which lie right before its arena (the
+/// runtime finds them, and the slots before them, from the arena's
+/// address).
+pub const MEMOS_BYTES: u64 = (MAX_BLOCKS * MEMO_WORDS * 8) as u64;
 
 /// The tag of function `f`'s context at recursion level `level` (from
 /// 1), with `--separate-recs` `recs` (0 counts as 1).
@@ -107,6 +135,10 @@ pub mod head {
     /// Calls and returns translated code did inline (not in
     /// [`ENTRIES`]).
     pub const INLINE: usize = 36;
+    /// The block whose call entered skipped code (the PLT), until the next
+    /// transition: the skipped code's call out is memoized there
+    /// ([`super::M_PLT_KEY`]); [`crate::NONE`] otherwise.
+    pub const NS_BLOCK: usize = 37;
     /// A thread that took an ended thread's number: the context it was
     /// in plus one, until its first entry (0: none).
     pub const CONTINUED: usize = 15;
@@ -180,6 +212,8 @@ pub struct Tagged<'a> {
     pub arena: &'a mut [u64],
     /// The thread's slots, [`SLOT_WORDS`] per block id.
     pub slots: &'a mut [u64],
+    /// The thread's memos, [`MEMO_WORDS`] per block id.
+    pub memos: &'a mut [u64],
     /// The process's block facts, [`FACT_WORDS`] per block id.
     pub facts: &'a [u64],
     /// `--separate-recs`.
@@ -227,6 +261,7 @@ impl Tagged<'_> {
     pub fn enter(&mut self, y: u64, sp: u64) -> Result<()> {
         self.init()?;
         self.arena[head::ENTRIES] += 1;
+        let ns_block = core::mem::replace(&mut self.arena[head::NS_BLOCK], NONE);
         while self.arena[head::SIGNALS_LEN] > self.hot[hot::SIGNALS] {
             self.end_signal(true);
         }
@@ -319,13 +354,20 @@ impl Tagged<'_> {
             self.arena[head::CTX] = callee;
         }
         let real_call = xf.is_some_and(|x| x.flow.exit == Exit::Call) && last != y;
-        if push && !skip && caller != NO_TAG && self.arena[head::NS_CTX] == NO_TAG && real_call {
-            // The call memo of the calling block (read by inline calls,
-            // which check both tags).
-            let at = last as usize * SLOT_WORDS + SLOT_MEMO;
-            if let Some(m) = self.slots.get_mut(at..at + 2) {
-                m[0] = caller | self.arena[head::CTX] << 32;
-                m[1] = arc;
+        let ns_before = self.arena[head::NS_CTX];
+        let callee = self.arena[head::CTX];
+        if push && !skip && caller != NO_TAG {
+            if real_call && ns_before == NO_TAG {
+                // The calling block's memo and the callee's (read by inline
+                // calls, direct and indirect, which check both tags).
+                let key = caller | callee << 32;
+                self.memo(last, M_CALL_KEY, [key, arc]);
+                self.memo(y, M_IN_KEY, [key, last, arc]);
+            } else if xf.is_some_and(|x| x.flow.skip) && ns_before != NO_TAG && ns_block != NONE {
+                // Skipped code (the PLT) calling out, for the block that
+                // called it.
+                let key = ns_before | callee << 32;
+                self.memo(ns_block, M_PLT_KEY, [key, arc, yf.flow.start]);
             }
         }
         if push {
@@ -357,7 +399,23 @@ impl Tagged<'_> {
         if tag != NO_TAG {
             self.hot[hot::CUR] = tag;
         }
+        if push && skip && real_call && caller != NO_TAG && ns_before == NO_TAG && tag >= SKIP_TAGS
+        {
+            // A call into skipped code: the calling block's memo names the
+            // skip record, and the skipped code's call out is memoized
+            // there next.
+            self.memo(last, M_CALL_KEY, [caller | tag << 32, NONE]);
+            self.arena[head::NS_BLOCK] = last;
+        }
         Ok(())
+    }
+
+    /// Writes `words` into block `b`'s memos from word `at`.
+    fn memo<const N: usize>(&mut self, b: u64, at: usize, words: [u64; N]) {
+        let i = b as usize * MEMO_WORDS + at;
+        if let Some(m) = self.memos.get_mut(i..i + N) {
+            m.copy_from_slice(&words);
+        }
     }
 
     /// Block `b` runs where its slot counts for another tag than the
@@ -379,22 +437,106 @@ impl Tagged<'_> {
         Ok(())
     }
 
+    /// Whether the inline paths may run: no signal handler, a context.
+    fn inline_ok(&self) -> bool {
+        self.arena[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] == 0
+            && self.arena[head::CTX] != NO_TAG
+    }
+
+    /// The word offset of frame `i` from the top (0: the top).
+    fn frame_from_top(&self, i: usize) -> usize {
+        let depth = self.arena[head::DEPTH] as usize;
+        self.arena[head::STACK] as usize + (depth - 1 - i) * FRAME_WORDS
+    }
+
+    /// Whether no frame is left by the stack pointer `sp` (the top one's
+    /// is not below it).
+    fn no_frame_left(&self, sp: u64) -> bool {
+        self.arena[head::DEPTH] == 0 || self.arena[self.frame_from_top(0)] >= sp
+    }
+
+    /// The tag of function `f`'s context when called now (its level one
+    /// more than its frames), if `f`'s active count has room.
+    fn called_tag(&self, f: u32) -> Option<u64> {
+        if u64::from(f) >= self.arena[head::ACTIVE_CAP] {
+            return None;
+        }
+        let active = self.arena[self.arena[head::ACTIVE] as usize + f as usize];
+        let recs = u64::from(self.separate_recs.max(1));
+        Some(1 + u64::from(f) * recs + (active + 1).min(recs) - 1)
+    }
+
+    /// Ends an inline transition: the stack pointer known, the entry done.
+    fn inline_done(&mut self, sp: u64) -> bool {
+        self.arena[head::LAST_SP] = sp;
+        self.arena[head::INLINE] += 1;
+        self.hot[hot::LAST] = NONE;
+        true
+    }
+
+    /// A call of `f`'s context `callee` on arc `arc`: its calls, `f`'s
+    /// active count, the frame (at `sp`, returning to `ret_addr`), and
+    /// counting in the callee. Outside skipped code.
+    fn push_call(&mut self, f: u32, callee: u64, arc: u64, sp: u64, ret_addr: u64) {
+        let caller = self.arena[head::CTX];
+        let at = self.record(ARCS, arc);
+        self.arena[at + 3] += 1;
+        let active = self.arena[head::ACTIVE] as usize + f as usize;
+        self.arena[active] += 1;
+        let frame = [
+            sp,
+            ret_addr,
+            caller | u64::from(f) << 32,
+            arc,
+            hot::running_ir(self.hot),
+            self.arena[head::NS_CTX],
+            self.arena[head::NS_SITE],
+            0,
+        ];
+        self.put_frame(frame);
+        self.arena[head::NS_CTX] = NO_TAG;
+        self.arena[head::NS_BLOCK] = NONE;
+        self.arena[head::CTX] = callee;
+        self.hot[hot::CUR] = callee;
+    }
+
+    fn put_frame(&mut self, frame: [u64; FRAME_WORDS]) {
+        let depth = self.arena[head::DEPTH] as usize;
+        let top = self.arena[head::STACK] as usize + depth * FRAME_WORDS;
+        self.arena[top..top + FRAME_WORDS].copy_from_slice(&frame);
+        self.arena[head::DEPTH] = depth as u64 + 1;
+    }
+
     /// What translated code does inline at a `ret` (the engine's
     /// `emit::tagged`, word for word), with the stack pointer `sp` after
-    /// it: the commonest return, which leaves exactly the top frame (a
-    /// context's own, outside signal handlers and skipped code). Returns
+    /// it: the commonest returns, which leave the top frame, or the top
+    /// two where the second is skipped code's (a call through the PLT),
+    /// back to a context's own code, outside signal handlers. Returns
     /// whether it did; if not, nothing changed and the target's context
     /// entry decides.
     pub fn inline_return(&mut self, sp: u64) -> bool {
+        let depth = self.arena[head::DEPTH] as usize;
+        if self.arena[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0 || depth == 0 {
+            return false;
+        }
+        let top = self.frame_from_top(0);
+        if self.arena[top] >= sp {
+            return false;
+        }
+        // The frames it leaves: the top, and a skip frame under it.
+        let mut pops = 1;
+        if depth > 1 && self.arena[top - FRAME_WORDS] < sp {
+            let skip = top - FRAME_WORDS;
+            if self.arena[skip + 3] != NONE || (depth > 2 && self.arena[skip - FRAME_WORDS] < sp) {
+                return false;
+            }
+            pops = 2;
+        }
+        let last = top - (pops - 1) * FRAME_WORDS;
+        if self.arena[last + 5] != NO_TAG {
+            return false;
+        }
         let a = &mut *self.arena;
-        let depth = a[head::DEPTH] as usize;
-        if a[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0 || depth == 0 {
-            return false;
-        }
-        let top = a[head::STACK] as usize + (depth - 1) * FRAME_WORDS;
-        if a[top] >= sp || (depth > 1 && a[top - FRAME_WORDS] < sp) || a[top + 5] != NO_TAG {
-            return false;
-        }
         let arc = a[top + 3];
         if arc != NONE {
             let at = a[ARCS.at] as usize + arc as usize * ARCS.words;
@@ -402,16 +544,14 @@ impl Tagged<'_> {
             let f = a[head::ACTIVE] as usize + (a[top + 2] >> 32) as usize;
             a[f] = a[f].saturating_sub(1);
         }
-        let caller = a[top + 2] & 0xffff_ffff;
+        let caller = a[last + 2] & 0xffff_ffff;
         a[head::CTX] = caller;
         self.hot[hot::CUR] = caller;
         a[head::NS_CTX] = NO_TAG;
-        a[head::NS_SITE] = a[top + 6];
-        a[head::DEPTH] = depth as u64 - 1;
-        a[head::LAST_SP] = sp;
-        a[head::INLINE] += 1;
-        self.hot[hot::LAST] = NONE;
-        true
+        a[head::NS_SITE] = a[last + 6];
+        a[head::NS_BLOCK] = NONE;
+        a[head::DEPTH] = (depth - pops) as u64;
+        self.inline_done(sp)
     }
 
     /// What translated code does inline at an indirect jump from code of
@@ -421,76 +561,130 @@ impl Tagged<'_> {
     /// domain, leaving no frame), outside signal handlers. Returns whether
     /// it did; if not, nothing changed.
     pub fn inline_jump(&mut self, from: u32, to: u32, entry: bool, sp: u64) -> bool {
-        let a = &mut *self.arena;
-        let depth = a[head::DEPTH] as usize;
-        if entry
-            || from != to
-            || a[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0
-            || a[head::CTX] == NO_TAG
-        {
+        if entry || from != to || !self.inline_ok() || !self.no_frame_left(sp) {
             return false;
         }
-        if depth > 0 && a[a[head::STACK] as usize + (depth - 1) * FRAME_WORDS] < sp {
-            return false;
-        }
-        a[head::LAST_SP] = sp;
-        a[head::INLINE] += 1;
-        self.hot[hot::LAST] = NONE;
-        true
+        self.inline_done(sp)
     }
 
-    /// What translated code does inline at a direct `call` from block
-    /// `x` (its call site `site`, returning to `ret_addr`) of function
-    /// `f`'s first block at `target`, not skipped code, with the stack
-    /// pointer `sp` after it: the call its memo knows, from a context
-    /// outside signal handlers and skipped code, leaving no frame. Returns
-    /// whether it did; if not, nothing changed.
-    pub fn inline_call(&mut self, x: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
-        let a = &mut *self.arena;
-        let depth = a[head::DEPTH] as usize;
-        let caller = a[head::CTX];
-        if a[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0
-            || caller == NO_TAG
-            || a[head::NS_CTX] != NO_TAG
-            || depth >= a[head::STACK_CAP] as usize
-            || f as u64 >= a[head::ACTIVE_CAP]
+    /// What translated code does inline at a direct `call` from block `x`
+    /// (returning to `ret_addr`) of function `f`'s first block, with the
+    /// stack pointer `sp` after it: the call its memo knows, from a
+    /// context outside signal handlers and skipped code, leaving no frame.
+    /// `skip_site`: the callee is skipped code (the PLT), called from that
+    /// call site. Returns whether it did; if not, nothing changed.
+    pub fn inline_call(
+        &mut self,
+        x: u64,
+        f: u32,
+        sp: u64,
+        ret_addr: u64,
+        skip_site: Option<u64>,
+    ) -> bool {
+        let depth = self.arena[head::DEPTH];
+        let caller = self.arena[head::CTX];
+        if !self.inline_ok()
+            || self.arena[head::NS_CTX] != NO_TAG
+            || depth >= self.arena[head::STACK_CAP]
+            || !self.no_frame_left(sp)
         {
             return false;
         }
-        let frames = a[head::STACK] as usize;
-        if depth > 0 && a[frames + (depth - 1) * FRAME_WORDS] < sp {
+        let memo = x as usize * MEMO_WORDS;
+        let key = self.memos[memo + M_CALL_KEY];
+        if let Some(site) = skip_site {
+            // Into skipped code: a frame without an arc, counting for the
+            // call site's skip record.
+            if key & 0xffff_ffff != caller || key >> 32 < SKIP_TAGS {
+                return false;
+            }
+            let frame = [
+                sp,
+                ret_addr,
+                caller | u64::from(f) << 32,
+                NONE,
+                hot::running_ir(self.hot),
+                NO_TAG,
+                self.arena[head::NS_SITE],
+                0,
+            ];
+            self.put_frame(frame);
+            self.arena[head::NS_CTX] = caller;
+            self.arena[head::NS_SITE] = site;
+            self.arena[head::NS_BLOCK] = x;
+            self.hot[hot::CUR] = key >> 32;
+            return self.inline_done(sp);
+        }
+        let Some(callee) = self.called_tag(f) else {
+            return false;
+        };
+        if key != caller | callee << 32 {
             return false;
         }
-        let active = a[head::ACTIVE] as usize + f as usize;
-        let recs = u64::from(self.separate_recs.max(1));
-        let callee = 1 + u64::from(f) * recs + (a[active] + 1).min(recs) - 1;
-        let memo = x as usize * SLOT_WORDS + SLOT_MEMO;
-        if self.slots[memo] != caller | callee << 32 {
+        let arc = self.memos[memo + M_CALL_ARC];
+        self.push_call(f, callee, arc, sp, ret_addr);
+        self.inline_done(sp)
+    }
+
+    /// What translated code does inline at skipped code's indirect jump
+    /// (the PLT's) into function `f`'s block at `target` (not skipped,
+    /// a function's start or another domain: a call), with the stack
+    /// pointer `sp`: the call the memo of the block that called the
+    /// skipped code knows. Returns whether it did; if not, nothing
+    /// changed.
+    pub fn inline_skipped_call(&mut self, f: u32, target: u64, sp: u64) -> bool {
+        let (depth, x) = (self.arena[head::DEPTH], self.arena[head::NS_BLOCK]);
+        let ns = self.arena[head::NS_CTX];
+        if !self.inline_ok()
+            || ns == NO_TAG
+            || x == NONE
+            || depth == 0
+            || depth >= self.arena[head::STACK_CAP]
+            || !self.no_frame_left(sp)
+        {
             return false;
         }
-        let arc = self.slots[memo + 1];
-        let at = a[ARCS.at] as usize + arc as usize * ARCS.words;
-        a[at + 3] += 1;
-        a[active] += 1;
-        let top = frames + depth * FRAME_WORDS;
-        let frame = [
-            sp,
-            ret_addr,
-            caller | u64::from(f) << 32,
-            arc,
-            hot::running_ir(self.hot),
-            NO_TAG,
-            a[head::NS_SITE],
-            0,
-        ];
-        a[top..top + FRAME_WORDS].copy_from_slice(&frame);
-        a[head::DEPTH] = depth as u64 + 1;
-        a[head::CTX] = callee;
-        self.hot[hot::CUR] = callee;
-        a[head::LAST_SP] = sp;
-        a[head::INLINE] += 1;
-        self.hot[hot::LAST] = NONE;
-        true
+        let Some(callee) = self.called_tag(f) else {
+            return false;
+        };
+        let memo = x as usize * MEMO_WORDS;
+        if self.memos[memo + M_PLT_KEY] != ns | callee << 32
+            || self.memos[memo + M_PLT_TARGET] != target
+        {
+            return false;
+        }
+        // An emulated call: the frame has the skip frame's stack pointer.
+        let frame_sp = self.arena[self.frame_from_top(0)];
+        let arc = self.memos[memo + M_PLT_ARC];
+        self.push_call(f, callee, arc, frame_sp, 0);
+        self.inline_done(sp)
+    }
+
+    /// What translated code does inline at an indirect `call` from block
+    /// `x` (returning to `ret_addr`) into block `y` of function `f` (not
+    /// skipped), with the stack pointer `sp` after it: the call `y`'s
+    /// memo knows. Returns whether it did; if not, nothing changed.
+    pub fn inline_indirect_call(&mut self, x: u64, y: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
+        let depth = self.arena[head::DEPTH];
+        let caller = self.arena[head::CTX];
+        if !self.inline_ok()
+            || self.arena[head::NS_CTX] != NO_TAG
+            || depth >= self.arena[head::STACK_CAP]
+            || !self.no_frame_left(sp)
+        {
+            return false;
+        }
+        let Some(callee) = self.called_tag(f) else {
+            return false;
+        };
+        let memo = y as usize * MEMO_WORDS;
+        if self.memos[memo + M_IN_KEY] != caller | callee << 32 || self.memos[memo + M_IN_FROM] != x
+        {
+            return false;
+        }
+        let arc = self.memos[memo + M_IN_ARC];
+        self.push_call(f, callee, arc, sp, ret_addr);
+        self.inline_done(sp)
     }
 
     /// The thread ended (or the process): every call still running
@@ -604,6 +798,7 @@ impl Tagged<'_> {
             self.arena[cap] = n as u64;
         }
         self.arena[head::STACK_CAP] = 64;
+        self.arena[head::NS_BLOCK] = NONE;
         for (t, n) in [(ARCS, 256), (SKIPS, 64), (COUNTS, 256), (SINKS, 4)] {
             self.arena[t.at] = self.alloc(n * t.words)? as u64;
             self.arena[t.at + 2] = n as u64;
@@ -943,6 +1138,7 @@ mod tests {
         hot: Vec<u64>,
         arena: Vec<u64>,
         slots: Vec<u64>,
+        memos: Vec<u64>,
         facts: Vec<u64>,
     }
 
@@ -952,6 +1148,7 @@ mod tests {
                 hot: fresh_thread(0, 1 << 20).to_vec(),
                 arena: vec![0; 1 << 20],
                 slots: vec![0; 64 * SLOT_WORDS],
+                memos: vec![0; 64 * MEMO_WORDS],
                 facts: Vec::new(),
             }
         }
@@ -983,6 +1180,7 @@ mod tests {
                 hot: &mut self.hot,
                 arena: &mut self.arena,
                 slots: &mut self.slots,
+                memos: &mut self.memos,
                 facts: &self.facts,
                 separate_recs: 2,
             }

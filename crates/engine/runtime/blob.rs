@@ -9,7 +9,7 @@
 #![no_std]
 #![no_main]
 
-use ctxrt::tagged::{Tagged, MAX_BLOCKS, SLOTS_BYTES, SLOT_WORDS};
+use ctxrt::tagged::{Tagged, MAX_BLOCKS, MEMOS_BYTES, MEMO_WORDS, SLOTS_BYTES, SLOT_WORDS};
 use ctxrt::{hot, Error, Runtime, CONFIG_WORDS, CONTEXTS_TAGGED};
 
 /// What the stub asks: `op` 0 enters block `block` through its context
@@ -26,7 +26,8 @@ use ctxrt::{hot, Error, Runtime, CONFIG_WORDS, CONTEXTS_TAGGED};
 /// `config` at [`CONFIG_WORDS`] words whose first two describe the facts table. All
 /// are mapped for the life of the thread, written only by this thread
 /// (the facts table by the tool while the thread is stopped). In tagged
-/// counting the thread's slots lie right before its arena.
+/// counting the thread's memos lie right before its arena, and its slots
+/// before them.
 #[no_mangle]
 pub unsafe extern "sysv64" fn cs_runtime(
     op: u64,
@@ -49,18 +50,24 @@ pub unsafe extern "sysv64" fn cs_runtime(
         (hot, arena, facts, config)
     };
     let result = if config[3] == CONTEXTS_TAGGED {
-        // SAFETY: in tagged counting the thread's slots, `MAX_BLOCKS` of
-        // them, lie right before its arena, in the same thread area.
-        let slots = unsafe {
-            core::slice::from_raw_parts_mut(
-                (hot[hot::ARENA] - SLOTS_BYTES) as *mut u64,
-                MAX_BLOCKS * SLOT_WORDS,
+        // SAFETY: in tagged counting the thread's memos lie right before
+        // its arena and its slots right before them, `MAX_BLOCKS` of each,
+        // in the same thread area, distinct from the rest.
+        let (slots, memos) = unsafe {
+            let memos = hot[hot::ARENA] - MEMOS_BYTES;
+            (
+                core::slice::from_raw_parts_mut(
+                    (memos - SLOTS_BYTES) as *mut u64,
+                    MAX_BLOCKS * SLOT_WORDS,
+                ),
+                core::slice::from_raw_parts_mut(memos as *mut u64, MAX_BLOCKS * MEMO_WORDS),
             )
         };
         let mut rt = Tagged {
             hot,
             arena,
             slots,
+            memos,
             facts,
             separate_recs: config[2] as u32,
         };

@@ -12,7 +12,7 @@ mod fast_entry;
 pub use contexts::{CONTEXT_ENTRY_BYTES, UNCHECKED};
 pub use fast_entry::FastEntry;
 mod tagged;
-pub use tagged::TaggedCall;
+pub use tagged::{inline_recs, TaggedCall};
 mod signals;
 mod smc;
 mod trace;

@@ -253,7 +253,12 @@ pub const S_TAGGED_RDX: u32 = 0xc0;
 pub const S_TAGGED_R10: u32 = 0xc8;
 /// See [`S_TAGGED_RAX`].
 pub const S_TAGGED_R11: u32 = 0xd0;
-const _: () = assert!(S_TAGGED_R11 + 8 <= S_SIGNAL_WAITS);
+/// See [`S_TAGGED_RAX`].
+pub const S_TAGGED_R9: u32 = 0xd8;
+/// Spill slot (tagged counting): the guest target of skipped code's
+/// indirect jump, which its inline call out compares with the memo's.
+pub const S_TAGGED_TARGET: u32 = 0xe0;
+const _: () = assert!(S_TAGGED_TARGET + 8 <= S_SIGNAL_WAITS);
 const _: () = assert!(S_TAGGED_RAX >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!(S_SIGNAL_WAITS >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!((S_SIGNAL_WAITS as u64) + 8 <= SPILL_BYTES);
@@ -265,11 +270,15 @@ pub const FACTS_HINT: u64 = 0x0f_0000_0000;
 /// the area's end.
 pub const AREA_ARENA: u64 = 32 << 20;
 /// Offset in a thread area of the blocks' slots in tagged counting
-/// (`ctxrt::tagged`: a tag and an Ir per block id), whose arena follows
-/// them ([`AREA_TAGGED_ARENA`]: the runtime finds them from its address).
+/// (`ctxrt::tagged`: a tag and an Ir per block id), whose memos and arena
+/// follow them ([`AREA_TAGGED_ARENA`]: the runtime finds them from its
+/// address).
 pub const AREA_SLOTS: u64 = AREA_ARENA;
+/// Offset in a thread area of the blocks' memos in tagged counting
+/// (`ctxrt::tagged::MEMO_WORDS` per block id), after the slots.
+pub const AREA_MEMOS: u64 = AREA_SLOTS + ctxrt::tagged::SLOTS_BYTES;
 /// Offset in a thread area of the runtime's arena in tagged counting.
-pub const AREA_TAGGED_ARENA: u64 = AREA_SLOTS + ctxrt::tagged::SLOTS_BYTES;
+pub const AREA_TAGGED_ARENA: u64 = AREA_MEMOS + ctxrt::tagged::MEMOS_BYTES;
 const _: () = assert!(AREA_TAGGED_ARENA < 1 << 31, "slots are within disp32 of GS");
 /// Offset in the core region of the runtime's configuration words
 /// (`ctxrt::CONFIG_WORDS` of them, before [`RT_STUB_PTR`]).

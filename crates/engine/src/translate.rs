@@ -759,7 +759,7 @@ impl<'a> Builder<'a> {
         items: &[Item],
         code: &[u8],
         guest: u64,
-        header: Option<[u8; 8]>,
+        header: Option<[u8; contexts::TAGGED_HEADER_BYTES]>,
         entry: impl FnOnce(&mut Emitter),
     ) -> Builder<'a> {
         let mut b = Builder {
@@ -781,7 +781,11 @@ impl<'a> Builder<'a> {
             // Code that may change gets retired while other threads run it:
             // its entry (the check's first store, 9 bytes) is then replaced
             // by a jump in one 8-byte store, atomic within a cache line.
-            let ahead = if header.is_some() { 8 } else { 0 };
+            let ahead = if header.is_some() {
+                contexts::TAGGED_HEADER_BYTES as u64
+            } else {
+                0
+            };
             while (b.e.here() + ahead) % 64 + 8 > 64 {
                 b.e.raw(&[0x90]);
             }
@@ -866,10 +870,18 @@ impl Builder<'_> {
         self.t.branch_targets.push(guest_target);
     }
 
-    /// Tagged counting: a direct call of `function` at `target` (not
-    /// skipped), returning to `next`, done inline when its memo knows it
-    /// (into the callee's body), else through the callee's context entry.
-    fn tagged_call(&mut self, cb: ContextBlock, function: u32, next: u64, target: u64) {
+    /// Tagged counting: a direct call of `function` at `target` (skipped
+    /// code if `skip_site`, the call's address, is given), returning to
+    /// `next`, done inline when its memo knows it (into the callee's body),
+    /// else through the callee's context entry.
+    fn tagged_call(
+        &mut self,
+        cb: ContextBlock,
+        function: u32,
+        next: u64,
+        target: u64,
+        skip_site: Option<u64>,
+    ) {
         let (done, fail) = (self.e.new_label(), self.e.new_label());
         let start = self.e.here();
         let call = crate::emit::TaggedCall {
@@ -877,6 +889,7 @@ impl Builder<'_> {
             function,
             ret_addr: next,
             recs: cb.recs,
+            skip_site,
         };
         self.e.tagged_call(call, done, fail);
         self.t.quiet.push(start..self.e.here());
@@ -888,6 +901,19 @@ impl Builder<'_> {
         self.leaving = true;
         self.exit_jmp(target);
         self.leaving = false;
+    }
+
+    /// Tagged counting: an indirect transfer's lookup (target in RCX), then
+    /// `inline`, the inline transition that goes on once the lookup found
+    /// the target's translation; a quiet range, which a signal waits to
+    /// leave.
+    fn tagged_after_lookup(&mut self, inline: impl FnOnce(&mut Emitter)) {
+        let htab = (self.ctx.core() + layout::HTAB) as u32;
+        let (probe, count) = (self.ctx.probe_stub(), self.ctx.count_lookups());
+        let start = self.e.here();
+        self.e.lookup_found(htab, probe, count);
+        inline(&mut self.e);
+        self.t.quiet.push(start..self.e.here());
     }
 
     /// Contexts mode: marks the exit at `site` plain if the transfer to
@@ -1024,9 +1050,10 @@ impl Builder<'_> {
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 let target = i.near_branch_target();
-                if let Some(cb) = self.tagged {
-                    if let Some((function, false)) = self.ctx.tagged_callee(target) {
-                        self.tagged_call(cb, function, next, target);
+                if let Some(cb) = self.tagged.filter(|cb| crate::emit::inline_recs(cb.recs)) {
+                    if let Some((function, skip)) = self.ctx.tagged_callee(target) {
+                        let skip_site = skip.then(|| i.ip());
+                        self.tagged_call(cb, function, next, target, skip_site);
                         return Ok(());
                     }
                 }
@@ -1041,22 +1068,26 @@ impl Builder<'_> {
                 self.indirect_branch_word(i.ip());
                 self.push_literal(next);
                 self.t.call_returns.push(next);
-                self.lookup();
+                match self.tagged.filter(|cb| crate::emit::inline_recs(cb.recs)) {
+                    Some(cb) => self.tagged_after_lookup(|e| {
+                        e.tagged_indirect_call(cb.id, next, cb.recs);
+                    }),
+                    None => self.lookup(),
+                }
             }
             FlowControl::IndirectBranch => {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
                 self.indirect_branch_word(i.ip());
-                if let Some(cb) = self.tagged {
-                    let htab = (self.ctx.core() + layout::HTAB) as u32;
-                    let (probe, count) = (self.ctx.probe_stub(), self.ctx.count_lookups());
-                    let start = self.e.here();
-                    self.e.lookup_found(htab, probe, count);
-                    self.e.tagged_jump(cb.domain);
-                    self.t.quiet.push(start..self.e.here());
-                } else {
-                    self.lookup();
+                match self.tagged {
+                    // Skipped code (the PLT) calls out.
+                    Some(cb) if cb.skip && crate::emit::inline_recs(cb.recs) => {
+                        self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
+                        self.tagged_after_lookup(|e| e.tagged_skipped_call(cb.domain, cb.recs));
+                    }
+                    Some(cb) => self.tagged_after_lookup(|e| e.tagged_jump(cb.domain)),
+                    None => self.lookup(),
                 }
             }
             FlowControl::Return => {
@@ -1069,12 +1100,7 @@ impl Builder<'_> {
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.e.pop_return(pop);
                 if self.tagged.is_some() {
-                    let htab = (self.ctx.core() + layout::HTAB) as u32;
-                    let (probe, count) = (self.ctx.probe_stub(), self.ctx.count_lookups());
-                    let start = self.e.here();
-                    self.e.lookup_found(htab, probe, count);
-                    self.e.tagged_return();
-                    self.t.quiet.push(start..self.e.here());
+                    self.tagged_after_lookup(Emitter::tagged_return);
                 } else {
                     self.lookup();
                 }

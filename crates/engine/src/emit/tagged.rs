@@ -14,11 +14,13 @@
 //! handler must not see a frame half pushed.
 
 use super::{gs, Emitter, Label};
-use crate::layout::{self, AREA_SLOTS, AREA_TAGGED_ARENA};
+use crate::layout::{self, AREA_MEMOS, AREA_TAGGED_ARENA};
 use ctxrt::hot;
-use ctxrt::tagged::{head, FRAME_WORDS, SLOT_MEMO, SLOT_WORDS};
+use ctxrt::tagged::{head, FRAME_WORDS, MEMO_WORDS, SKIP_TAGS};
+use ctxrt::tagged::{M_CALL_ARC, M_CALL_KEY, M_IN_ARC, M_IN_FROM, M_IN_KEY};
+use ctxrt::tagged::{M_PLT_ARC, M_PLT_KEY, M_PLT_TARGET};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
-use Register::{ECX, R10, R11, RAX, RCX, RDX, RSP};
+use Register::{ECX, EDX, R10, R10D, R11, R9, R9D, R9L, RAX, RCX, RDX, RSP};
 
 const JB: u8 = 2;
 const JAE: u8 = 3;
@@ -27,10 +29,16 @@ const JNE: u8 = 5;
 const JBE: u8 = 6;
 
 /// Words of an arc record (`ctxrt::tagged`): key (3), calls, inclusive.
-const ARC_WORDS: i32 = 5;
 const ARC_CALLS: i32 = 8 * 3;
 const ARC_INCLUSIVE: i32 = 8 * 4;
 const FRAME_BYTES: i32 = 8 * FRAME_WORDS as i32;
+const _: () = assert!(FRAME_WORDS == 8 && MEMO_WORDS == 8);
+
+/// Where a block's header words are, from its body (its context entry):
+/// `translate::tagged_header`.
+const HEADER_FLAGS: i32 = -20;
+const HEADER_FUNCTION: i32 = -12;
+const HEADER_ID: i32 = -4;
 
 /// `gs:[arena word i]`.
 fn arena(i: usize) -> MemoryOperand {
@@ -40,11 +48,16 @@ fn arena(i: usize) -> MemoryOperand {
 /// `gs:[AREA_TAGGED_ARENA + index*8 + disp]`: a word of the arena at the
 /// word offset in `index`, plus `disp` bytes.
 fn arena_at(index: Register, disp: i32) -> MemoryOperand {
+    gs_indexed(index, AREA_TAGGED_ARENA as i32 + disp)
+}
+
+/// `gs:[index*8 + disp]`.
+fn gs_indexed(index: Register, disp: i32) -> MemoryOperand {
     MemoryOperand::new(
         Register::None,
         index,
         8,
-        i64::from(AREA_TAGGED_ARENA as i32 + disp),
+        i64::from(disp),
         4,
         false,
         Register::GS,
@@ -56,9 +69,34 @@ fn hot_word(i: usize) -> MemoryOperand {
     gs(layout::S_CONTEXT_HOT + 8 * i as u32)
 }
 
-/// `gs:[word k of block id's slot]`.
-fn slot(id: u32, k: usize) -> MemoryOperand {
-    gs(AREA_SLOTS as u32 + 8 * (SLOT_WORDS as u32 * id + k as u32))
+/// `gs:[word k of block id's memos]`.
+fn memo(id: u32, k: usize) -> MemoryOperand {
+    gs(AREA_MEMOS as u32 + 8 * (MEMO_WORDS as u32 * id + k as u32))
+}
+
+/// `gs:[word k of the memos of the block whose id times 8 is in `r`]`.
+fn memo_at(r: Register, k: usize) -> MemoryOperand {
+    gs_indexed(r, AREA_MEMOS as i32 + 8 * k as i32)
+}
+
+/// The high half of [`memo`]'s word.
+fn memo_high(id: u32, k: usize) -> MemoryOperand {
+    gs(AREA_MEMOS as u32 + 8 * (MEMO_WORDS as u32 * id + k as u32) + 4)
+}
+
+/// The high half of [`memo_at`]'s word.
+fn memo_at_high(r: Register, k: usize) -> MemoryOperand {
+    gs_indexed(r, AREA_MEMOS as i32 + 8 * k as i32 + 4)
+}
+
+/// `[index*8 + disp]`: a depth to a frame's word offset (FRAME_WORDS is 8).
+fn frame_index(index: Register, disp: i32) -> MemoryOperand {
+    MemoryOperand::with_index_scale_displ_size(index, 8, i64::from(disp), 4)
+}
+
+/// `[base + index*scale + disp]`.
+fn scaled(base: Register, index: Register, scale: u32, disp: i32) -> MemoryOperand {
+    MemoryOperand::with_base_index_scale_displ_size(base, index, scale, i64::from(disp), 1)
 }
 
 macro_rules! op {
@@ -71,25 +109,52 @@ macro_rules! op {
 }
 
 /// Registers a sequence keeps in spill slots (RAX holds the flags).
-const KEPT: [(Register, u32); 5] = [
+const KEPT: [(Register, u32); 6] = [
     (RAX, layout::S_TAGGED_RAX),
     (RCX, layout::S_TAGGED_RCX),
     (RDX, layout::S_TAGGED_RDX),
+    (R9, layout::S_TAGGED_R9),
+    (R10, layout::S_TAGGED_R10),
+    (R11, layout::S_TAGGED_R11),
+];
+/// Those a sequence after a lookup keeps (the lookup's RAX and RCX are
+/// scratch, the client's in their slots).
+const KEPT_AFTER_LOOKUP: &[(Register, u32)] = &[
+    (RDX, layout::S_TAGGED_RDX),
+    (R9, layout::S_TAGGED_R9),
     (R10, layout::S_TAGGED_R10),
     (R11, layout::S_TAGGED_R11),
 ];
 
+/// Whether inline calls can compute a callee's tag (`1 + f*R + level -
+/// 1`, the multiply a `lea` scale): `--separate-recs` 1, 2 (the default),
+/// 4 or 8.
+pub fn inline_recs(recs: u32) -> bool {
+    matches!(recs.max(1), 1 | 2 | 4 | 8)
+}
+
 /// What an inline call needs to know of its callee, known at translation.
 #[derive(Debug, Clone, Copy)]
 pub struct TaggedCall {
-    /// The calling block's id (its slot holds the call memo).
+    /// The calling block's id (its memos hold the call).
     pub block: u32,
     /// The callee's function (the classifier's number).
     pub function: u32,
     /// Where the call returns to.
     pub ret_addr: u64,
-    /// `--separate-recs` (0 counts as 1).
+    /// `--separate-recs` ([`inline_recs`]).
     pub recs: u32,
+    /// The callee is skipped code (the PLT), called from this call site.
+    pub skip_site: Option<u64>,
+}
+
+/// Where a call's frame has its stack pointer.
+#[derive(Clone, Copy)]
+enum FrameSp {
+    /// The client's (a real call).
+    Client,
+    /// The top frame's (an emulated call, from skipped code).
+    Top,
 }
 
 impl Emitter {
@@ -115,97 +180,193 @@ impl Emitter {
         }
     }
 
-    /// An inline call (`Tagged::inline_call`), right after the `call`'s
-    /// return address is pushed: it goes on at `done` (the callee's body,
-    /// past its context entry) when done, else at `fail` (its context
-    /// entry) with nothing changed; every register and flag as they were
-    /// either way.
-    pub fn tagged_call(&mut self, c: TaggedCall, done: Label, fail: Label) {
-        let (failed, no_frame, level_ok) = (self.new_label(), self.new_label(), self.new_label());
-        self.keep_registers(&KEPT);
-        let recs = c.recs.max(1);
-        let f = c.function;
-        // No handler, a context, not in skipped code, room for a frame and
-        // the function's active count.
+    /// Goes to `fail` inside a signal handler (or one returned unseen).
+    fn fail_in_handler(&mut self, fail: Label) {
         op!(self, Mov_r64_rm64, RCX, arena(head::SIGNALS_LEN));
         op!(self, Or_r64_rm64, RCX, hot_word(hot::SIGNALS));
-        self.jcc_label(JNE, failed);
-        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
-        self.jcc_label(JNE, failed);
-        op!(self, Mov_r64_rm64, RCX, arena(head::CTX));
-        op!(self, Test_rm64_r64, RCX, RCX);
-        self.jcc_label(JE, failed);
-        op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
-        op!(self, Cmp_r64_rm64, RDX, arena(head::STACK_CAP));
-        self.jcc_label(JAE, failed);
-        op!(self, Cmp_rm64_imm32, arena(head::ACTIVE_CAP), f as i32);
-        self.jcc_label(JBE, failed);
-        // No frame the stack pointer has left.
-        op!(self, Test_rm64_r64, RDX, RDX);
+        self.jcc_label(JNE, fail);
+    }
+
+    /// `r` = the current context's tag; to `fail` if none.
+    fn caller_or_fail(&mut self, r: Register, fail: Label) {
+        op!(self, Mov_r64_rm64, r, arena(head::CTX));
+        op!(self, Test_rm64_r64, r, r);
+        self.jcc_label(JE, fail);
+    }
+
+    /// `depth` = the frames; to `fail` if there is no room for one more,
+    /// or if the top one's stack pointer is below the client's (a frame
+    /// the stack pointer left). `scratch` changes.
+    fn room_or_fail(&mut self, depth: Register, scratch: Register, fail: Label) {
+        let no_frame = self.new_label();
+        op!(self, Mov_r64_rm64, depth, arena(head::DEPTH));
+        op!(self, Cmp_r64_rm64, depth, arena(head::STACK_CAP));
+        self.jcc_label(JAE, fail);
+        op!(self, Test_rm64_r64, depth, depth);
         self.jcc_label(JE, no_frame);
         op!(
             self,
             Lea_r64_m,
-            R11,
-            arena_index(RDX, -(FRAME_WORDS as i32))
+            scratch,
+            frame_index(depth, -(FRAME_WORDS as i32))
         );
-        op!(self, Add_r64_rm64, R11, arena(head::STACK));
-        op!(self, Cmp_rm64_r64, arena_at(R11, 0), RSP);
-        self.jcc_label(JB, failed);
+        op!(self, Add_r64_rm64, scratch, arena(head::STACK));
+        op!(self, Cmp_rm64_r64, arena_at(scratch, 0), RSP);
+        self.jcc_label(JB, fail);
         self.bind(no_frame);
-        // R10 = the callee's tag: 1 + f*R + min(active, R-1).
-        op!(self, Mov_r64_rm64, R11, arena(head::ACTIVE));
-        op!(self, Mov_r64_rm64, R10, arena_at(R11, 8 * f as i32));
+    }
+
+    /// R10 = the tag of function R9's context when called now (its level
+    /// one more than its frames, at most `recs`); to `fail` if its active
+    /// count has no room.
+    fn callee_tag(&mut self, recs: u32, fail: Label) {
+        let recs = recs.max(1);
+        let capped = self.new_label();
+        op!(self, Cmp_rm64_r64, arena(head::ACTIVE_CAP), R9);
+        self.jcc_label(JBE, fail);
+        op!(self, Mov_r64_rm64, R10, arena(head::ACTIVE));
+        op!(self, Add_r64_rm64, R10, R9);
+        op!(self, Mov_r64_rm64, R10, arena_at(R10, 0));
         op!(self, Cmp_rm64_imm32, R10, recs as i32 - 1);
-        self.jcc_label(JBE, level_ok);
-        op!(self, Mov_r64_imm64, R10, u64::from(recs) - 1);
-        self.bind(level_ok);
-        op!(
-            self,
-            Add_rm64_imm32,
-            R10,
-            (1 + u64::from(f) * u64::from(recs)) as i32
-        );
-        // The memo: (caller, callee) as the last call from this block.
-        op!(self, Mov_r64_rm64, R11, R10);
-        op!(self, Shl_rm64_imm8, R11, 32);
-        op!(self, Or_r64_rm64, R11, RCX);
-        op!(self, Cmp_rm64_r64, slot(c.block, SLOT_MEMO), R11);
-        self.jcc_label(JNE, failed);
-        // The arc's calls, the function's active count.
-        op!(self, Mov_r64_rm64, R11, slot(c.block, SLOT_MEMO + 1));
-        op!(self, Lea_r64_m, R11, scaled(R11, R11, 4));
-        op!(self, Add_r64_rm64, R11, arena(head::ARCS));
-        op!(self, Add_rm64_imm8, arena_at(R11, ARC_CALLS), 1);
-        op!(self, Mov_r64_rm64, R11, arena(head::ACTIVE));
-        op!(self, Add_rm64_imm8, arena_at(R11, 8 * f as i32), 1);
-        // The frame, at STACK + depth*FRAME_WORDS.
-        op!(self, Lea_r64_m, R11, arena_index(RDX, 0));
-        op!(self, Add_r64_rm64, R11, arena(head::STACK));
-        op!(self, Mov_rm64_r64, arena_at(R11, 0), RSP);
-        op!(self, Mov_rm32_imm32, arena_at(R11, 8), c.ret_addr as u32);
+        self.jcc_label(JBE, capped);
+        op!(self, Mov_r32_imm32, R10D, recs - 1);
+        self.bind(capped);
+        op!(self, Lea_r64_m, R10, scaled(R10, R9, recs, 1));
+    }
+
+    /// A call of function R9's context R10 on the arc in `arc` (a memo
+    /// word; its address's registers not RCX nor RDX), returning to
+    /// `ret_addr`: the arc's calls, the function's active count, the
+    /// frame, counting in the callee (`Tagged::push_call`). RCX and RDX
+    /// change.
+    fn commit_call(&mut self, arc: MemoryOperand, sp: FrameSp, ret_addr: u64) {
+        op!(self, Mov_r64_rm64, RDX, arc);
+        op!(self, Lea_r64_m, RDX, scaled(RDX, RDX, 4, 0));
+        op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
+        op!(self, Add_rm64_imm8, arena_at(RDX, ARC_CALLS), 1);
+        op!(self, Mov_r64_rm64, RDX, arena(head::ACTIVE));
+        op!(self, Add_r64_rm64, RDX, R9);
+        op!(self, Add_rm64_imm8, arena_at(RDX, 0), 1);
+        // RCX = the new frame's word offset.
+        op!(self, Mov_r64_rm64, RCX, arena(head::DEPTH));
+        op!(self, Lea_r64_m, RCX, frame_index(RCX, 0));
+        op!(self, Add_r64_rm64, RCX, arena(head::STACK));
+        match sp {
+            FrameSp::Client => op!(self, Mov_rm64_r64, arena_at(RCX, 0), RSP),
+            FrameSp::Top => {
+                op!(self, Mov_r64_rm64, RDX, arena_at(RCX, -FRAME_BYTES));
+                op!(self, Mov_rm64_r64, arena_at(RCX, 0), RDX);
+            }
+        }
+        op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
         op!(
             self,
             Mov_rm32_imm32,
-            arena_at(R11, 12),
-            (c.ret_addr >> 32) as u32
+            arena_at(RCX, 12),
+            (ret_addr >> 32) as u32
         );
-        op!(self, Mov_rm32_r32, arena_at(R11, 16), ECX);
-        op!(self, Mov_rm32_imm32, arena_at(R11, 20), f);
-        op!(self, Mov_r64_rm64, RDX, slot(c.block, SLOT_MEMO + 1));
-        op!(self, Mov_rm64_r64, arena_at(R11, 24), RDX);
+        op!(self, Mov_r64_rm64, RDX, arena(head::CTX));
+        op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
+        op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
+        op!(self, Mov_r64_rm64, RDX, arc);
+        op!(self, Mov_rm64_r64, arena_at(RCX, 24), RDX);
         self.running_ir(RDX);
-        op!(self, Mov_rm64_r64, arena_at(R11, 32), RDX);
-        op!(self, Mov_rm64_imm32, arena_at(R11, 40), 0);
+        op!(self, Mov_rm64_r64, arena_at(RCX, 32), RDX);
+        op!(self, Mov_r64_rm64, RDX, arena(head::NS_CTX));
+        op!(self, Mov_rm64_r64, arena_at(RCX, 40), RDX);
         op!(self, Mov_r64_rm64, RDX, arena(head::NS_SITE));
-        op!(self, Mov_rm64_r64, arena_at(R11, 48), RDX);
+        op!(self, Mov_rm64_r64, arena_at(RCX, 48), RDX);
         op!(self, Add_rm64_imm8, arena(head::DEPTH), 1);
-        // Counting goes on in the callee's context.
+        op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
+        op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), -1);
         op!(self, Mov_rm64_r64, arena(head::CTX), R10);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
+    }
+
+    /// The end of every inline transition (`Tagged::inline_done`).
+    fn inline_done(&mut self) {
         op!(self, Mov_rm64_r64, arena(head::LAST_SP), RSP);
         op!(self, Add_rm64_imm8, arena(head::INLINE), 1);
         op!(self, Mov_rm64_imm32, hot_word(hot::LAST), -1);
+    }
+
+    /// The target found by a lookup is entered past its context entry.
+    fn skip_target_entry(&mut self) {
+        op!(
+            self,
+            Add_rm64_imm8,
+            gs(layout::S_TARGET),
+            super::CONTEXT_ENTRY_BYTES as i32
+        );
+    }
+
+    /// The way out of a sequence after a lookup: the client's registers
+    /// and flags back, then to the translation in `S_TARGET`.
+    fn after_lookup_exit(&mut self) {
+        self.restore_registers(KEPT_AFTER_LOOKUP);
+        self.load_gs(RCX, layout::S_RCX);
+        self.load_gs(RAX, layout::S_RAX);
+        self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_TARGET)));
+    }
+
+    /// An inline direct call (`Tagged::inline_call`), right after the
+    /// `call`'s return address is pushed: it goes on at `done` (the
+    /// callee's body, past its context entry) when done, else at `fail`
+    /// (its context entry) with nothing changed; every register and flag
+    /// as they were either way.
+    pub fn tagged_call(&mut self, c: TaggedCall, done: Label, fail: Label) {
+        let failed = self.new_label();
+        self.keep_registers(&KEPT);
+        op!(self, Mov_r32_imm32, R9D, c.function);
+        self.fail_in_handler(failed);
+        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
+        self.jcc_label(JNE, failed);
+        self.caller_or_fail(RDX, failed);
+        self.room_or_fail(R11, RCX, failed);
+        match c.skip_site {
+            None => {
+                self.callee_tag(c.recs, failed);
+                op!(self, Cmp_rm32_r32, memo(c.block, M_CALL_KEY), EDX);
+                self.jcc_label(JNE, failed);
+                op!(self, Cmp_rm32_r32, memo_high(c.block, M_CALL_KEY), R10D);
+                self.jcc_label(JNE, failed);
+                self.commit_call(memo(c.block, M_CALL_ARC), FrameSp::Client, c.ret_addr);
+            }
+            Some(site) => {
+                // Into skipped code: the memo names the skip record.
+                op!(self, Cmp_rm32_r32, memo(c.block, M_CALL_KEY), EDX);
+                self.jcc_label(JNE, failed);
+                op!(self, Mov_r32_rm32, R10D, memo_high(c.block, M_CALL_KEY));
+                op!(self, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
+                self.jcc_label(JB, failed);
+                // The frame (no arc), at STACK + depth*8.
+                op!(self, Lea_r64_m, RCX, frame_index(R11, 0));
+                op!(self, Add_r64_rm64, RCX, arena(head::STACK));
+                op!(self, Mov_rm64_r64, arena_at(RCX, 0), RSP);
+                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), c.ret_addr as u32);
+                op!(
+                    self,
+                    Mov_rm32_imm32,
+                    arena_at(RCX, 12),
+                    (c.ret_addr >> 32) as u32
+                );
+                op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
+                op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
+                op!(self, Mov_rm64_imm32, arena_at(RCX, 24), -1);
+                self.running_ir(R9);
+                op!(self, Mov_rm64_r64, arena_at(RCX, 32), R9);
+                op!(self, Mov_rm64_imm32, arena_at(RCX, 40), 0);
+                op!(self, Mov_r64_rm64, R9, arena(head::NS_SITE));
+                op!(self, Mov_rm64_r64, arena_at(RCX, 48), R9);
+                op!(self, Add_rm64_imm8, arena(head::DEPTH), 1);
+                op!(self, Mov_rm64_r64, arena(head::NS_CTX), RDX);
+                op!(self, Mov_r64_imm64, R9, site);
+                op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
+                op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), c.block);
+                op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
+            }
+        }
+        self.inline_done();
         self.restore_registers(&KEPT);
         self.jmp_label(done);
         self.bind(failed);
@@ -213,32 +374,74 @@ impl Emitter {
         self.jmp_label(fail);
     }
 
+    /// An inline indirect call (`Tagged::inline_indirect_call`) from block
+    /// `x`, returning to `ret_addr`, reached from its lookup once it found
+    /// the target's translation (as [`Emitter::tagged_return`]): the call
+    /// the target's memo knows.
+    pub fn tagged_indirect_call(&mut self, x: u32, ret_addr: u64, recs: u32) {
+        let out = self.new_label();
+        self.keep_registers(KEPT_AFTER_LOOKUP);
+        // The target (not skipped code): its function and id.
+        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
+        op!(
+            self,
+            Test_rm8_imm8,
+            MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FLAGS)),
+            2
+        );
+        self.jcc_label(JNE, out);
+        op!(
+            self,
+            Mov_r32_rm32,
+            R9D,
+            MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
+        );
+        op!(
+            self,
+            Mov_r32_rm32,
+            Register::R11D,
+            MemoryOperand::with_base_displ(RCX, i64::from(HEADER_ID))
+        );
+        self.fail_in_handler(out);
+        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
+        self.jcc_label(JNE, out);
+        self.caller_or_fail(RDX, out);
+        self.room_or_fail(RCX, R10, out);
+        self.callee_tag(recs, out);
+        op!(self, Shl_rm64_imm8, R11, 3);
+        op!(self, Cmp_rm32_r32, memo_at(R11, M_IN_KEY), EDX);
+        self.jcc_label(JNE, out);
+        op!(self, Cmp_rm32_r32, memo_at_high(R11, M_IN_KEY), R10D);
+        self.jcc_label(JNE, out);
+        op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
+        self.jcc_label(JNE, out);
+        self.commit_call(memo_at(R11, M_IN_ARC), FrameSp::Client, ret_addr);
+        self.inline_done();
+        self.skip_target_entry();
+        self.bind(out);
+        self.after_lookup_exit();
+    }
     /// An inline jump that keeps the context (`Tagged::inline_jump`) from
     /// code of `domain`, reached from an indirect jump's lookup once it
     /// found the target's translation (as [`Emitter::tagged_return`]),
     /// whose header (`translate::tagged_header`) says what the target is.
     pub fn tagged_jump(&mut self, domain: u32) {
-        let (out, no_frame) = (self.new_label(), self.new_label());
-        let kept = &KEPT[2..];
-        self.keep_registers(kept);
+        let out = self.new_label();
+        self.keep_registers(KEPT_AFTER_LOOKUP);
         // Not a function's start nor another domain (skipped or not).
         op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
-        op!(
-            self,
-            Mov_r32_rm32,
-            ECX,
-            MemoryOperand::with_base_displ(RCX, -4)
-        );
+        let flags = MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FLAGS));
+        op!(self, Mov_r32_rm32, ECX, flags);
         op!(self, And_rm32_imm8, ECX, !2);
         let want = crate::translate::header_word(domain, false, false);
         op!(self, Cmp_rm32_imm32, ECX, want);
         self.jcc_label(JNE, out);
-        op!(self, Mov_r64_rm64, RCX, arena(head::SIGNALS_LEN));
-        op!(self, Or_r64_rm64, RCX, hot_word(hot::SIGNALS));
-        self.jcc_label(JNE, out);
+        self.fail_in_handler(out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
         self.jcc_label(JE, out);
-        // No frame the stack pointer has left (a `longjmp`).
+        // No frame the stack pointer has left (a `longjmp`); the depth
+        // needs no room here, but the check is the same.
+        let no_frame = self.new_label();
         op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
         op!(self, Test_rm64_r64, RDX, RDX);
         self.jcc_label(JE, no_frame);
@@ -246,26 +449,76 @@ impl Emitter {
             self,
             Lea_r64_m,
             R11,
-            arena_index(RDX, -(FRAME_WORDS as i32))
+            frame_index(RDX, -(FRAME_WORDS as i32))
         );
         op!(self, Add_r64_rm64, R11, arena(head::STACK));
         op!(self, Cmp_rm64_r64, arena_at(R11, 0), RSP);
         self.jcc_label(JB, out);
         self.bind(no_frame);
-        op!(self, Mov_rm64_r64, arena(head::LAST_SP), RSP);
-        op!(self, Add_rm64_imm8, arena(head::INLINE), 1);
-        op!(self, Mov_rm64_imm32, hot_word(hot::LAST), -1);
+        self.inline_done();
+        self.skip_target_entry();
+        self.bind(out);
+        self.after_lookup_exit();
+    }
+
+    /// Skipped code's inline call out (`Tagged::inline_skipped_call`):
+    /// the PLT's indirect jump (code of `domain`) into a function, reached
+    /// from its lookup once it found the target's translation, the guest
+    /// target in `S_TAGGED_TARGET`: the call the memo of the block that
+    /// called the skipped code knows.
+    pub fn tagged_skipped_call(&mut self, domain: u32, recs: u32) {
+        let (out, call) = (self.new_label(), self.new_label());
+        self.keep_registers(KEPT_AFTER_LOOKUP);
+        // Not skipped code, and a call: a function's start or another
+        // domain.
+        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
         op!(
             self,
-            Add_rm64_imm8,
-            gs(layout::S_TARGET),
-            super::CONTEXT_ENTRY_BYTES as i32
+            Mov_r32_rm32,
+            R9D,
+            MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FLAGS))
         );
+        op!(self, Test_rm8_imm8, R9L, 2);
+        self.jcc_label(JNE, out);
+        op!(self, Test_rm8_imm8, R9L, 1);
+        self.jcc_label(JNE, call);
+        op!(self, Shr_rm32_imm8, R9D, 2);
+        op!(self, Cmp_rm32_imm32, R9D, domain);
+        self.jcc_label(JE, out);
+        self.bind(call);
+        op!(
+            self,
+            Mov_r32_rm32,
+            R9D,
+            MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
+        );
+        self.fail_in_handler(out);
+        op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
+        self.jcc_label(JE, out);
+        // In skipped code entered from block R11 (its id), a frame under.
+        op!(self, Mov_r64_rm64, RDX, arena(head::NS_CTX));
+        op!(self, Test_rm64_r64, RDX, RDX);
+        self.jcc_label(JE, out);
+        op!(self, Mov_r64_rm64, R11, arena(head::NS_BLOCK));
+        op!(self, Cmp_rm64_imm8, R11, -1);
+        self.jcc_label(JE, out);
+        op!(self, Cmp_rm64_imm8, arena(head::DEPTH), 0);
+        self.jcc_label(JE, out);
+        self.room_or_fail(RCX, R10, out);
+        self.callee_tag(recs, out);
+        op!(self, Shl_rm64_imm8, R11, 3);
+        op!(self, Cmp_rm32_r32, memo_at(R11, M_PLT_KEY), EDX);
+        self.jcc_label(JNE, out);
+        op!(self, Cmp_rm32_r32, memo_at_high(R11, M_PLT_KEY), R10D);
+        self.jcc_label(JNE, out);
+        op!(self, Mov_r64_rm64, RDX, gs(layout::S_TAGGED_TARGET));
+        op!(self, Cmp_rm64_r64, memo_at(R11, M_PLT_TARGET), RDX);
+        self.jcc_label(JNE, out);
+        self.commit_call(memo_at(R11, M_PLT_ARC), FrameSp::Top, 0);
+        self.inline_done();
+        self.skip_target_entry();
         self.bind(out);
-        self.restore_registers(kept);
-        self.load_gs(RCX, layout::S_RCX);
-        self.load_gs(RAX, layout::S_RAX);
-        self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_TARGET)));
+        self.after_lookup_exit();
     }
 
     /// An inline return (`Tagged::inline_return`), reached from a
@@ -276,42 +529,55 @@ impl Emitter {
     /// entry decides. Ends by jumping to `S_TARGET` with the client's
     /// registers and flags back.
     pub fn tagged_return(&mut self) {
-        let (out, one) = (self.new_label(), self.new_label());
-        // RAX and RCX are the lookup's (the client's are in their slots).
-        let kept = &KEPT[2..];
-        self.keep_registers(kept);
-        op!(self, Mov_r64_rm64, RCX, arena(head::SIGNALS_LEN));
-        op!(self, Or_r64_rm64, RCX, hot_word(hot::SIGNALS));
-        self.jcc_label(JNE, out);
+        let (out, popped) = (self.new_label(), self.new_label());
+        self.keep_registers(KEPT_AFTER_LOOKUP);
+        self.fail_in_handler(out);
         op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
         op!(self, Test_rm64_r64, RDX, RDX);
         self.jcc_label(JE, out);
-        // R11 = the top frame's word offset.
+        // R11 = the top frame's word offset; it is left (its stack pointer
+        // below ours).
         op!(
             self,
             Lea_r64_m,
             R11,
-            arena_index(RDX, -(FRAME_WORDS as i32))
+            frame_index(RDX, -(FRAME_WORDS as i32))
         );
         op!(self, Add_r64_rm64, R11, arena(head::STACK));
-        // It is left (its stack pointer below ours), the one below is not,
-        // and it does not return into skipped code.
         op!(self, Cmp_rm64_r64, arena_at(R11, 0), RSP);
         self.jcc_label(JAE, out);
+        // R9 = the last frame it leaves, R10 = how many: the top, and a
+        // skip frame (no arc) under it that the stack pointer left too.
+        op!(self, Mov_r64_rm64, R9, R11);
+        op!(self, Mov_r32_imm32, R10D, 1);
         op!(self, Cmp_rm64_imm8, RDX, 1);
-        self.jcc_label(JE, one);
+        self.jcc_label(JE, popped);
         op!(self, Cmp_rm64_r64, arena_at(R11, -FRAME_BYTES), RSP);
-        self.jcc_label(JB, out);
-        self.bind(one);
-        op!(self, Cmp_rm64_imm8, arena_at(R11, 40), 0);
+        self.jcc_label(JAE, popped);
+        op!(self, Cmp_rm64_imm8, arena_at(R11, -FRAME_BYTES + 24), -1);
         self.jcc_label(JNE, out);
-        // Its arc gets the call's inclusive Ir; its function is active
-        // once less.
+        op!(
+            self,
+            Lea_r64_m,
+            R9,
+            MemoryOperand::with_base_displ(R11, -(FRAME_WORDS as i64))
+        );
+        op!(self, Mov_r32_imm32, R10D, 2);
+        op!(self, Cmp_rm64_imm8, RDX, 2);
+        self.jcc_label(JE, popped);
+        op!(self, Cmp_rm64_r64, arena_at(R11, -2 * FRAME_BYTES), RSP);
+        self.jcc_label(JB, out);
+        self.bind(popped);
+        // Back to a context's own code, not into skipped code.
+        op!(self, Cmp_rm64_imm8, arena_at(R9, 40), 0);
+        self.jcc_label(JNE, out);
+        // The top frame's arc gets the call's inclusive Ir; its function
+        // is active once less.
         let no_arc = self.new_label();
         op!(self, Mov_r64_rm64, RDX, arena_at(R11, 24));
         op!(self, Cmp_rm64_imm8, RDX, -1);
         self.jcc_label(JE, no_arc);
-        op!(self, Lea_r64_m, RDX, scaled(RDX, RDX, 4));
+        op!(self, Lea_r64_m, RDX, scaled(RDX, RDX, 4, 0));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
         self.running_ir(RCX);
         op!(self, Sub_r64_rm64, RCX, arena_at(R11, 32));
@@ -322,41 +588,17 @@ impl Emitter {
         self.jcc_label(JE, no_arc);
         op!(self, Sub_rm64_imm8, arena_at(RCX, 0), 1);
         self.bind(no_arc);
-        op!(self, Mov_r32_rm32, ECX, arena_at(R11, 16));
+        op!(self, Mov_r32_rm32, ECX, arena_at(R9, 16));
         op!(self, Mov_rm64_r64, arena(head::CTX), RCX);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), RCX);
         op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
-        op!(self, Mov_r64_rm64, RCX, arena_at(R11, 48));
+        op!(self, Mov_r64_rm64, RCX, arena_at(R9, 48));
         op!(self, Mov_rm64_r64, arena(head::NS_SITE), RCX);
-        op!(self, Sub_rm64_imm8, arena(head::DEPTH), 1);
-        op!(self, Mov_rm64_r64, arena(head::LAST_SP), RSP);
-        op!(self, Add_rm64_imm8, arena(head::INLINE), 1);
-        op!(self, Mov_rm64_imm32, hot_word(hot::LAST), -1);
-        op!(
-            self,
-            Add_rm64_imm8,
-            gs(layout::S_TARGET),
-            super::CONTEXT_ENTRY_BYTES as i32
-        );
+        op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), -1);
+        op!(self, Sub_rm64_r64, arena(head::DEPTH), R10);
+        self.inline_done();
+        self.skip_target_entry();
         self.bind(out);
-        self.restore_registers(kept);
-        self.load_gs(RCX, layout::S_RCX);
-        self.load_gs(RAX, layout::S_RAX);
-        self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_TARGET)));
+        self.after_lookup_exit();
     }
 }
-
-/// `[index*8*FRAME_WORDS... ]`: `[index*8 + disp]` words (a depth to a
-/// frame's word offset: FRAME_WORDS is 8).
-fn arena_index(index: Register, disp: i32) -> MemoryOperand {
-    const _: () = assert!(FRAME_WORDS == 8);
-    MemoryOperand::with_index_scale_displ_size(index, 8, i64::from(disp), 4)
-}
-
-/// `[base + index*scale]`.
-fn scaled(base: Register, index: Register, scale: u32) -> MemoryOperand {
-    MemoryOperand::with_base_index_scale(base, index, scale)
-}
-
-// Arcs are five words: `lea r, [r + r*4]` numbers their words.
-const _: () = assert!(ARC_WORDS == 5);

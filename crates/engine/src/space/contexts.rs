@@ -312,6 +312,7 @@ impl ContextsCtx<'_> {
             domain: flow.domain,
             entry: flow.entry,
             skip: flow.skip,
+            function: flow.function,
         })
     }
 

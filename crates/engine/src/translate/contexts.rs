@@ -34,20 +34,35 @@ pub struct ContextBlock {
     pub entry: bool,
     /// See [`ContextBlock::domain`].
     pub skip: bool,
+    /// Its function (the classifier's number).
+    pub function: u32,
 }
 
-/// Tagged counting: the 8 bytes right before a block's context entry, a
-/// `nop dword [rax+rax+disp32]` (harmless where a block falls into the
-/// next) whose displacement says what an indirect jump needs to know of
-/// the block without the runtime: its domain, whether it is skipped code
-/// and whether a function starts there ([`header_word`]).
-pub fn tagged_header(cb: &ContextBlock) -> [u8; 8] {
-    let w = header_word(cb.domain, cb.skip, cb.entry).to_le_bytes();
-    [0x0f, 0x1f, 0x84, 0x00, w[0], w[1], w[2], w[3]]
+/// Tagged counting: the 24 bytes right before a block's context entry,
+/// three `nop dword [rax+rax+disp32]` (harmless where a block falls into
+/// the next) whose displacements say what inline indirect jumps and calls
+/// need to know of the block without the runtime: its domain, whether it
+/// is skipped code and whether a function starts there
+/// ([`header_word`]), its function, and its id.
+pub fn tagged_header(cb: &ContextBlock) -> [u8; TAGGED_HEADER_BYTES] {
+    let mut h = [0; TAGGED_HEADER_BYTES];
+    let words = [
+        header_word(cb.domain, cb.skip, cb.entry),
+        cb.function,
+        cb.id,
+    ];
+    for (chunk, w) in h.chunks_mut(8).zip(words) {
+        chunk[..4].copy_from_slice(&[0x0f, 0x1f, 0x84, 0x00]);
+        chunk[4..].copy_from_slice(&w.to_le_bytes());
+    }
+    h
 }
 
-/// The word of a block's [`tagged_header`]: `domain << 2 | skip << 1 |
-/// entry`.
+/// Bytes of [`tagged_header`].
+pub const TAGGED_HEADER_BYTES: usize = 24;
+
+/// The first word of a block's [`tagged_header`]: `domain << 2 | skip <<
+/// 1 | entry`.
 pub fn header_word(domain: u32, skip: bool, entry: bool) -> u32 {
     domain << 2 | u32::from(skip) << 1 | u32::from(entry)
 }
