@@ -7,6 +7,20 @@
 //! they have a fixed size and a known address), and branches inside a
 //! sequence go to [`Label`]s resolved when the label is bound.
 
+/// One instruction by its iced code and up to two operands (the
+/// submodules' hand-written sequences).
+macro_rules! op {
+    ($e:expr, $code:ident, $a:expr, $b:expr) => {
+        $e.insn(Instruction::with2(Code::$code, $a, $b))
+    };
+    ($e:expr, $code:ident, $a:expr) => {
+        $e.insn(Instruction::with1(Code::$code, $a))
+    };
+    ($e:expr, $code:ident) => {
+        $e.insn(Ok(Instruction::with(Code::$code)))
+    };
+}
+
 mod contexts;
 mod fast_entry;
 pub use contexts::{CONTEXT_ENTRY_BYTES, UNCHECKED};
@@ -120,6 +134,35 @@ fn gs(disp: u32) -> MemoryOperand {
         1,
         disp as i64,
         8,
+        false,
+        Register::GS,
+    )
+}
+
+/// `[base + index*scale + disp]`.
+fn based_indexed(base: Register, index: Register, scale: u32, disp: i32) -> MemoryOperand {
+    MemoryOperand::with_base_index_scale_displ_size(base, index, scale, i64::from(disp), 1)
+}
+
+/// Condition codes of `jcc` ([`Emitter::jcc_label`]) the hand-written
+/// sequences use.
+mod cc {
+    pub const JB: u8 = 2;
+    pub const JAE: u8 = 3;
+    pub const JE: u8 = 4;
+    pub const JNE: u8 = 5;
+    pub const JBE: u8 = 6;
+    pub const JS: u8 = 8;
+}
+
+/// `gs:[index*8 + disp]`.
+fn gs_indexed(index: Register, disp: u32) -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        index,
+        8,
+        i64::from(disp),
+        4,
         false,
         Register::GS,
     )
@@ -459,37 +502,7 @@ impl Emitter {
     /// so the processor predicts each site's targets separately. With
     /// `count_hits`, hits are counted in the thread area (`--stats=yes`).
     pub fn lookup(&mut self, htab: u32, probe: u64, count_hits: bool) {
-        let (rax, rcx) = (Register::RAX, Register::RCX);
-        let hits: Vec<Label> = (0..layout::INLINE_WAYS).map(|_| self.new_label()).collect();
-        for (way, &hit) in hits.iter().enumerate() {
-            // rax = home bucket index * 8; the bucket is at htab + rax * 8.
-            self.movzx16(rax, rcx);
-            self.lea(rax, indexed(rax, 8, 0));
-            self.load(rax, indexed(rax, 8, htab + way as u32 * 16));
-            self.compare_rcx(rax, hit);
-        }
-        self.jmp(probe);
-        // A hit in way k: rax = !key, rcx = 0; rcx becomes the way's offset.
-        let dispatch = self.new_label();
-        for (way, hit) in hits.into_iter().enumerate().rev() {
-            self.bind(hit);
-            if way > 0 {
-                self.lea(rcx, based(rcx, way as i32 * 16));
-                if way > 1 {
-                    self.jmp_short(dispatch);
-                }
-            }
-        }
-        self.bind(dispatch);
-        self.not(rax);
-        self.movzx16(rax, rax);
-        self.lea(rax, indexed(rax, 8, 0));
-        self.lea(rax, MemoryOperand::with_base_index_scale(rcx, rax, 8));
-        self.load(rax, based(rax, (htab + 8) as i32));
-        self.store_gs(rax, layout::S_TARGET);
-        if count_hits {
-            self.add_counter_via(rax, layout::S_STAT_INLINE_HITS);
-        }
+        self.lookup_found(htab, probe, count_hits);
         self.lookup_entry();
         self.jmp_slot();
     }
@@ -502,12 +515,14 @@ impl Emitter {
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let hits: Vec<Label> = (0..layout::INLINE_WAYS).map(|_| self.new_label()).collect();
         for (way, &hit) in hits.iter().enumerate() {
+            // rax = home bucket index * 8; the bucket is at htab + rax * 8.
             self.movzx16(rax, rcx);
             self.lea(rax, indexed(rax, 8, 0));
             self.load(rax, indexed(rax, 8, htab + way as u32 * 16));
             self.compare_rcx(rax, hit);
         }
         self.jmp(probe);
+        // A hit in way k: rax = !key, rcx = 0; rcx becomes the way's offset.
         let dispatch = self.new_label();
         for (way, hit) in hits.into_iter().enumerate().rev() {
             self.bind(hit);

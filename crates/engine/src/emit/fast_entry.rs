@@ -28,7 +28,8 @@
 //! Outside signal handlers only (a handler's frames and their bottom are
 //! the runtime's business).
 
-use super::{based, gs, Emitter, Label};
+use super::cc::{JAE, JB, JBE, JE, JNE, JS};
+use super::{based, based_indexed as indexed, gs, Emitter, Label};
 use crate::layout;
 use ctxrt::abi::{self, head};
 use ctxrt::hot;
@@ -104,32 +105,6 @@ pub struct FastEntry {
     /// `--separate-recs` (0 counts as 1, as `callrules::level` takes it).
     pub separate_recs: u32,
 }
-
-/// `[base + index*scale + disp]`.
-fn indexed(base: Register, index: Register, scale: u32, disp: i32) -> MemoryOperand {
-    MemoryOperand::with_base_index_scale_displ_size(base, index, scale, i64::from(disp), 1)
-}
-
-/// One instruction of two operands.
-macro_rules! op {
-    ($e:expr, $code:ident, $a:expr, $b:expr) => {
-        $e.insn(Instruction::with2(Code::$code, $a, $b))
-    };
-    ($e:expr, $code:ident, $a:expr) => {
-        $e.insn(Instruction::with1(Code::$code, $a))
-    };
-    ($e:expr, $code:ident) => {
-        $e.insn(Ok(Instruction::with(Code::$code)))
-    };
-}
-
-/// Condition codes of `jcc`.
-const JB: u8 = 2;
-const JAE: u8 = 3;
-const JE: u8 = 4;
-const JNE: u8 = 5;
-const JBE: u8 = 6;
-const JS: u8 = 8;
 
 impl Emitter {
     /// The context entries' stub (at `core + RT_STUB`, where translated

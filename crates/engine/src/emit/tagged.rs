@@ -13,7 +13,8 @@
 //! (the sequences are registered as quiet ranges, `Space::quiet`): a
 //! handler must not see a frame half pushed.
 
-use super::{gs, Emitter, Label};
+use super::cc::{JAE, JB, JBE, JE, JNE};
+use super::{based_indexed, gs, gs_indexed, Emitter, Label};
 use crate::layout::{self, AREA_MEMOS, AREA_TAGGED_ARENA};
 use ctxrt::hot;
 use ctxrt::tagged::{head, FRAME_WORDS, MEMO_WORDS, SKIP_TAGS};
@@ -21,12 +22,6 @@ use ctxrt::tagged::{M_CALL_ARC, M_CALL_KEY, M_IN_ARC, M_IN_FROM, M_IN_KEY};
 use ctxrt::tagged::{M_PLT_ARC, M_PLT_KEY, M_PLT_TARGET};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use Register::{ECX, EDX, R10, R10D, R11, R9, R9D, R9L, RAX, RCX, RDX, RSP};
-
-const JB: u8 = 2;
-const JAE: u8 = 3;
-const JE: u8 = 4;
-const JNE: u8 = 5;
-const JBE: u8 = 6;
 
 /// Words of an arc record (`ctxrt::tagged`): key (3), calls, inclusive.
 const ARC_CALLS: i32 = 8 * 3;
@@ -48,20 +43,7 @@ fn arena(i: usize) -> MemoryOperand {
 /// `gs:[AREA_TAGGED_ARENA + index*8 + disp]`: a word of the arena at the
 /// word offset in `index`, plus `disp` bytes.
 fn arena_at(index: Register, disp: i32) -> MemoryOperand {
-    gs_indexed(index, AREA_TAGGED_ARENA as i32 + disp)
-}
-
-/// `gs:[index*8 + disp]`.
-fn gs_indexed(index: Register, disp: i32) -> MemoryOperand {
-    MemoryOperand::new(
-        Register::None,
-        index,
-        8,
-        i64::from(disp),
-        4,
-        false,
-        Register::GS,
-    )
+    gs_indexed(index, (AREA_TAGGED_ARENA as i32 + disp) as u32)
 }
 
 /// `gs:[hot word i]`.
@@ -76,7 +58,7 @@ fn memo(id: u32, k: usize) -> MemoryOperand {
 
 /// `gs:[word k of the memos of the block whose id times 8 is in `r`]`.
 fn memo_at(r: Register, k: usize) -> MemoryOperand {
-    gs_indexed(r, AREA_MEMOS as i32 + 8 * k as i32)
+    gs_indexed(r, AREA_MEMOS as u32 + 8 * k as u32)
 }
 
 /// The high half of [`memo`]'s word.
@@ -86,26 +68,12 @@ fn memo_high(id: u32, k: usize) -> MemoryOperand {
 
 /// The high half of [`memo_at`]'s word.
 fn memo_at_high(r: Register, k: usize) -> MemoryOperand {
-    gs_indexed(r, AREA_MEMOS as i32 + 8 * k as i32 + 4)
+    gs_indexed(r, AREA_MEMOS as u32 + 8 * k as u32 + 4)
 }
 
 /// `[index*8 + disp]`: a depth to a frame's word offset (FRAME_WORDS is 8).
 fn frame_index(index: Register, disp: i32) -> MemoryOperand {
     MemoryOperand::with_index_scale_displ_size(index, 8, i64::from(disp), 4)
-}
-
-/// `[base + index*scale + disp]`.
-fn scaled(base: Register, index: Register, scale: u32, disp: i32) -> MemoryOperand {
-    MemoryOperand::with_base_index_scale_displ_size(base, index, scale, i64::from(disp), 1)
-}
-
-macro_rules! op {
-    ($e:expr, $code:ident, $a:expr, $b:expr) => {
-        $e.insn(Instruction::with2(Code::$code, $a, $b))
-    };
-    ($e:expr, $code:ident, $a:expr) => {
-        $e.insn(Instruction::with1(Code::$code, $a))
-    };
 }
 
 /// Registers a sequence keeps in spill slots (RAX holds the flags).
@@ -194,26 +162,37 @@ impl Emitter {
         self.jcc_label(JE, fail);
     }
 
-    /// `depth` = the frames; to `fail` if there is no room for one more,
-    /// or if the top one's stack pointer is below the client's (a frame
-    /// the stack pointer left). `scratch` changes.
-    fn room_or_fail(&mut self, depth: Register, scratch: Register, fail: Label) {
-        let no_frame = self.new_label();
-        op!(self, Mov_r64_rm64, depth, arena(head::DEPTH));
-        op!(self, Cmp_r64_rm64, depth, arena(head::STACK_CAP));
-        self.jcc_label(JAE, fail);
-        op!(self, Test_rm64_r64, depth, depth);
-        self.jcc_label(JE, no_frame);
+    /// `dst` = the word offset of the top frame, of `depth` frames.
+    fn top_frame(&mut self, dst: Register, depth: Register) {
         op!(
             self,
             Lea_r64_m,
-            scratch,
+            dst,
             frame_index(depth, -(FRAME_WORDS as i32))
         );
-        op!(self, Add_r64_rm64, scratch, arena(head::STACK));
+        op!(self, Add_r64_rm64, dst, arena(head::STACK));
+    }
+
+    /// To `fail` if the top of the `depth` frames has its stack pointer
+    /// below the client's (a frame the stack pointer left: a `longjmp`).
+    /// `scratch` changes.
+    fn no_frame_left_or_fail(&mut self, depth: Register, scratch: Register, fail: Label) {
+        let no_frame = self.new_label();
+        op!(self, Test_rm64_r64, depth, depth);
+        self.jcc_label(JE, no_frame);
+        self.top_frame(scratch, depth);
         op!(self, Cmp_rm64_r64, arena_at(scratch, 0), RSP);
         self.jcc_label(JB, fail);
         self.bind(no_frame);
+    }
+
+    /// `depth` = the frames; to `fail` if there is no room for one more,
+    /// or if a frame was left ([`Emitter::no_frame_left_or_fail`]).
+    fn room_or_fail(&mut self, depth: Register, scratch: Register, fail: Label) {
+        op!(self, Mov_r64_rm64, depth, arena(head::DEPTH));
+        op!(self, Cmp_r64_rm64, depth, arena(head::STACK_CAP));
+        self.jcc_label(JAE, fail);
+        self.no_frame_left_or_fail(depth, scratch, fail);
     }
 
     /// R10 = the tag of function R9's context when called now (its level
@@ -231,7 +210,7 @@ impl Emitter {
         self.jcc_label(JBE, capped);
         op!(self, Mov_r32_imm32, R10D, recs - 1);
         self.bind(capped);
-        op!(self, Lea_r64_m, R10, scaled(R10, R9, recs, 1));
+        op!(self, Lea_r64_m, R10, based_indexed(R10, R9, recs, 1));
     }
 
     /// A call of function R9's context R10 on the arc in `arc` (a memo
@@ -241,7 +220,7 @@ impl Emitter {
     /// change.
     fn commit_call(&mut self, arc: MemoryOperand, sp: FrameSp, ret_addr: u64) {
         op!(self, Mov_r64_rm64, RDX, arc);
-        op!(self, Lea_r64_m, RDX, scaled(RDX, RDX, 4, 0));
+        op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
         op!(self, Add_rm64_imm8, arena_at(RDX, ARC_CALLS), 1);
         op!(self, Mov_r64_rm64, RDX, arena(head::ACTIVE));
@@ -439,22 +418,9 @@ impl Emitter {
         self.fail_in_handler(out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
         self.jcc_label(JE, out);
-        // No frame the stack pointer has left (a `longjmp`); the depth
-        // needs no room here, but the check is the same.
-        let no_frame = self.new_label();
+        // No frame the stack pointer has left (a `longjmp`).
         op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
-        op!(self, Test_rm64_r64, RDX, RDX);
-        self.jcc_label(JE, no_frame);
-        op!(
-            self,
-            Lea_r64_m,
-            R11,
-            frame_index(RDX, -(FRAME_WORDS as i32))
-        );
-        op!(self, Add_r64_rm64, R11, arena(head::STACK));
-        op!(self, Cmp_rm64_r64, arena_at(R11, 0), RSP);
-        self.jcc_label(JB, out);
-        self.bind(no_frame);
+        self.no_frame_left_or_fail(RDX, R11, out);
         self.inline_done();
         self.skip_target_entry();
         self.bind(out);
@@ -537,13 +503,7 @@ impl Emitter {
         self.jcc_label(JE, out);
         // R11 = the top frame's word offset; it is left (its stack pointer
         // below ours).
-        op!(
-            self,
-            Lea_r64_m,
-            R11,
-            frame_index(RDX, -(FRAME_WORDS as i32))
-        );
-        op!(self, Add_r64_rm64, R11, arena(head::STACK));
+        self.top_frame(R11, RDX);
         op!(self, Cmp_rm64_r64, arena_at(R11, 0), RSP);
         self.jcc_label(JAE, out);
         // R9 = the last frame it leaves, R10 = how many: the top, and a
@@ -577,7 +537,7 @@ impl Emitter {
         op!(self, Mov_r64_rm64, RDX, arena_at(R11, 24));
         op!(self, Cmp_rm64_imm8, RDX, -1);
         self.jcc_label(JE, no_arc);
-        op!(self, Lea_r64_m, RDX, scaled(RDX, RDX, 4, 0));
+        op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
         self.running_ir(RCX);
         op!(self, Sub_r64_rm64, RCX, arena_at(R11, 32));

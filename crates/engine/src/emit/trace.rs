@@ -10,7 +10,7 @@
 //! by the buffer check, which goes where the block's own code kills them
 //! (or keeps them with `lahf`/`seto`).
 
-use super::{based, gs, Emitter, Label};
+use super::{based, gs, gs_indexed, Emitter, Label};
 use crate::layout;
 use events::BranchWords;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
@@ -106,19 +106,6 @@ impl KeptPath {
     pub fn may_straddle(&self) -> bool {
         self.straddle.is_some()
     }
-}
-
-/// `gs:[index*8 + disp]`.
-fn gs_indexed(index: Register, disp: u32) -> MemoryOperand {
-    MemoryOperand::new(
-        Register::None,
-        index,
-        8,
-        i64::from(disp),
-        4,
-        false,
-        Register::GS,
-    )
 }
 
 /// The table entry of the set whose number is in `set`.
