@@ -196,8 +196,9 @@ pub(crate) fn program(rng: &mut Rng) -> Program {
                     target: entry(&p, rng.below(7)),
                 },
                 10 if !lib => Terminator::IndirectCall,
+                // A tail call, through the PLT too.
                 11 if !lib => Terminator::Jump {
-                    target: entry(&p, rng.below(6)),
+                    target: entry(&p, rng.below(7)),
                 },
                 12 if !lib => {
                     let g = rng.below(6);
@@ -270,11 +271,26 @@ pub(crate) fn results(
     (selfs, arcs)
 }
 
-/// The random program's machine: its call stack of (return block, stack
-/// pointer after the return) and its stack pointer.
+/// The random program's machine: its call stack, its stack pointer at
+/// the next block's start, and the running frame's: the stack pointer
+/// its function was entered with and the bytes its prologue took (the
+/// stack pointer is lower in a function's body than at its entry and its
+/// tail calls, as in compiled code).
 pub(crate) struct Machine {
-    pub(crate) frames: Vec<(usize, u64)>,
+    pub(crate) frames: Vec<Frame>,
     pub(crate) sp: u64,
+    entry_sp: u64,
+    size: u64,
+}
+
+/// A call the machine runs: the block it returns to, the stack pointer
+/// after the return, and the caller's frame (entry stack pointer, size).
+#[derive(Clone, Copy)]
+pub(crate) struct Frame {
+    ret: usize,
+    after: u64,
+    entry_sp: u64,
+    size: u64,
 }
 
 impl Default for Machine {
@@ -282,11 +298,33 @@ impl Default for Machine {
         Machine {
             frames: Vec::new(),
             sp: 0x10_0000,
+            entry_sp: 0x10_0000,
+            size: 0,
         }
     }
 }
 
+/// The bytes function `f`'s prologue takes: none for the PLT.
+fn frame_size(p: &Program, f: usize) -> u64 {
+    match p.functions[f].section {
+        Section::Plt => 0,
+        _ => 16 * (f as u64 % 3),
+    }
+}
+
 impl Machine {
+    /// The stack pointer in the running function's body.
+    fn body(&self) -> u64 {
+        self.entry_sp - self.size
+    }
+
+    /// Function `f` starts in the running frame (entered by a call or a
+    /// tail call, at the frame's entry stack pointer).
+    fn enter(&mut self, p: &Program, f: usize) {
+        self.size = frame_size(p, f);
+        self.sp = self.entry_sp;
+    }
+
     /// The block that runs after block `b`, telling `tool` the stack
     /// pointer where the stream path records it.
     pub(crate) fn next(
@@ -299,52 +337,74 @@ impl Machine {
         let blk = &p.blocks[b];
         let end = blk.start + blk.instrs;
         let next_in_fn = || p.at(end);
+        let is_entry = |y: usize| p.blocks[y].index == 0;
         match blk.term {
             Terminator::Call { .. } | Terminator::IndirectCall => {
-                tool.stack_pointer(self.sp);
-                self.frames.push((next_in_fn(), self.sp));
-                self.sp -= 8;
-                match blk.term {
+                let body = self.body();
+                tool.stack_pointer(body);
+                self.frames.push(Frame {
+                    ret: next_in_fn(),
+                    after: body,
+                    entry_sp: self.entry_sp,
+                    size: self.size,
+                });
+                let y = match blk.term {
                     Terminator::Call { target } => p.at(target),
                     // A function pointer: any of the executable's
                     // functions, or the PLT stub.
                     _ => p.functions[rng.below(7)].blocks[0],
-                }
+                };
+                self.entry_sp = body - 8;
+                self.enter(p, p.blocks[y].function);
+                y
             }
             Terminator::Return => {
-                tool.stack_pointer(self.sp);
+                // The epilogue put the stack pointer back first.
+                tool.stack_pointer(self.entry_sp);
                 // With no frame left, a return underflows: the machine
                 // goes on in f0 as if f0 had called it.
-                let (ret, after) = self.frames.pop().unwrap_or((0, self.sp + 8));
-                self.sp = after;
-                ret
+                let f = self.frames.pop().unwrap_or(Frame {
+                    ret: 0,
+                    after: self.entry_sp + 8,
+                    entry_sp: self.entry_sp + 8,
+                    size: 0,
+                });
+                (self.sp, self.entry_sp, self.size) = (f.after, f.entry_sp, f.size);
+                f.ret
             }
             Terminator::IndirectJump => {
                 let to = if p.functions[blk.function].section == Section::Plt {
                     let lib = 7 + rng.below(2);
+                    self.enter(p, lib);
                     p.functions[lib].blocks[0]
                 } else if self.frames.len() >= 2 && rng.below(2) == 0 {
                     // longjmp to an older frame's return site.
                     let k = rng.below(self.frames.len() - 1);
-                    let (ret, after) = self.frames[k];
+                    let f = self.frames[k];
                     self.frames.truncate(k);
-                    self.sp = after;
-                    ret
+                    (self.sp, self.entry_sp, self.size) = (f.after, f.entry_sp, f.size);
+                    f.ret
                 } else {
+                    self.sp = self.body();
                     next_in_fn()
                 };
                 tool.stack_pointer(self.sp);
                 to
             }
-            Terminator::CondJump { target } => {
-                if rng.below(2) == 0 {
-                    p.at(target)
-                } else {
-                    next_in_fn()
+            Terminator::Jump { target } if is_entry(p.at(target)) => {
+                // A tail call: the epilogue first.
+                let y = p.at(target);
+                self.enter(p, p.blocks[y].function);
+                y
+            }
+            term => {
+                self.sp = self.body();
+                match term {
+                    Terminator::CondJump { target } if rng.below(2) == 0 => p.at(target),
+                    Terminator::Jump { target } => p.at(target),
+                    _ => next_in_fn(),
                 }
             }
-            Terminator::Jump { target } => p.at(target),
-            _ => next_in_fn(),
         }
     }
 }

@@ -155,6 +155,10 @@ pub mod head {
     pub const WORDS: usize = 40;
 }
 
+/// Most frames an inline return leaves (more: the runtime's entry; the
+/// bound keeps the sequence within the steps a signal waits for).
+pub const INLINE_POPS: usize = 4;
+
 /// Words of a frame: the stack pointer after the call, the address it
 /// returns to (0: an emulated call), the caller's tag (low half) and the
 /// callee's function (high half), the arc ([`NONE`] for skipped code),
@@ -354,15 +358,23 @@ impl Tagged<'_> {
             self.arena[head::CTX] = callee;
         }
         let real_call = xf.is_some_and(|x| x.flow.exit == Exit::Call) && last != y;
+        // A jump taken for a call (a tail call), which inline jumps can
+        // do again from the same memo (not the resolver's, whose call is
+        // its caller's).
+        let jump_call =
+            xf.is_some_and(|x| x.flow.exit == Exit::Jump && !x.flow.pop_on_jump) && last != y;
         let ns_before = self.arena[head::NS_CTX];
         let callee = self.arena[head::CTX];
         if push && !skip && caller != NO_TAG {
-            if real_call && ns_before == NO_TAG {
-                // The calling block's memo and the callee's (read by inline
-                // calls, direct and indirect, which check both tags).
+            if (real_call || jump_call) && ns_before == NO_TAG {
+                // The calling block's memo and, for a call, the callee's
+                // (read by inline calls, direct and indirect, which check
+                // both tags).
                 let key = caller | callee << 32;
                 self.memo(last, M_CALL_KEY, [key, arc]);
-                self.memo(y, M_IN_KEY, [key, last, arc]);
+                if real_call {
+                    self.memo(y, M_IN_KEY, [key, last, arc]);
+                }
             } else if xf.is_some_and(|x| x.flow.skip) && ns_before != NO_TAG && ns_block != NONE {
                 // Skipped code (the PLT) calling out, for the block that
                 // called it.
@@ -399,7 +411,12 @@ impl Tagged<'_> {
         if tag != NO_TAG {
             self.hot[hot::CUR] = tag;
         }
-        if push && skip && real_call && caller != NO_TAG && ns_before == NO_TAG && tag >= SKIP_TAGS
+        if push
+            && skip
+            && (real_call || jump_call)
+            && caller != NO_TAG
+            && ns_before == NO_TAG
+            && tag >= SKIP_TAGS
         {
             // A call into skipped code: the calling block's memo names the
             // skip record, and the skipped code's call out is memoized
@@ -466,9 +483,12 @@ impl Tagged<'_> {
         Some(1 + u64::from(f) * recs + (active + 1).min(recs) - 1)
     }
 
-    /// Ends an inline transition: the stack pointer known, the entry done.
-    fn inline_done(&mut self, sp: u64) -> bool {
-        self.arena[head::LAST_SP] = sp;
+    /// Ends an inline transition: the stack pointer known (not at a
+    /// direct jump), the entry done.
+    fn inline_done(&mut self, sp: Option<u64>) -> bool {
+        if let Some(sp) = sp {
+            self.arena[head::LAST_SP] = sp;
+        }
         self.arena[head::INLINE] += 1;
         self.hot[hot::LAST] = NONE;
         true
@@ -509,11 +529,12 @@ impl Tagged<'_> {
 
     /// What translated code does inline at a `ret` (the engine's
     /// `emit::tagged`, word for word), with the stack pointer `sp` after
-    /// it: the commonest returns, which leave the top frame, or the top
-    /// two where the second is skipped code's (a call through the PLT),
-    /// back to a context's own code, outside signal handlers. Returns
-    /// whether it did; if not, nothing changed and the target's context
-    /// entry decides.
+    /// it: the commonest returns, which leave the top frame and the frames
+    /// under it the stack pointer left too, up to [`INLINE_POPS`] (a call
+    /// through the PLT leaves the callee's and the skipped code's; a tail
+    /// call through it, the caller's too), back to a context's own code,
+    /// outside signal handlers. Returns whether it did; if not, nothing
+    /// changed and the target's context entry decides.
     pub fn inline_return(&mut self, sp: u64) -> bool {
         let depth = self.arena[head::DEPTH] as usize;
         if self.arena[head::SIGNALS_LEN] | self.hot[hot::SIGNALS] != 0 || depth == 0 {
@@ -523,26 +544,29 @@ impl Tagged<'_> {
         if self.arena[top] >= sp {
             return false;
         }
-        // The frames it leaves: the top, and a skip frame under it.
+        // The frames it leaves: the top, and those under it the stack
+        // pointer left.
         let mut pops = 1;
-        if depth > 1 && self.arena[top - FRAME_WORDS] < sp {
-            let skip = top - FRAME_WORDS;
-            if self.arena[skip + 3] != NONE || (depth > 2 && self.arena[skip - FRAME_WORDS] < sp) {
+        while pops < depth && self.arena[top - pops * FRAME_WORDS] < sp {
+            if pops == INLINE_POPS {
                 return false;
             }
-            pops = 2;
+            pops += 1;
         }
         let last = top - (pops - 1) * FRAME_WORDS;
         if self.arena[last + 5] != NO_TAG {
             return false;
         }
+        let ir = hot::running_ir(self.hot);
         let a = &mut *self.arena;
-        let arc = a[top + 3];
-        if arc != NONE {
-            let at = a[ARCS.at] as usize + arc as usize * ARCS.words;
-            a[at + 4] += hot::running_ir(self.hot) - a[top + 4];
-            let f = a[head::ACTIVE] as usize + (a[top + 2] >> 32) as usize;
-            a[f] = a[f].saturating_sub(1);
+        for frame in (last..=top).step_by(FRAME_WORDS) {
+            let arc = a[frame + 3];
+            if arc != NONE {
+                let at = a[ARCS.at] as usize + arc as usize * ARCS.words;
+                a[at + 4] += ir - a[frame + 4];
+                let f = a[head::ACTIVE] as usize + (a[frame + 2] >> 32) as usize;
+                a[f] = a[f].saturating_sub(1);
+            }
         }
         let caller = a[last + 2] & 0xffff_ffff;
         a[head::CTX] = caller;
@@ -551,7 +575,7 @@ impl Tagged<'_> {
         a[head::NS_SITE] = a[last + 6];
         a[head::NS_BLOCK] = NONE;
         a[head::DEPTH] = (depth - pops) as u64;
-        self.inline_done(sp)
+        self.inline_done(Some(sp))
     }
 
     /// What translated code does inline at an indirect jump from code of
@@ -564,7 +588,7 @@ impl Tagged<'_> {
         if entry || from != to || !self.inline_ok() || !self.no_frame_left(sp) {
             return false;
         }
-        self.inline_done(sp)
+        self.inline_done(Some(sp))
     }
 
     /// What translated code does inline at a direct `call` from block `x`
@@ -581,12 +605,42 @@ impl Tagged<'_> {
         ret_addr: u64,
         skip_site: Option<u64>,
     ) -> bool {
+        self.no_frame_left(sp)
+            && self.direct_call(x, f, sp, ret_addr, skip_site)
+            && self.inline_done(Some(sp))
+    }
+
+    /// What translated code does inline at a direct `jmp` from block `x`
+    /// that Callgrind takes for a call (a tail call: into function `f`'s
+    /// first block, or into another domain; `skip_site` as for
+    /// [`Tagged::inline_call`]): the call its memo knows. The jump's stack
+    /// pointer is not known (Callgrind's rules do not look at it): the
+    /// frame has the top frame's, or the last one known without a frame,
+    /// and nothing is unwound. Returns whether it did; if not, nothing
+    /// changed.
+    pub fn inline_jump_call(&mut self, x: u64, f: u32, skip_site: Option<u64>) -> bool {
+        let sp = match self.arena[head::DEPTH] {
+            0 => self.arena[head::LAST_SP],
+            _ => self.arena[self.frame_from_top(0)],
+        };
+        self.direct_call(x, f, sp, 0, skip_site) && self.inline_done(None)
+    }
+
+    /// The call of [`Tagged::inline_call`] and
+    /// [`Tagged::inline_jump_call`], its frame at `frame_sp`.
+    fn direct_call(
+        &mut self,
+        x: u64,
+        f: u32,
+        frame_sp: u64,
+        ret_addr: u64,
+        skip_site: Option<u64>,
+    ) -> bool {
         let depth = self.arena[head::DEPTH];
         let caller = self.arena[head::CTX];
         if !self.inline_ok()
             || self.arena[head::NS_CTX] != NO_TAG
             || depth >= self.arena[head::STACK_CAP]
-            || !self.no_frame_left(sp)
         {
             return false;
         }
@@ -599,7 +653,7 @@ impl Tagged<'_> {
                 return false;
             }
             let frame = [
-                sp,
+                frame_sp,
                 ret_addr,
                 caller | u64::from(f) << 32,
                 NONE,
@@ -613,7 +667,7 @@ impl Tagged<'_> {
             self.arena[head::NS_SITE] = site;
             self.arena[head::NS_BLOCK] = x;
             self.hot[hot::CUR] = key >> 32;
-            return self.inline_done(sp);
+            return true;
         }
         let Some(callee) = self.called_tag(f) else {
             return false;
@@ -622,8 +676,8 @@ impl Tagged<'_> {
             return false;
         }
         let arc = self.memos[memo + M_CALL_ARC];
-        self.push_call(f, callee, arc, sp, ret_addr);
-        self.inline_done(sp)
+        self.push_call(f, callee, arc, frame_sp, ret_addr);
+        true
     }
 
     /// What translated code does inline at skipped code's indirect jump
@@ -657,7 +711,7 @@ impl Tagged<'_> {
         let frame_sp = self.arena[self.frame_from_top(0)];
         let arc = self.memos[memo + M_PLT_ARC];
         self.push_call(f, callee, arc, frame_sp, 0);
-        self.inline_done(sp)
+        self.inline_done(Some(sp))
     }
 
     /// What translated code does inline at an indirect `call` from block
@@ -684,7 +738,7 @@ impl Tagged<'_> {
         }
         let arc = self.memos[memo + M_IN_ARC];
         self.push_call(f, callee, arc, sp, ret_addr);
-        self.inline_done(sp)
+        self.inline_done(Some(sp))
     }
 
     /// The thread ended (or the process): every call still running

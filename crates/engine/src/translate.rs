@@ -872,13 +872,14 @@ impl Builder<'_> {
 
     /// Tagged counting: a direct call of `function` at `target` (skipped
     /// code if `skip_site`, the call's address, is given), returning to
-    /// `next`, done inline when its memo knows it (into the callee's body),
-    /// else through the callee's context entry.
+    /// `next` (`None`: a direct jump Callgrind takes for a call), done
+    /// inline when its memo knows it (into the callee's body), else
+    /// through the callee's context entry.
     fn tagged_call(
         &mut self,
         cb: ContextBlock,
         function: u32,
-        next: u64,
+        next: Option<u64>,
         target: u64,
         skip_site: Option<u64>,
     ) {
@@ -901,6 +902,23 @@ impl Builder<'_> {
         self.leaving = true;
         self.exit_jmp(target);
         self.leaving = false;
+    }
+
+    /// Tagged counting: whether a direct jump from the block being
+    /// translated to `target` is one Callgrind takes for a call (a tail
+    /// call: into a function's start or another domain) that an inline
+    /// call can do: the block, the callee's function and whether it is
+    /// skipped code. Not from skipped code nor the resolver (whose jump
+    /// calls for its caller).
+    fn tagged_jump_call(&mut self, target: u64) -> Option<(ContextBlock, u32, bool)> {
+        let cb = self
+            .tagged
+            .filter(|cb| crate::emit::inline_recs(cb.recs) && !cb.skip && !cb.pop_on_jump)?;
+        if self.ctx.same_context(target) {
+            return None;
+        }
+        let (function, skip) = self.ctx.tagged_callee(target)?;
+        Some((cb, function, skip))
     }
 
     /// Tagged counting: an indirect transfer's lookup (target in RCX), then
@@ -1007,7 +1025,14 @@ impl Builder<'_> {
     fn terminator(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
         let next = i.next_ip();
         match i.flow_control() {
-            FlowControl::UnconditionalBranch => self.exit_jmp(i.near_branch_target()),
+            FlowControl::UnconditionalBranch => {
+                let target = i.near_branch_target();
+                if let Some((cb, function, skip)) = self.tagged_jump_call(target) {
+                    self.tagged_call(cb, function, None, target, skip.then(|| i.ip()));
+                } else {
+                    self.exit_jmp(target);
+                }
+            }
             FlowControl::ConditionalBranch => match i.mnemonic() {
                 Mnemonic::Jrcxz
                 | Mnemonic::Jecxz
@@ -1053,7 +1078,7 @@ impl Builder<'_> {
                 if let Some(cb) = self.tagged.filter(|cb| crate::emit::inline_recs(cb.recs)) {
                     if let Some((function, skip)) = self.ctx.tagged_callee(target) {
                         let skip_site = skip.then(|| i.ip());
-                        self.tagged_call(cb, function, next, target, skip_site);
+                        self.tagged_call(cb, function, Some(next), target, skip_site);
                         return Ok(());
                     }
                 }

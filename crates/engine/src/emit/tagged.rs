@@ -17,7 +17,7 @@ use super::cc::{JAE, JB, JBE, JE, JNE};
 use super::{based_indexed, gs, gs_indexed, Emitter, Label};
 use crate::layout::{self, AREA_MEMOS, AREA_TAGGED_ARENA};
 use ctxrt::hot;
-use ctxrt::tagged::{head, FRAME_WORDS, MEMO_WORDS, SKIP_TAGS};
+use ctxrt::tagged::{head, FRAME_WORDS, INLINE_POPS, MEMO_WORDS, SKIP_TAGS};
 use ctxrt::tagged::{M_CALL_ARC, M_CALL_KEY, M_IN_ARC, M_IN_FROM, M_IN_KEY};
 use ctxrt::tagged::{M_PLT_ARC, M_PLT_KEY, M_PLT_TARGET};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
@@ -108,8 +108,9 @@ pub struct TaggedCall {
     pub block: u32,
     /// The callee's function (the classifier's number).
     pub function: u32,
-    /// Where the call returns to.
-    pub ret_addr: u64,
+    /// Where the call returns to; `None` for a direct jump Callgrind
+    /// takes for a call (a tail call: `Tagged::inline_jump_call`).
+    pub ret_addr: Option<u64>,
     /// `--separate-recs` ([`inline_recs`]).
     pub recs: u32,
     /// The callee is skipped code (the PLT), called from this call site.
@@ -123,6 +124,9 @@ enum FrameSp {
     Client,
     /// The top frame's (an emulated call, from skipped code).
     Top,
+    /// The top frame's, or the last known without a frame (a direct
+    /// jump's emulated call, whose own stack pointer is not looked at).
+    TopOrLast,
 }
 
 impl Emitter {
@@ -189,10 +193,15 @@ impl Emitter {
     /// `depth` = the frames; to `fail` if there is no room for one more,
     /// or if a frame was left ([`Emitter::no_frame_left_or_fail`]).
     fn room_or_fail(&mut self, depth: Register, scratch: Register, fail: Label) {
+        self.room_only_or_fail(depth, fail);
+        self.no_frame_left_or_fail(depth, scratch, fail);
+    }
+
+    /// `depth` = the frames; to `fail` if there is no room for one more.
+    fn room_only_or_fail(&mut self, depth: Register, fail: Label) {
         op!(self, Mov_r64_rm64, depth, arena(head::DEPTH));
         op!(self, Cmp_r64_rm64, depth, arena(head::STACK_CAP));
         self.jcc_label(JAE, fail);
-        self.no_frame_left_or_fail(depth, scratch, fail);
     }
 
     /// R10 = the tag of function R9's context when called now (its level
@@ -236,6 +245,10 @@ impl Emitter {
                 op!(self, Mov_r64_rm64, RDX, arena_at(RCX, -FRAME_BYTES));
                 op!(self, Mov_rm64_r64, arena_at(RCX, 0), RDX);
             }
+            FrameSp::TopOrLast => {
+                self.frame_sp_top_or_last(RDX);
+                op!(self, Mov_rm64_r64, arena_at(RCX, 0), RDX);
+            }
         }
         op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
         op!(
@@ -262,9 +275,24 @@ impl Emitter {
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
     }
 
-    /// The end of every inline transition (`Tagged::inline_done`).
-    fn inline_done(&mut self) {
-        op!(self, Mov_rm64_r64, arena(head::LAST_SP), RSP);
+    /// `r` = the stack pointer of a direct jump's emulated call, whose
+    /// frame goes at the word offset in RCX: the top frame's, or the last
+    /// known without a frame (flags changed).
+    fn frame_sp_top_or_last(&mut self, r: Register) {
+        let none = self.new_label();
+        op!(self, Mov_r64_rm64, r, arena(head::LAST_SP));
+        op!(self, Cmp_rm64_imm8, arena(head::DEPTH), 0);
+        self.jcc_label(JE, none);
+        op!(self, Mov_r64_rm64, r, arena_at(RCX, -FRAME_BYTES));
+        self.bind(none);
+    }
+
+    /// The end of every inline transition (`Tagged::inline_done`): the
+    /// stack pointer known, except at a direct jump.
+    fn inline_done(&mut self, sp_known: bool) {
+        if sp_known {
+            op!(self, Mov_rm64_r64, arena(head::LAST_SP), RSP);
+        }
         op!(self, Add_rm64_imm8, arena(head::INLINE), 1);
         op!(self, Mov_rm64_imm32, hot_word(hot::LAST), -1);
     }
@@ -295,13 +323,22 @@ impl Emitter {
     /// as they were either way.
     pub fn tagged_call(&mut self, c: TaggedCall, done: Label, fail: Label) {
         let failed = self.new_label();
+        // A jump's call: the frame's stack pointer not the client's, and
+        // no frame it left (the rules do not look at its stack pointer).
+        let (frame_sp, ret_addr) = match c.ret_addr {
+            Some(r) => (FrameSp::Client, r),
+            None => (FrameSp::TopOrLast, 0),
+        };
         self.keep_registers(&KEPT);
         op!(self, Mov_r32_imm32, R9D, c.function);
         self.fail_in_handler(failed);
         op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
         self.jcc_label(JNE, failed);
         self.caller_or_fail(RDX, failed);
-        self.room_or_fail(R11, RCX, failed);
+        match frame_sp {
+            FrameSp::Client => self.room_or_fail(R11, RCX, failed),
+            _ => self.room_only_or_fail(R11, failed),
+        }
         match c.skip_site {
             None => {
                 self.callee_tag(c.recs, failed);
@@ -309,7 +346,7 @@ impl Emitter {
                 self.jcc_label(JNE, failed);
                 op!(self, Cmp_rm32_r32, memo_high(c.block, M_CALL_KEY), R10D);
                 self.jcc_label(JNE, failed);
-                self.commit_call(memo(c.block, M_CALL_ARC), FrameSp::Client, c.ret_addr);
+                self.commit_call(memo(c.block, M_CALL_ARC), frame_sp, ret_addr);
             }
             Some(site) => {
                 // Into skipped code: the memo names the skip record.
@@ -321,13 +358,20 @@ impl Emitter {
                 // The frame (no arc), at STACK + depth*8.
                 op!(self, Lea_r64_m, RCX, frame_index(R11, 0));
                 op!(self, Add_r64_rm64, RCX, arena(head::STACK));
-                op!(self, Mov_rm64_r64, arena_at(RCX, 0), RSP);
-                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), c.ret_addr as u32);
+                match frame_sp {
+                    FrameSp::Client => op!(self, Mov_rm64_r64, arena_at(RCX, 0), RSP),
+                    _ => {
+                        self.frame_sp_top_or_last(R9);
+                        op!(self, Mov_rm64_r64, arena_at(RCX, 0), R9);
+                        op!(self, Mov_r32_imm32, R9D, c.function);
+                    }
+                }
+                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
                 op!(
                     self,
                     Mov_rm32_imm32,
                     arena_at(RCX, 12),
-                    (c.ret_addr >> 32) as u32
+                    (ret_addr >> 32) as u32
                 );
                 op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
                 op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
@@ -345,7 +389,7 @@ impl Emitter {
                 op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
             }
         }
-        self.inline_done();
+        self.inline_done(c.ret_addr.is_some());
         self.restore_registers(&KEPT);
         self.jmp_label(done);
         self.bind(failed);
@@ -395,7 +439,7 @@ impl Emitter {
         op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
         self.jcc_label(JNE, out);
         self.commit_call(memo_at(R11, M_IN_ARC), FrameSp::Client, ret_addr);
-        self.inline_done();
+        self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
         self.after_lookup_exit();
@@ -421,7 +465,7 @@ impl Emitter {
         // No frame the stack pointer has left (a `longjmp`).
         op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
         self.no_frame_left_or_fail(RDX, R11, out);
-        self.inline_done();
+        self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
         self.after_lookup_exit();
@@ -481,7 +525,7 @@ impl Emitter {
         op!(self, Cmp_rm64_r64, memo_at(R11, M_PLT_TARGET), RDX);
         self.jcc_label(JNE, out);
         self.commit_call(memo_at(R11, M_PLT_ARC), FrameSp::Top, 0);
-        self.inline_done();
+        self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
         self.after_lookup_exit();
@@ -496,6 +540,12 @@ impl Emitter {
     /// registers and flags back.
     pub fn tagged_return(&mut self) {
         let (out, popped) = (self.new_label(), self.new_label());
+        let (scan, commit, next, committed) = (
+            self.new_label(),
+            self.new_label(),
+            self.new_label(),
+            self.new_label(),
+        );
         self.keep_registers(KEPT_AFTER_LOOKUP);
         self.fail_in_handler(out);
         op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
@@ -506,37 +556,35 @@ impl Emitter {
         self.top_frame(R11, RDX);
         op!(self, Cmp_rm64_r64, arena_at(R11, 0), RSP);
         self.jcc_label(JAE, out);
-        // R9 = the last frame it leaves, R10 = how many: the top, and a
-        // skip frame (no arc) under it that the stack pointer left too.
+        // R9 = the last frame it leaves, R10 = how many: the top, and those
+        // under it the stack pointer left too, up to INLINE_POPS.
         op!(self, Mov_r64_rm64, R9, R11);
         op!(self, Mov_r32_imm32, R10D, 1);
-        op!(self, Cmp_rm64_imm8, RDX, 1);
+        self.bind(scan);
+        op!(self, Cmp_r64_rm64, R10, RDX);
         self.jcc_label(JE, popped);
-        op!(self, Cmp_rm64_r64, arena_at(R11, -FRAME_BYTES), RSP);
+        op!(self, Cmp_rm64_r64, arena_at(R9, -FRAME_BYTES), RSP);
         self.jcc_label(JAE, popped);
-        op!(self, Cmp_rm64_imm8, arena_at(R11, -FRAME_BYTES + 24), -1);
-        self.jcc_label(JNE, out);
+        op!(self, Cmp_rm64_imm8, R10, INLINE_POPS as i32);
+        self.jcc_label(JE, out);
         op!(
             self,
             Lea_r64_m,
             R9,
-            MemoryOperand::with_base_displ(R11, -(FRAME_WORDS as i64))
+            MemoryOperand::with_base_displ(R9, -(FRAME_WORDS as i64))
         );
-        op!(self, Mov_r32_imm32, R10D, 2);
-        op!(self, Cmp_rm64_imm8, RDX, 2);
-        self.jcc_label(JE, popped);
-        op!(self, Cmp_rm64_r64, arena_at(R11, -2 * FRAME_BYTES), RSP);
-        self.jcc_label(JB, out);
+        op!(self, Add_rm64_imm8, R10, 1);
+        self.jmp_label(scan);
         self.bind(popped);
         // Back to a context's own code, not into skipped code.
         op!(self, Cmp_rm64_imm8, arena_at(R9, 40), 0);
         self.jcc_label(JNE, out);
-        // The top frame's arc gets the call's inclusive Ir; its function
-        // is active once less.
-        let no_arc = self.new_label();
+        // From the top (R11) down to R9: each frame's arc gets its call's
+        // inclusive Ir, its function is active once less.
+        self.bind(commit);
         op!(self, Mov_r64_rm64, RDX, arena_at(R11, 24));
         op!(self, Cmp_rm64_imm8, RDX, -1);
-        self.jcc_label(JE, no_arc);
+        self.jcc_label(JE, next);
         op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
         self.running_ir(RCX);
@@ -545,9 +593,19 @@ impl Emitter {
         op!(self, Mov_r32_rm32, ECX, arena_at(R11, 20));
         op!(self, Add_r64_rm64, RCX, arena(head::ACTIVE));
         op!(self, Cmp_rm64_imm8, arena_at(RCX, 0), 0);
-        self.jcc_label(JE, no_arc);
+        self.jcc_label(JE, next);
         op!(self, Sub_rm64_imm8, arena_at(RCX, 0), 1);
-        self.bind(no_arc);
+        self.bind(next);
+        op!(self, Cmp_r64_rm64, R11, R9);
+        self.jcc_label(JE, committed);
+        op!(
+            self,
+            Lea_r64_m,
+            R11,
+            MemoryOperand::with_base_displ(R11, -(FRAME_WORDS as i64))
+        );
+        self.jmp_label(commit);
+        self.bind(committed);
         op!(self, Mov_r32_rm32, ECX, arena_at(R9, 16));
         op!(self, Mov_rm64_r64, arena(head::CTX), RCX);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), RCX);
@@ -556,7 +614,7 @@ impl Emitter {
         op!(self, Mov_rm64_r64, arena(head::NS_SITE), RCX);
         op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), -1);
         op!(self, Sub_rm64_r64, arena(head::DEPTH), R10);
-        self.inline_done();
+        self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
         self.after_lookup_exit();

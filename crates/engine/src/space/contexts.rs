@@ -313,6 +313,7 @@ impl ContextsCtx<'_> {
             entry: flow.entry,
             skip: flow.skip,
             function: flow.function,
+            pop_on_jump: flow.pop_on_jump,
         })
     }
 

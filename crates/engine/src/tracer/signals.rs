@@ -46,8 +46,9 @@ const SIGACTION_SCRATCH: u64 = 0x800;
 const SI_KERNEL: i32 = 0x80;
 /// Most instructions an asynchronous signal's thread is stepped through
 /// to reach a clean point (an indirect branch's lookup and probe take a
-/// dozen or two, a handler's trampoline forty).
-const MAX_STEPS: u32 = 128;
+/// dozen or two, a handler's trampoline forty, tagged counting's inline
+/// return of four frames a hundred and fifty).
+const MAX_STEPS: u32 = 256;
 
 impl Tracer<'_> {
     /// Waits for the next syscall stop of `tid` (of process `tgid`), which

@@ -36,6 +36,9 @@ pub struct ContextBlock {
     pub skip: bool,
     /// Its function (the classifier's number).
     pub function: u32,
+    /// A jump out of its function first returns from it (the resolver's:
+    /// `callrules::Flow::pop_on_jump`).
+    pub pop_on_jump: bool,
 }
 
 /// Tagged counting: the 24 bytes right before a block's context entry,
