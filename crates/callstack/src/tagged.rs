@@ -188,7 +188,7 @@ mod tests {
     /// slot, retagged where its tag is not the current one. Returns both
     /// trees' results (contexts named by function and level), and the
     /// entries and retags.
-    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], [u64; 10], u64) {
+    fn run_both(p: &Program, rng: &mut Rng, steps: usize) -> ([Results; 2], [u64; 11], u64) {
         let mut tool = CallTool::new(CallOptions::default(), Box::new(p.clone()));
         let mut facts = vec![0u64; p.blocks.len() * FACT_WORDS];
         for b in 0..p.blocks.len() {
@@ -203,8 +203,8 @@ mod tests {
         // Inline paths taken: returns of one frame, of two, calls from
         // skipped code, jumps, direct calls, into skipped code, indirect,
         // returns of more frames, tail calls (jumps taken for calls), into
-        // skipped code.
-        let mut paths = [0u64; 10];
+        // skipped code, through a pointer.
+        let mut paths = [0u64; 11];
         let (mut b, mut last): (usize, Option<usize>) = (0, None);
         for _ in 0..steps {
             let blk = &p.blocks[b];
@@ -234,6 +234,9 @@ mod tests {
                         let call = y.flow.entry || xf.flow.domain != y.flow.domain;
                         call && !y.flow.skip && rt.inline_skipped_call(f, y.flow.start, sp)
                     }
+                    Terminator::IndirectJump if y.flow.entry || xf.flow.domain != y.flow.domain => {
+                        !y.flow.skip && rt.inline_indirect_jump_call(x as u64, b as u64, f, sp)
+                    }
                     Terminator::IndirectJump => {
                         rt.inline_jump(xf.flow.domain, y.flow.domain, y.flow.entry, sp)
                     }
@@ -260,6 +263,7 @@ mod tests {
                     (Terminator::Return, _) if popped > 2 => 7,
                     (Terminator::Return, _) => popped as usize - 1,
                     (Terminator::IndirectJump, true) => 2,
+                    (Terminator::IndirectJump, false) if popped == u64::MAX => 10,
                     (Terminator::IndirectJump, false) => 3,
                     (Terminator::Call { .. }, _) => 4 + usize::from(y.flow.skip),
                     (Terminator::Jump { .. }, _) => 8 + usize::from(y.flow.skip),
@@ -317,7 +321,7 @@ mod tests {
 
     #[test]
     fn tagged_counting_keeps_the_call_tools_contexts_on_random_programs() {
-        let (mut entries, mut paths) = (0, [0u64; 10]);
+        let (mut entries, mut paths) = (0, [0u64; 11]);
         for seed in 1..=300u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let p = program(&mut rng);

@@ -369,7 +369,10 @@ impl Machine {
                     entry_sp: self.entry_sp + 8,
                     size: 0,
                 });
-                (self.sp, self.entry_sp, self.size) = (f.after, f.entry_sp, f.size);
+                // (Past the return address, where a tail call from a
+                // function's body put it.)
+                self.sp = self.entry_sp + 8;
+                (self.entry_sp, self.size) = (f.entry_sp, f.size);
                 f.ret
             }
             Terminator::IndirectJump => {
@@ -377,6 +380,17 @@ impl Machine {
                     let lib = 7 + rng.below(2);
                     self.enter(p, lib);
                     p.functions[lib].blocks[0]
+                } else if rng.below(3) == 0 {
+                    // A tail call through a pointer: an executable's
+                    // function or the PLT stub; as hand-written code may,
+                    // sometimes from the body (the stack pointer not put
+                    // back first).
+                    let f = rng.below(7);
+                    if rng.below(2) == 0 {
+                        self.entry_sp = self.body();
+                    }
+                    self.enter(p, f);
+                    p.functions[f].blocks[0]
                 } else if self.frames.len() >= 2 && rng.below(2) == 0 {
                     // longjmp to an older frame's return site.
                     let k = rng.below(self.frames.len() - 1);

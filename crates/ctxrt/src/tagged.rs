@@ -367,14 +367,12 @@ impl Tagged<'_> {
         let callee = self.arena[head::CTX];
         if push && !skip && caller != NO_TAG {
             if (real_call || jump_call) && ns_before == NO_TAG {
-                // The calling block's memo and, for a call, the callee's
-                // (read by inline calls, direct and indirect, which check
+                // The calling block's memo and the callee's (read by inline
+                // calls and tail calls, direct and indirect, which check
                 // both tags).
                 let key = caller | callee << 32;
                 self.memo(last, M_CALL_KEY, [key, arc]);
-                if real_call {
-                    self.memo(y, M_IN_KEY, [key, last, arc]);
-                }
+                self.memo(y, M_IN_KEY, [key, last, arc]);
             } else if xf.is_some_and(|x| x.flow.skip) && ns_before != NO_TAG && ns_block != NONE {
                 // Skipped code (the PLT) calling out, for the block that
                 // called it.
@@ -719,6 +717,34 @@ impl Tagged<'_> {
     /// skipped), with the stack pointer `sp` after it: the call `y`'s
     /// memo knows. Returns whether it did; if not, nothing changed.
     pub fn inline_indirect_call(&mut self, x: u64, y: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
+        self.indirect_call(x, y, f, sp, sp, ret_addr)
+    }
+
+    /// What translated code does inline at an indirect jump from block `x`
+    /// that Callgrind takes for a call (a tail call through a pointer:
+    /// into block `y`, function `f`'s first block or another domain's, not
+    /// skipped), with the stack pointer `sp` there: the call `y`'s memo
+    /// knows, its frame at the top frame's stack pointer (or `sp` without
+    /// one). Returns whether it did; if not, nothing changed.
+    pub fn inline_indirect_jump_call(&mut self, x: u64, y: u64, f: u32, sp: u64) -> bool {
+        let frame_sp = match self.arena[head::DEPTH] {
+            0 => sp,
+            _ => self.arena[self.frame_from_top(0)],
+        };
+        self.indirect_call(x, y, f, sp, frame_sp, 0)
+    }
+
+    /// The call of [`Tagged::inline_indirect_call`] and
+    /// [`Tagged::inline_indirect_jump_call`].
+    fn indirect_call(
+        &mut self,
+        x: u64,
+        y: u64,
+        f: u32,
+        sp: u64,
+        frame_sp: u64,
+        ret_addr: u64,
+    ) -> bool {
         let depth = self.arena[head::DEPTH];
         let caller = self.arena[head::CTX];
         if !self.inline_ok()
@@ -737,7 +763,7 @@ impl Tagged<'_> {
             return false;
         }
         let arc = self.memos[memo + M_IN_ARC];
-        self.push_call(f, callee, arc, sp, ret_addr);
+        self.push_call(f, callee, arc, frame_sp, ret_addr);
         self.inline_done(Some(sp))
     }
 

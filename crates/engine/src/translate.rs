@@ -1111,7 +1111,12 @@ impl Builder<'_> {
                         self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
                         self.tagged_after_lookup(|e| e.tagged_skipped_call(cb.domain, cb.recs));
                     }
-                    Some(cb) => self.tagged_after_lookup(|e| e.tagged_jump(cb.domain)),
+                    Some(cb) => {
+                        // (Not the resolver's call for its caller.)
+                        let calls = !cb.pop_on_jump && crate::emit::inline_recs(cb.recs);
+                        let recs = calls.then_some(cb.recs);
+                        self.tagged_after_lookup(|e| e.tagged_jump(cb.id, cb.domain, recs));
+                    }
                     None => self.lookup(),
                 }
             }

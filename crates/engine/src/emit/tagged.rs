@@ -127,6 +127,9 @@ enum FrameSp {
     /// The top frame's, or the last known without a frame (a direct
     /// jump's emulated call, whose own stack pointer is not looked at).
     TopOrLast,
+    /// The top frame's, or the client's without a frame (an indirect
+    /// jump's emulated call).
+    TopOrClient,
 }
 
 impl Emitter {
@@ -245,8 +248,8 @@ impl Emitter {
                 op!(self, Mov_r64_rm64, RDX, arena_at(RCX, -FRAME_BYTES));
                 op!(self, Mov_rm64_r64, arena_at(RCX, 0), RDX);
             }
-            FrameSp::TopOrLast => {
-                self.frame_sp_top_or_last(RDX);
+            FrameSp::TopOrLast | FrameSp::TopOrClient => {
+                self.frame_sp_top_or(RDX, matches!(sp, FrameSp::TopOrClient));
                 op!(self, Mov_rm64_r64, arena_at(RCX, 0), RDX);
             }
         }
@@ -275,12 +278,16 @@ impl Emitter {
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
     }
 
-    /// `r` = the stack pointer of a direct jump's emulated call, whose
-    /// frame goes at the word offset in RCX: the top frame's, or the last
-    /// known without a frame (flags changed).
-    fn frame_sp_top_or_last(&mut self, r: Register) {
+    /// `r` = the stack pointer of a jump's emulated call, whose frame goes
+    /// at the word offset in RCX: the top frame's, or without a frame the
+    /// client's if `client`, else the last known (flags changed).
+    fn frame_sp_top_or(&mut self, r: Register, client: bool) {
         let none = self.new_label();
-        op!(self, Mov_r64_rm64, r, arena(head::LAST_SP));
+        if client {
+            op!(self, Mov_r64_rm64, r, RSP);
+        } else {
+            op!(self, Mov_r64_rm64, r, arena(head::LAST_SP));
+        }
         op!(self, Cmp_rm64_imm8, arena(head::DEPTH), 0);
         self.jcc_label(JE, none);
         op!(self, Mov_r64_rm64, r, arena_at(RCX, -FRAME_BYTES));
@@ -361,7 +368,7 @@ impl Emitter {
                 match frame_sp {
                     FrameSp::Client => op!(self, Mov_rm64_r64, arena_at(RCX, 0), RSP),
                     _ => {
-                        self.frame_sp_top_or_last(R9);
+                        self.frame_sp_top_or(R9, false);
                         op!(self, Mov_rm64_r64, arena_at(RCX, 0), R9);
                         op!(self, Mov_r32_imm32, R9D, c.function);
                     }
@@ -413,6 +420,15 @@ impl Emitter {
             2
         );
         self.jcc_label(JNE, out);
+        self.indirect_commit(x, recs, FrameSp::Client, ret_addr, out);
+        self.bind(out);
+        self.after_lookup_exit();
+    }
+
+    /// The call of an inline indirect call or tail call into the target
+    /// whose header is at RCX (not skipped code): the call its memo knows
+    /// from block `x`, its frame's stack pointer `sp`; else to `out`.
+    fn indirect_commit(&mut self, x: u32, recs: u32, sp: FrameSp, ret_addr: u64, out: Label) {
         op!(
             self,
             Mov_r32_rm32,
@@ -438,27 +454,30 @@ impl Emitter {
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
         self.jcc_label(JNE, out);
-        self.commit_call(memo_at(R11, M_IN_ARC), FrameSp::Client, ret_addr);
+        self.commit_call(memo_at(R11, M_IN_ARC), sp, ret_addr);
         self.inline_done(true);
         self.skip_target_entry();
-        self.bind(out);
-        self.after_lookup_exit();
     }
-    /// An inline jump that keeps the context (`Tagged::inline_jump`) from
-    /// code of `domain`, reached from an indirect jump's lookup once it
-    /// found the target's translation (as [`Emitter::tagged_return`]),
-    /// whose header (`translate::tagged_header`) says what the target is.
-    pub fn tagged_jump(&mut self, domain: u32) {
-        let out = self.new_label();
+
+    /// An inline indirect jump from block `x`, code of `domain`, reached
+    /// from its lookup once it found the target's translation (as
+    /// [`Emitter::tagged_return`]), whose header
+    /// (`translate::tagged_header`) says what the target is: one that
+    /// keeps the context (`Tagged::inline_jump`), or a tail call the
+    /// target's memo knows (`Tagged::inline_indirect_jump_call`; `recs`
+    /// `--separate-recs`, `None` for none inline).
+    pub fn tagged_jump(&mut self, x: u32, domain: u32, recs: Option<u32>) {
+        let (out, call) = (self.new_label(), self.new_label());
         self.keep_registers(KEPT_AFTER_LOOKUP);
-        // Not a function's start nor another domain (skipped or not).
+        // Not a function's start nor another domain (skipped or not): the
+        // context stays.
         op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
         let flags = MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FLAGS));
-        op!(self, Mov_r32_rm32, ECX, flags);
-        op!(self, And_rm32_imm8, ECX, !2);
+        op!(self, Mov_r32_rm32, R10D, flags);
+        op!(self, And_rm32_imm8, R10D, !2);
         let want = crate::translate::header_word(domain, false, false);
-        op!(self, Cmp_rm32_imm32, ECX, want);
-        self.jcc_label(JNE, out);
+        op!(self, Cmp_rm32_imm32, R10D, want);
+        self.jcc_label(JNE, call);
         self.fail_in_handler(out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
         self.jcc_label(JE, out);
@@ -467,6 +486,14 @@ impl Emitter {
         self.no_frame_left_or_fail(RDX, R11, out);
         self.inline_done(true);
         self.skip_target_entry();
+        self.jmp_label(out);
+        // A call, into code not skipped.
+        self.bind(call);
+        if let Some(recs) = recs {
+            op!(self, Test_rm8_imm8, flags, 2);
+            self.jcc_label(JNE, out);
+            self.indirect_commit(x, recs, FrameSp::TopOrClient, 0, out);
+        }
         self.bind(out);
         self.after_lookup_exit();
     }
