@@ -164,6 +164,11 @@ pub fn fold(
         tree.runs[slot] += ir / n;
         runs_folded += ir / n;
     }
+    // What skipped code's blocks counted in their records, not in slots.
+    for (caller, site, ir) in arena.skip_records().filter(|r| r.2 != 0) {
+        let at = node(tree, caller)?;
+        *tree.extra.at(at, site) += ir;
+    }
     for a in arena.arcs() {
         let (caller, callee) = (node(tree, a.caller)?, node(tree, a.callee)?);
         let i = tree.arc(caller, a.site, callee, a.target) as usize;
@@ -275,10 +280,13 @@ mod tests {
                 rt.hot[hot::LAST] = last.map_or(NONE, |x| x as u64);
                 rt.enter(b as u64, sp).expect("room");
             }
-            if rt.slots[b * SLOT_WORDS] != rt.hot[hot::CUR] {
-                rt.retag(b as u64).expect("room");
+            // Skipped code counts in its skip record, else in its slot.
+            if !(y.flow.skip && rt.count_skipped(blk.instrs)) {
+                if rt.slots[b * SLOT_WORDS] != rt.hot[hot::CUR] {
+                    rt.retag(b as u64).expect("room");
+                }
+                rt.slots[b * SLOT_WORDS + 1] += blk.instrs;
             }
-            rt.slots[b * SLOT_WORDS + 1] += blk.instrs;
             rt.hot[hot::ir_word(b as u32)] += blk.instrs;
             let mut info = BlockInfo::new(blk.start, blk.term);
             for i in 0..blk.instrs {

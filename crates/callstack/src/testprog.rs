@@ -16,6 +16,8 @@ pub(crate) struct Function {
     pub(crate) name: String,
     pub(crate) object: &'static str,
     pub(crate) section: Section,
+    /// Skipped as `--fn-skip` skips (the PLT is, as `--skip-plt`).
+    pub(crate) skip: bool,
     /// Its blocks' ids.
     pub(crate) blocks: Vec<usize>,
 }
@@ -66,7 +68,7 @@ impl Program {
         flow.function = blk.function as u32;
         flow.domain = self.domain(blk.function);
         flow.entry = blk.index == 0;
-        flow.skip = self.functions[blk.function].section == Section::Plt;
+        flow.skip = self.functions[blk.function].skip;
         Facts {
             flow,
             group: blk.function as u32,
@@ -94,7 +96,10 @@ impl Classify for Program {
             function: f.name.as_str().into(),
             entry: b.index == 0,
             section: f.section,
-            config: Default::default(),
+            config: crate::classify::FnConfig {
+                skip: f.skip && f.section != Section::Plt,
+                ..Default::default()
+            },
         }
     }
 
@@ -140,11 +145,15 @@ pub(crate) fn program(rng: &mut Rng) -> Program {
     functions.push(("exe", Section::Plt, "0x8000 [PLT]".into(), 1));
     functions.push(("lib", Section::Text, "lib0".into(), 2 + rng.below(3)));
     functions.push(("lib", Section::Text, "lib1".into(), 2 + rng.below(3)));
+    // A function of the executable `--fn-skip` skips: called, and jumped
+    // into from the others' code (which keeps their context).
+    functions.push(("exe", Section::Text, "fskip".into(), 2 + rng.below(3)));
     let mut p = Program {
         functions: Vec::new(),
         blocks: Vec::new(),
     };
     for (k, (object, section, name, n)) in functions.into_iter().enumerate() {
+        let skip = section == Section::Plt || name == "fskip";
         let mut start = 0x1000 * (k as u64 + 1);
         let mut blocks = Vec::new();
         for index in 0..n {
@@ -164,10 +173,16 @@ pub(crate) fn program(rng: &mut Rng) -> Program {
             name,
             object,
             section,
+            skip,
             blocks,
         });
     }
     let entry = |p: &Program, f: usize| p.blocks[p.functions[f].blocks[0]].start;
+    // The executable's functions, its PLT stub and its skipped function.
+    let callable = |rng: &mut Rng| match rng.below(8) {
+        7 => 9,
+        f => f,
+    };
     let number = |p: &mut Program| {
         for f in 0..p.functions.len() {
             let mut next = 0;
@@ -193,7 +208,7 @@ pub(crate) fn program(rng: &mut Rng) -> Program {
                     target: p.blocks[fb[1 + rng.below(fb.len() - 1)]].start,
                 },
                 6..=9 if !lib => Terminator::Call {
-                    target: entry(&p, rng.below(7)),
+                    target: entry(&p, callable(rng)),
                 },
                 10 if !lib => Terminator::IndirectCall,
                 // A tail call, through the PLT too.
@@ -201,7 +216,7 @@ pub(crate) fn program(rng: &mut Rng) -> Program {
                     target: entry(&p, rng.below(7)),
                 },
                 12 if !lib => {
-                    let g = rng.below(6);
+                    let g = callable(rng);
                     let gb = &p.functions[g].blocks;
                     Terminator::Jump {
                         target: p.blocks[gb[rng.below(gb.len())]].start,

@@ -26,8 +26,15 @@ pub const SIGNALS: usize = 5;
 /// blocks do not each wait for the one before's store of a single word (a
 /// store-forwarding chain: 45 % of counting mode's time on perl).
 pub const IR_MORE: [usize; 3] = [6, 7, 8];
+/// Tagged counting: the number of the skip record the current tag names
+/// ([`crate::NONE`]: the tag is not a skip record's), into whose Ir
+/// skipped code's blocks count (`ctxrt::tagged`): the PLT's blocks run
+/// for many call sites, and counting in their slots would retag them at
+/// each. Beside the current tag, so that a signal handler's return puts
+/// both back.
+pub const NS_SKIP: usize = 9;
 /// Hot words per thread.
-pub const WORDS: usize = 9;
+pub const WORDS: usize = 10;
 
 /// The hot word of the running Ir that tagged counting's block `id` adds
 /// to.

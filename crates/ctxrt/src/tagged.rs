@@ -84,6 +84,17 @@ pub const M_IN_ARC: usize = 7;
 /// address).
 pub const MEMOS_BYTES: u64 = (MAX_BLOCKS * MEMO_WORDS * 8) as u64;
 
+/// [`hot::NS_SKIP`] for the tag `tag`: its skip record's number, or
+/// [`NONE`] for a context's or a sink's.
+#[inline(always)]
+pub fn skip_record_of(tag: u64) -> u64 {
+    if (SKIP_TAGS..SINK_TAGS).contains(&tag) {
+        tag - SKIP_TAGS
+    } else {
+        NONE
+    }
+}
+
 /// The tag of function `f`'s context at recursion level `level` (from
 /// 1), with `--separate-recs` `recs` (0 counts as 1).
 #[inline(always)]
@@ -187,12 +198,17 @@ const ARCS: Table = Table {
     words: 5,
     key: 3,
 };
-/// Skip records: (caller's tag, call site).
+/// Skip records: (caller's tag, call site), and the Ir skipped code's
+/// blocks counted for them ([`hot::NS_SKIP`]).
 const SKIPS: Table = Table {
     at: head::SKIPS,
-    words: 2,
+    words: 3,
     key: 2,
 };
+/// The word of a skip record its blocks' Ir goes to.
+pub const SKIP_IR: usize = 2;
+/// Words of a skip record.
+pub const SKIP_WORDS: usize = 3;
 /// Counts: (tag | block << 32), Ir.
 const COUNTS: Table = Table {
     at: head::COUNTS,
@@ -231,6 +247,7 @@ pub fn fresh_thread(arena: u64, words: u64) -> [u64; hot::WORDS] {
     let mut h = [0; hot::WORDS];
     h[hot::CUR] = SINK_TAGS;
     h[hot::LAST] = NONE;
+    h[hot::NS_SKIP] = NONE;
     h[hot::ARENA] = arena;
     h[hot::ARENA_WORDS] = words;
     h
@@ -247,6 +264,7 @@ pub fn continued_thread(
 ) -> ([(usize, u64); 2], [u64; hot::WORDS]) {
     let mut h = *old_hot;
     h[hot::LAST] = NONE;
+    h[hot::NS_SKIP] = NONE;
     if old_head.get(head::USED).copied().unwrap_or(0) == 0 {
         h[hot::CUR] = SINK_TAGS;
         return ([(head::USED, 0); 2], h);
@@ -409,6 +427,7 @@ impl Tagged<'_> {
         if tag != NO_TAG {
             self.hot[hot::CUR] = tag;
         }
+        self.hot[hot::NS_SKIP] = skip_record_of(self.hot[hot::CUR]);
         if push
             && skip
             && (real_call || jump_call)
@@ -516,6 +535,7 @@ impl Tagged<'_> {
         self.arena[head::NS_BLOCK] = NONE;
         self.arena[head::CTX] = callee;
         self.hot[hot::CUR] = callee;
+        self.hot[hot::NS_SKIP] = NONE;
     }
 
     fn put_frame(&mut self, frame: [u64; FRAME_WORDS]) {
@@ -569,11 +589,26 @@ impl Tagged<'_> {
         let caller = a[last + 2] & 0xffff_ffff;
         a[head::CTX] = caller;
         self.hot[hot::CUR] = caller;
+        self.hot[hot::NS_SKIP] = NONE;
         a[head::NS_CTX] = NO_TAG;
         a[head::NS_SITE] = a[last + 6];
         a[head::NS_BLOCK] = NONE;
         a[head::DEPTH] = (depth - pops) as u64;
         self.inline_done(Some(sp))
+    }
+
+    /// What a block of skipped code does with its `ir` (the engine's
+    /// `emit::contexts`): in skipped code a call entered, its skip
+    /// record's Ir gets it ([`hot::NS_SKIP`]). Returns whether it did;
+    /// if not, the block counts in its slot.
+    pub fn count_skipped(&mut self, ir: u64) -> bool {
+        let n = self.hot[hot::NS_SKIP];
+        if n == NONE {
+            return false;
+        }
+        let at = self.arena[SKIPS.at] as usize + n as usize * SKIPS.words + SKIP_IR;
+        self.arena[at] += ir;
+        true
     }
 
     /// What translated code does inline at an indirect jump from code of
@@ -665,6 +700,7 @@ impl Tagged<'_> {
             self.arena[head::NS_SITE] = site;
             self.arena[head::NS_BLOCK] = x;
             self.hot[hot::CUR] = key >> 32;
+            self.hot[hot::NS_SKIP] = skip_record_of(key >> 32);
             return true;
         }
         let Some(callee) = self.called_tag(f) else {
@@ -1178,6 +1214,12 @@ impl<'a> TaggedArena<'a> {
     pub fn skip_record(&self, i: u64) -> Option<(u64, u64)> {
         let r = self.records(SKIPS).nth(i as usize)?;
         Some((r[0], r[1]))
+    }
+
+    /// The skip records: (caller's tag, call site, the Ir its skipped
+    /// code's blocks counted there rather than in their slots).
+    pub fn skip_records(&self) -> impl Iterator<Item = (u64, u64, u64)> + 'a {
+        self.records(SKIPS).map(|r| (r[0], r[1], r[SKIP_IR]))
     }
 
     /// The counts moved out of slots: (tag, block, Ir).

@@ -108,6 +108,10 @@ pub struct Emitter {
     /// `space::sites`), or a handler running the same block would lose its
     /// counts to the store of the stale value.
     pub counter_updates: Vec<(u64, u64)>,
+    /// Host ranges a signal must not interrupt (tagged counting's
+    /// sequences whose words a handler may change meanwhile): the thread
+    /// is stepped out of them first (`Translation::quiet`).
+    pub quiet: Vec<std::ops::Range<u64>>,
     /// The host address just past the block counter's update, once made.
     pub counter_end: Option<u64>,
     /// Trace mode, a block without a buffer check on entry: the chunk's
@@ -193,6 +197,7 @@ impl Emitter {
             labels: Vec::new(),
             fixups: Vec::new(),
             counter_updates: Vec::new(),
+            quiet: Vec::new(),
             counter_end: None,
             checked_appends: None,
         }

@@ -816,6 +816,7 @@ impl Builder<'_> {
         self.t.guest_end = end;
         self.t.code = std::mem::take(&mut self.e.bytes);
         self.t.counter_updates = std::mem::take(&mut self.e.counter_updates);
+        self.t.quiet.append(&mut self.e.quiet);
         self.t.counter_end = self.e.counter_end.take();
     }
 

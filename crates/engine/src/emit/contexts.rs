@@ -5,7 +5,7 @@
 //! the thread's running Ir; every block stores its id before it leaves,
 //! the block the runtime's next decision starts from.
 
-use super::{based, gs, Emitter, Label};
+use super::{based, based_indexed, gs, gs_indexed, Emitter, Label};
 use crate::layout;
 use crate::translate::ContextBlock;
 use ctxrt::hot;
@@ -211,13 +211,40 @@ impl Emitter {
     /// gs:[CUR]; cmp gs:[tag], r; jne retag; add gs:[ir], n; add gs:[IR],
     /// n` on the block's slot. Returns the out-of-line retag (the runtime
     /// gives the slot the current tag, then the count goes on), bound by
-    /// [`Emitter::context_grow`].
+    /// [`Emitter::context_grow`]. Skipped code counts in the skip record
+    /// the current tag names, if it names one (`hot::NS_SKIP`), else in
+    /// its slot: the PLT runs for many call sites.
     fn tagged_add(
         &mut self,
         r: Register,
         cb: ContextBlock,
         value: Result<Register, u32>,
     ) -> (Label, Label, u32) {
+        let add = |e: &mut Emitter, to: MemoryOperand| match value {
+            Err(n) => e.insn(Instruction::with2(Code::Add_rm64_imm32, to, n as i32)),
+            Ok(v) => e.insn(Instruction::with2(Code::Add_rm64_r64, to, v)),
+        };
+        let done = self.new_label();
+        if cb.skip {
+            let (slot, start) = (self.new_label(), self.here());
+            self.load_gs(r, hot_word(hot::NS_SKIP));
+            self.insn(Instruction::with2(Code::Cmp_rm64_imm8, r, -1));
+            self.jcc_label(4, slot); // je
+            self.insn(Instruction::with2(
+                Code::Lea_r64_m,
+                r,
+                based_indexed(r, r, 2, 0),
+            ));
+            let skips = layout::AREA_TAGGED_ARENA as u32 + 8 * ctxrt::tagged::head::SKIPS as u32;
+            self.insn(Instruction::with2(Code::Add_r64_rm64, r, gs(skips)));
+            let ir = layout::AREA_TAGGED_ARENA as i32 + 8 * ctxrt::tagged::SKIP_IR as i32;
+            add(self, gs_indexed(r, ir as u32));
+            // (A handler run between the record's address and the add
+            // could move the records: the thread is stepped out first.)
+            self.quiet.push(start..self.here());
+            self.jmp_label(done);
+            self.bind(slot);
+        }
         let slot = layout::AREA_SLOTS as u32 + 8 * ctxrt::tagged::SLOT_WORDS as u32 * cb.id;
         self.load_gs(r, hot_word(hot::CUR));
         self.insn(Instruction::with2(Code::Cmp_rm64_r64, gs(slot), r));
@@ -225,21 +252,9 @@ impl Emitter {
         self.jcc_label(5, retag); // jne
         let back = self.new_label();
         self.bind(back);
-        let ir = gs(hot_word(hot::ir_word(cb.id)));
-        match value {
-            Err(n) => {
-                self.insn(Instruction::with2(
-                    Code::Add_rm64_imm32,
-                    gs(slot + 8),
-                    n as i32,
-                ));
-                self.insn(Instruction::with2(Code::Add_rm64_imm32, ir, n as i32));
-            }
-            Ok(v) => {
-                self.insn(Instruction::with2(Code::Add_rm64_r64, gs(slot + 8), v));
-                self.insn(Instruction::with2(Code::Add_rm64_r64, ir, v));
-            }
-        }
+        add(self, gs(slot + 8));
+        self.bind(done);
+        add(self, gs(hot_word(hot::ir_word(cb.id))));
         (retag, back, cb.id)
     }
 

@@ -27,7 +27,7 @@ use Register::{ECX, EDX, R10, R10D, R11, R9, R9D, R9L, RAX, RCX, RDX, RSP};
 const ARC_CALLS: i32 = 8 * 3;
 const ARC_INCLUSIVE: i32 = 8 * 4;
 const FRAME_BYTES: i32 = 8 * FRAME_WORDS as i32;
-const _: () = assert!(FRAME_WORDS == 8 && MEMO_WORDS == 8);
+const _: () = assert!(FRAME_WORDS == 8 && MEMO_WORDS == 8 && SKIP_TAGS == 1 << 31);
 
 /// Where a block's header words are, from its body (its context entry):
 /// `translate::tagged_header`.
@@ -276,6 +276,7 @@ impl Emitter {
         op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), -1);
         op!(self, Mov_rm64_r64, arena(head::CTX), R10);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
+        op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
     }
 
     /// `r` = the stack pointer of a jump's emulated call, whose frame goes
@@ -394,6 +395,11 @@ impl Emitter {
                 op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
                 op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), c.block);
                 op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
+                // Its blocks count in its skip record (the tag less
+                // SKIP_TAGS, 1 << 31).
+                op!(self, Mov_r32_rm32, R9D, R10D);
+                op!(self, And_rm32_imm32, R9D, 0x7fff_ffff);
+                op!(self, Mov_rm64_r64, hot_word(hot::NS_SKIP), R9);
             }
         }
         self.inline_done(c.ret_addr.is_some());
@@ -636,6 +642,7 @@ impl Emitter {
         op!(self, Mov_r32_rm32, ECX, arena_at(R9, 16));
         op!(self, Mov_rm64_r64, arena(head::CTX), RCX);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), RCX);
+        op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
         op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
         op!(self, Mov_r64_rm64, RCX, arena_at(R9, 48));
         op!(self, Mov_rm64_r64, arena(head::NS_SITE), RCX);
