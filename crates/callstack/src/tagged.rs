@@ -129,8 +129,8 @@ pub fn fold(
     let slot_counts = slots
         .chunks_exact(SLOT_WORDS)
         .enumerate()
-        .filter(|(_, s)| s[1] != 0)
-        .map(|(b, s)| (s[0], b as u64, s[1]));
+        .flat_map(|(b, s)| s.chunks(2).map(move |h| (h[0], b as u64, h[1])))
+        .filter(|&(_, _, ir)| ir != 0);
     for (tag, b, ir) in slot_counts.chain(arena.counts()) {
         let mut tag = tag;
         if tag >= SINK_TAGS {
@@ -282,10 +282,7 @@ mod tests {
             }
             // Skipped code counts in its skip record, else in its slot.
             if !(y.flow.skip && rt.count_skipped(blk.instrs)) {
-                if rt.slots[b * SLOT_WORDS] != rt.hot[hot::CUR] {
-                    rt.retag(b as u64).expect("room");
-                }
-                rt.slots[b * SLOT_WORDS + 1] += blk.instrs;
+                rt.count_in_slot(b as u64, blk.instrs).expect("room");
             }
             rt.hot[hot::ir_word(b as u32)] += blk.instrs;
             let mut info = BlockInfo::new(blk.start, blk.term);

@@ -43,8 +43,11 @@ pub const SKIP_TAGS: u64 = 1 << 31;
 pub const SINK_TAGS: u64 = 3 << 30;
 /// A slot that counts for no context yet.
 pub const NO_TAG: u64 = 0;
-/// Words of a block's slot: its tag and its Ir.
-pub const SLOT_WORDS: usize = 2;
+/// Words of a block's slot: two halves of a tag and its Ir, the first
+/// the one counted in last (a block of a recursive function runs at two
+/// levels by turns, one a function's code jumps into for another's
+/// context as its own: two tags are enough for most).
+pub const SLOT_WORDS: usize = 4;
 /// Block ids a thread's slots have room for.
 pub const MAX_BLOCKS: usize = 1 << 22;
 /// Bytes of a thread's slots, which lie right before its memos.
@@ -452,9 +455,10 @@ impl Tagged<'_> {
         }
     }
 
-    /// Block `b` runs where its slot counts for another tag than the
-    /// current one: what the slot holds moves to the arena's counts, and
-    /// it counts for the current tag from now on.
+    /// Block `b` runs where neither half of its slot counts for the
+    /// current tag: what the second holds moves to the arena's counts, the
+    /// first becomes the second, and the first counts for the current tag
+    /// from now on.
     pub fn retag(&mut self, b: u64) -> Result<()> {
         self.init()?;
         let at = b as usize * SLOT_WORDS;
@@ -462,11 +466,29 @@ impl Tagged<'_> {
             return Err(Error::UnknownBlock(b));
         }
         self.arena[head::RETAGS] += 1;
-        let (tag, ir) = (self.slots[at], self.slots[at + 1]);
+        let (tag, ir) = (self.slots[at + 2], self.slots[at + 3]);
+        self.slots.copy_within(at..at + 2, at + 2);
         self.slots[at] = self.hot[hot::CUR];
         self.slots[at + 1] = 0;
         if tag != NO_TAG && ir != 0 {
             self.add_count(tag, b, ir)?;
+        }
+        Ok(())
+    }
+
+    /// What a block `b` of `ir` instructions does to count in its slot
+    /// (the engine's `emit::contexts`, word for word): in the half that
+    /// counts for the current tag, else in the first once retagged.
+    pub fn count_in_slot(&mut self, b: u64, ir: u64) -> Result<()> {
+        let at = b as usize * SLOT_WORDS;
+        let cur = self.hot[hot::CUR];
+        if self.slots.get(at) == Some(&cur) {
+            self.slots[at + 1] += ir;
+        } else if self.slots.get(at + 2) == Some(&cur) {
+            self.slots[at + 3] += ir;
+        } else {
+            self.retag(b)?;
+            self.slots[at + 1] += ir;
         }
         Ok(())
     }
@@ -1314,11 +1336,9 @@ mod tests {
                 self.rt().enter(y, sp).expect("room");
             }
             let f = Facts::unpack(&self.facts[y as usize * FACT_WORDS..][..FACT_WORDS]).unwrap();
-            let at = y as usize * SLOT_WORDS;
-            if self.slots[at] != self.hot[hot::CUR] {
-                self.rt().retag(y).expect("room");
-            }
-            self.slots[at + 1] += u64::from(f.instrs);
+            self.rt()
+                .count_in_slot(y, u64::from(f.instrs))
+                .expect("room");
             self.hot[hot::ir_word(y as u32)] += u64::from(f.instrs);
             self.hot[hot::LAST] = y;
         }
@@ -1328,8 +1348,8 @@ mod tests {
             self.rt().finish();
             let mut all: Vec<_> = TaggedArena::new(&self.arena).counts().collect();
             for (b, s) in self.slots.chunks(SLOT_WORDS).enumerate() {
-                if s[1] != 0 {
-                    all.push((s[0], b as u64, s[1]));
+                for half in s.chunks(2).filter(|h| h[1] != 0) {
+                    all.push((half[0], b as u64, half[1]));
                 }
             }
             all.sort();

@@ -112,6 +112,9 @@ pub struct Emitter {
     /// sequences whose words a handler may change meanwhile): the thread
     /// is stepped out of them first (`Translation::quiet`).
     pub quiet: Vec<std::ops::Range<u64>>,
+    /// Tagged counting's counts waiting for their slot's second half
+    /// (`emit::contexts`).
+    second_halves: Vec<contexts::SecondHalf>,
     /// The host address just past the block counter's update, once made.
     pub counter_end: Option<u64>,
     /// Trace mode, a block without a buffer check on entry: the chunk's
@@ -198,6 +201,7 @@ impl Emitter {
             fixups: Vec::new(),
             counter_updates: Vec::new(),
             quiet: Vec::new(),
+            second_halves: Vec::new(),
             counter_end: None,
             checked_appends: None,
         }

@@ -9,6 +9,20 @@ use super::{based, based_indexed, gs, gs_indexed, Emitter, Label};
 use crate::layout;
 use crate::translate::ContextBlock;
 use ctxrt::hot;
+
+/// Tagged counting: a count's check of its slot's second half, emitted
+/// out of line by [`Emitter::context_grow`].
+#[derive(Debug, Clone, Copy)]
+pub struct SecondHalf {
+    /// Where the first half's check goes when it fails.
+    miss: Label,
+    /// Where the count goes on (the running Ir).
+    done: Label,
+    /// The slot's offset in the thread area.
+    slot: u32,
+    /// What the count adds: a register's value or a number.
+    value: Result<Register, u32>,
+}
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 /// Thread-area offset of hot word `i`.
@@ -248,14 +262,42 @@ impl Emitter {
         let slot = layout::AREA_SLOTS as u32 + 8 * ctxrt::tagged::SLOT_WORDS as u32 * cb.id;
         self.load_gs(r, hot_word(hot::CUR));
         self.insn(Instruction::with2(Code::Cmp_rm64_r64, gs(slot), r));
-        let retag = self.new_label();
-        self.jcc_label(5, retag); // jne
+        let miss = self.new_label();
+        self.jcc_label(5, miss); // jne
         let back = self.new_label();
         self.bind(back);
         add(self, gs(slot + 8));
         self.bind(done);
         add(self, gs(hot_word(hot::ir_word(cb.id))));
-        (retag, back, cb.id)
+        // The slot's second half, out of line (`Emitter::context_grow`).
+        self.second_halves.push(SecondHalf {
+            miss,
+            done,
+            slot,
+            value,
+        });
+        (miss, back, cb.id)
+    }
+
+    /// Tagged counting: where a count whose slot's first half counts for
+    /// another tag goes on (bound at `miss`, with `r` the current tag): its
+    /// second half if that one counts for it, else to `retag`.
+    fn second_half(&mut self, miss: Label, r: Register, retag: Label) {
+        let Some(i) = self.second_halves.iter().position(|h| h.miss == miss) else {
+            self.bind(miss);
+            self.jmp_label(retag);
+            return;
+        };
+        let h = self.second_halves.swap_remove(i);
+        self.bind(miss);
+        self.insn(Instruction::with2(Code::Cmp_rm64_r64, gs(h.slot + 16), r));
+        self.jcc_label(5, retag); // jne
+        let to = gs(h.slot + 24);
+        match h.value {
+            Err(n) => self.insn(Instruction::with2(Code::Add_rm64_imm32, to, n as i32)),
+            Ok(v) => self.insn(Instruction::with2(Code::Add_rm64_r64, to, v)),
+        }
+        self.jmp_label(h.done);
     }
 
     /// Moves a rep string instruction's count from its thread counter at
@@ -279,7 +321,13 @@ impl Emitter {
     /// grows the counters for block `id`, `r` is loaded again, and the
     /// count goes on at `back`.
     pub fn context_grow(&mut self, core: u64, grow: Label, back: Label, r: Register, id: u32) {
-        self.bind(grow);
+        if self.second_halves.iter().any(|h| h.miss == grow) {
+            let retag = self.new_label();
+            self.second_half(grow, r, retag);
+            self.bind(retag);
+        } else {
+            self.bind(grow);
+        }
         self.call_runtime(core, !(id as i32));
         self.load_gs(r, hot_word(hot::CUR));
         self.jmp_label(back);
