@@ -395,17 +395,23 @@ impl Machine {
                     let lib = 7 + rng.below(2);
                     self.enter(p, lib);
                     p.functions[lib].blocks[0]
-                } else if rng.below(3) == 0 {
+                } else if rng.below(2) == 0 {
                     // A tail call through a pointer: an executable's
-                    // function or the PLT stub; as hand-written code may,
+                    // function or the PLT stub, as hand-written code may
                     // sometimes from the body (the stack pointer not put
                     // back first).
-                    let f = rng.below(7);
+                    // Or into any block of a library's function (another
+                    // domain: a call wherever it lands).
+                    let f = rng.below(9);
                     if rng.below(2) == 0 {
                         self.entry_sp = self.body();
                     }
                     self.enter(p, f);
-                    p.functions[f].blocks[0]
+                    let blocks = &p.functions[f].blocks;
+                    match f {
+                        7 | 8 => blocks[rng.below(blocks.len())],
+                        _ => blocks[0],
+                    }
                 } else if self.frames.len() >= 2 && rng.below(2) == 0 {
                     // longjmp to an older frame's return site.
                     let k = rng.below(self.frames.len() - 1);

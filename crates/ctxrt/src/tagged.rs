@@ -61,7 +61,8 @@ pub const SLOTS_BYTES: u64 = (MAX_BLOCKS * SLOT_WORDS * 8) as u64;
 ///   arc (none for skipped code);
 /// * [`M_PLT_KEY`], [`M_PLT_ARC`], [`M_PLT_TARGET`]: the last call that
 ///   skipped code the block called made (the PLT's jump into its
-///   function), its arc and its target;
+///   function), its arc and its target (for a block whose indirect jump
+///   is a tail call, that call's target: the key tells which);
 /// * [`M_IN_KEY`], [`M_IN_FROM`], [`M_IN_ARC`]: the last call into the
 ///   block (its tags, the calling block and the arc), for indirect calls,
 ///   whose targets vary where their call site does not.
@@ -171,7 +172,7 @@ pub mod head {
 
 /// Most frames an inline return leaves (more: the runtime's entry; the
 /// bound keeps the sequence within the steps a signal waits for).
-pub const INLINE_POPS: usize = 4;
+pub const INLINE_POPS: usize = 6;
 
 /// Words of a frame: the stack pointer after the call, the address it
 /// returns to (0: an emulated call), the caller's tag (low half) and the
@@ -393,7 +394,12 @@ impl Tagged<'_> {
                 // both tags).
                 let key = caller | callee << 32;
                 self.memo(last, M_CALL_KEY, [key, arc]);
-                self.memo(y, M_IN_KEY, [key, last, arc]);
+                if real_call {
+                    self.memo(y, M_IN_KEY, [key, last, arc]);
+                } else if xf.is_some_and(|x| x.sp_known) {
+                    // A tail call through a pointer: its target too.
+                    self.memo(last, M_PLT_TARGET, [yf.flow.start]);
+                }
             } else if xf.is_some_and(|x| x.flow.skip) && ns_before != NO_TAG && ns_block != NONE {
                 // Skipped code (the PLT) calling out, for the block that
                 // called it.
@@ -775,34 +781,48 @@ impl Tagged<'_> {
     /// skipped), with the stack pointer `sp` after it: the call `y`'s
     /// memo knows. Returns whether it did; if not, nothing changed.
     pub fn inline_indirect_call(&mut self, x: u64, y: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
-        self.indirect_call(x, y, f, sp, sp, ret_addr)
+        self.indirect_call(x, y, f, sp, ret_addr)
     }
 
     /// What translated code does inline at an indirect jump from block `x`
     /// that Callgrind takes for a call (a tail call through a pointer:
-    /// into block `y`, function `f`'s first block or another domain's, not
-    /// skipped), with the stack pointer `sp` there: the call `y`'s memo
-    /// knows, its frame at the top frame's stack pointer (or `sp` without
-    /// one). Returns whether it did; if not, nothing changed.
-    pub fn inline_indirect_jump_call(&mut self, x: u64, y: u64, f: u32, sp: u64) -> bool {
-        let frame_sp = match self.arena[head::DEPTH] {
+    /// into function `f`'s block at `target`, its first block or another
+    /// domain's, not skipped), with the stack pointer `sp` there: the call
+    /// `x`'s memo knows (its key and arc, and the target in
+    /// [`M_PLT_TARGET`]: a tail call site calls few functions, a function
+    /// is tail-called from many), its frame at the top frame's stack
+    /// pointer (or `sp` without one). Returns whether it did; if not,
+    /// nothing changed.
+    pub fn inline_indirect_jump_call(&mut self, x: u64, target: u64, f: u32, sp: u64) -> bool {
+        let depth = self.arena[head::DEPTH];
+        let caller = self.arena[head::CTX];
+        if !self.inline_ok()
+            || self.arena[head::NS_CTX] != NO_TAG
+            || depth >= self.arena[head::STACK_CAP]
+            || !self.no_frame_left(sp)
+        {
+            return false;
+        }
+        let Some(callee) = self.called_tag(f) else {
+            return false;
+        };
+        let memo = x as usize * MEMO_WORDS;
+        if self.memos[memo + M_CALL_KEY] != caller | callee << 32
+            || self.memos[memo + M_PLT_TARGET] != target
+        {
+            return false;
+        }
+        let frame_sp = match depth {
             0 => sp,
             _ => self.arena[self.frame_from_top(0)],
         };
-        self.indirect_call(x, y, f, sp, frame_sp, 0)
+        let arc = self.memos[memo + M_CALL_ARC];
+        self.push_call(f, callee, arc, frame_sp, 0);
+        self.inline_done(Some(sp))
     }
 
-    /// The call of [`Tagged::inline_indirect_call`] and
-    /// [`Tagged::inline_indirect_jump_call`].
-    fn indirect_call(
-        &mut self,
-        x: u64,
-        y: u64,
-        f: u32,
-        sp: u64,
-        frame_sp: u64,
-        ret_addr: u64,
-    ) -> bool {
+    /// The call of [`Tagged::inline_indirect_call`].
+    fn indirect_call(&mut self, x: u64, y: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
         let depth = self.arena[head::DEPTH];
         let caller = self.arena[head::CTX];
         if !self.inline_ok()
@@ -821,7 +841,7 @@ impl Tagged<'_> {
             return false;
         }
         let arc = self.memos[memo + M_IN_ARC];
-        self.push_call(f, callee, arc, frame_sp, ret_addr);
+        self.push_call(f, callee, arc, sp, ret_addr);
         self.inline_done(Some(sp))
     }
 

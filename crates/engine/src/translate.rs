@@ -1116,6 +1116,9 @@ impl Builder<'_> {
                         // (Not the resolver's call for its caller.)
                         let calls = !cb.pop_on_jump && crate::emit::inline_recs(cb.recs);
                         let recs = calls.then_some(cb.recs);
+                        if calls {
+                            self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
+                        }
                         self.tagged_after_lookup(|e| e.tagged_jump(cb.id, cb.domain, recs));
                     }
                     None => self.lookup(),

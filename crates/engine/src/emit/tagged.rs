@@ -426,15 +426,15 @@ impl Emitter {
             2
         );
         self.jcc_label(JNE, out);
-        self.indirect_commit(x, recs, FrameSp::Client, ret_addr, out);
+        self.indirect_commit(x, recs, ret_addr, out);
         self.bind(out);
         self.after_lookup_exit();
     }
 
-    /// The call of an inline indirect call or tail call into the target
-    /// whose header is at RCX (not skipped code): the call its memo knows
-    /// from block `x`, its frame's stack pointer `sp`; else to `out`.
-    fn indirect_commit(&mut self, x: u32, recs: u32, sp: FrameSp, ret_addr: u64, out: Label) {
+    /// The call of an inline indirect call into the target whose header is
+    /// at RCX (not skipped code): the call its memo knows from block `x`;
+    /// else to `out`.
+    fn indirect_commit(&mut self, x: u32, recs: u32, ret_addr: u64, out: Label) {
         op!(
             self,
             Mov_r32_rm32,
@@ -460,7 +460,7 @@ impl Emitter {
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
         self.jcc_label(JNE, out);
-        self.commit_call(memo_at(R11, M_IN_ARC), sp, ret_addr);
+        self.commit_call(memo_at(R11, M_IN_ARC), FrameSp::Client, ret_addr);
         self.inline_done(true);
         self.skip_target_entry();
     }
@@ -493,12 +493,34 @@ impl Emitter {
         self.inline_done(true);
         self.skip_target_entry();
         self.jmp_label(out);
-        // A call, into code not skipped.
+        // A call, into code not skipped, that the jumping block's memo
+        // knows (the guest target in S_TAGGED_TARGET).
         self.bind(call);
         if let Some(recs) = recs {
             op!(self, Test_rm8_imm8, flags, 2);
             self.jcc_label(JNE, out);
-            self.indirect_commit(x, recs, FrameSp::TopOrClient, 0, out);
+            op!(
+                self,
+                Mov_r32_rm32,
+                R9D,
+                MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
+            );
+            self.fail_in_handler(out);
+            op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
+            self.jcc_label(JNE, out);
+            self.caller_or_fail(RDX, out);
+            self.room_or_fail(RCX, R10, out);
+            self.callee_tag(recs, out);
+            op!(self, Cmp_rm32_r32, memo(x, M_CALL_KEY), EDX);
+            self.jcc_label(JNE, out);
+            op!(self, Cmp_rm32_r32, memo_high(x, M_CALL_KEY), R10D);
+            self.jcc_label(JNE, out);
+            op!(self, Mov_r64_rm64, RDX, gs(layout::S_TAGGED_TARGET));
+            op!(self, Cmp_rm64_r64, memo(x, M_PLT_TARGET), RDX);
+            self.jcc_label(JNE, out);
+            self.commit_call(memo(x, M_CALL_ARC), FrameSp::TopOrClient, 0);
+            self.inline_done(true);
+            self.skip_target_entry();
         }
         self.bind(out);
         self.after_lookup_exit();

@@ -47,7 +47,7 @@ const SI_KERNEL: i32 = 0x80;
 /// Most instructions an asynchronous signal's thread is stepped through
 /// to reach a clean point (an indirect branch's lookup and probe take a
 /// dozen or two, a handler's trampoline forty, tagged counting's inline
-/// return of four frames a hundred and fifty).
+/// return of six frames two hundred).
 const MAX_STEPS: u32 = 256;
 
 impl Tracer<'_> {
