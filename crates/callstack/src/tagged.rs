@@ -255,7 +255,14 @@ mod tests {
                     }
                     Terminator::IndirectCall => {
                         !y.flow.skip
-                            && rt.inline_indirect_call(x as u64, b as u64, f, sp, xf.flow.end())
+                            && rt.inline_indirect_call(
+                                x as u64,
+                                b as u64,
+                                y.flow.start,
+                                f,
+                                sp,
+                                xf.flow.end(),
+                            )
                     }
                     _ => false,
                 }

@@ -55,34 +55,41 @@ pub const SLOTS_BYTES: u64 = (MAX_BLOCKS * SLOT_WORDS * 8) as u64;
 
 /// Words of a block's *memos*, which translated code's inline calls read
 /// ([`Tagged::enter`] writes them), by index:
-/// * [`M_CALL_KEY`], [`M_CALL_ARC`]: the block's last call from a context
-///   (the caller's tag in the low half, the callee's in the high: a
-///   context's, or a skip record's for a call into skipped code), and its
-///   arc (none for skipped code);
+/// * [`M_CALL_KEY`], [`M_CALL_ARC`], [`M_CALL_TARGET`]: the block's last
+///   call from a context (the caller's tag in the low half, the callee's
+///   in the high: a context's, or a skip record's for a call into skipped
+///   code), its arc (none for skipped code) and the address it entered;
+///   then the call before it from another context ([`M_CALL2`] words on):
+///   a recursive function's call sites run at two levels by turns;
 /// * [`M_PLT_KEY`], [`M_PLT_ARC`], [`M_PLT_TARGET`]: the last call that
 ///   skipped code the block called made (the PLT's jump into its
-///   function), its arc and its target (for a block whose indirect jump
-///   is a tail call, that call's target: the key tells which);
+///   function), its arc and its target;
 /// * [`M_IN_KEY`], [`M_IN_FROM`], [`M_IN_ARC`]: the last call into the
-///   block (its tags, the calling block and the arc), for indirect calls,
-///   whose targets vary where their call site does not.
-pub const MEMO_WORDS: usize = 8;
+///   block (its tags, the calling block and the arc), for indirect calls
+///   whose targets vary more than their call site's two calls keep (an
+///   interpreter's loop calls every operation from one site).
+pub const MEMO_WORDS: usize = 16;
 /// See [`MEMO_WORDS`].
 pub const M_CALL_KEY: usize = 0;
 /// See [`MEMO_WORDS`].
 pub const M_CALL_ARC: usize = 1;
 /// See [`MEMO_WORDS`].
-pub const M_PLT_KEY: usize = 2;
+pub const M_CALL_TARGET: usize = 2;
+/// Where the second call's words are: [`M_CALL_KEY`] + `M_CALL2` and so
+/// on.
+pub const M_CALL2: usize = 3;
 /// See [`MEMO_WORDS`].
-pub const M_PLT_ARC: usize = 3;
+pub const M_PLT_KEY: usize = 6;
 /// See [`MEMO_WORDS`].
-pub const M_PLT_TARGET: usize = 4;
+pub const M_PLT_ARC: usize = 7;
 /// See [`MEMO_WORDS`].
-pub const M_IN_KEY: usize = 5;
+pub const M_PLT_TARGET: usize = 8;
 /// See [`MEMO_WORDS`].
-pub const M_IN_FROM: usize = 6;
+pub const M_IN_KEY: usize = 9;
 /// See [`MEMO_WORDS`].
-pub const M_IN_ARC: usize = 7;
+pub const M_IN_FROM: usize = 10;
+/// See [`MEMO_WORDS`].
+pub const M_IN_ARC: usize = 11;
 /// Bytes of a thread's memos, which lie right before its arena (the
 /// runtime finds them, and the slots before them, from the arena's
 /// address).
@@ -393,12 +400,9 @@ impl Tagged<'_> {
                 // calls and tail calls, direct and indirect, which check
                 // both tags).
                 let key = caller | callee << 32;
-                self.memo(last, M_CALL_KEY, [key, arc]);
+                self.memo_call(last, [key, arc, yf.flow.start]);
                 if real_call {
                     self.memo(y, M_IN_KEY, [key, last, arc]);
-                } else if xf.is_some_and(|x| x.sp_known) {
-                    // A tail call through a pointer: its target too.
-                    self.memo(last, M_PLT_TARGET, [yf.flow.start]);
                 }
             } else if xf.is_some_and(|x| x.flow.skip) && ns_before != NO_TAG && ns_block != NONE {
                 // Skipped code (the PLT) calling out, for the block that
@@ -447,10 +451,32 @@ impl Tagged<'_> {
             // A call into skipped code: the calling block's memo names the
             // skip record, and the skipped code's call out is memoized
             // there next.
-            self.memo(last, M_CALL_KEY, [caller | tag << 32, NONE]);
+            self.memo_call(last, [caller | tag << 32, NONE, yf.flow.start]);
             self.arena[head::NS_BLOCK] = last;
         }
         Ok(())
+    }
+
+    /// A call from block `b` (key, arc, target) becomes its memo's first,
+    /// the first its second unless it was the same key.
+    fn memo_call(&mut self, b: u64, call: [u64; 3]) {
+        let i = b as usize * MEMO_WORDS;
+        if let Some(m) = self.memos.get_mut(i..i + 2 * M_CALL2) {
+            if m[M_CALL_KEY] != call[0] {
+                m.copy_within(M_CALL_KEY..M_CALL2, M_CALL2);
+            }
+            m[..M_CALL2].copy_from_slice(&call);
+        }
+    }
+
+    /// The arc of the call from block `x` its memo's two calls know
+    /// under `key` (into `target`, if given).
+    fn memo_arc(&self, x: u64, key: u64, target: Option<u64>) -> Option<u64> {
+        let m = &self.memos[x as usize * MEMO_WORDS..][..2 * M_CALL2];
+        [0, M_CALL2]
+            .into_iter()
+            .find(|&k| m[k + M_CALL_KEY] == key && target.is_none_or(|t| m[k + M_CALL_TARGET] == t))
+            .map(|k| m[k + M_CALL_ARC])
     }
 
     /// Writes `words` into block `b`'s memos from word `at`.
@@ -734,10 +760,9 @@ impl Tagged<'_> {
         let Some(callee) = self.called_tag(f) else {
             return false;
         };
-        if key != caller | callee << 32 {
+        let Some(arc) = self.memo_arc(x, caller | callee << 32, None) else {
             return false;
-        }
-        let arc = self.memos[memo + M_CALL_ARC];
+        };
         self.push_call(f, callee, arc, frame_sp, ret_addr);
         true
     }
@@ -777,19 +802,27 @@ impl Tagged<'_> {
     }
 
     /// What translated code does inline at an indirect `call` from block
-    /// `x` (returning to `ret_addr`) into block `y` of function `f` (not
-    /// skipped), with the stack pointer `sp` after it: the call `y`'s
-    /// memo knows. Returns whether it did; if not, nothing changed.
-    pub fn inline_indirect_call(&mut self, x: u64, y: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
-        self.indirect_call(x, y, f, sp, ret_addr)
+    /// `x` (returning to `ret_addr`) into block `y` at `target`, of
+    /// function `f` (not skipped), with the stack pointer `sp` after it:
+    /// the call `x`'s memo knows, or `y`'s. Returns whether it did; if
+    /// not, nothing changed.
+    pub fn inline_indirect_call(
+        &mut self,
+        x: u64,
+        y: u64,
+        target: u64,
+        f: u32,
+        sp: u64,
+        ret_addr: u64,
+    ) -> bool {
+        self.indirect_call(x, y, target, f, sp, ret_addr)
     }
 
     /// What translated code does inline at an indirect jump from block `x`
     /// that Callgrind takes for a call (a tail call through a pointer:
     /// into function `f`'s block at `target`, its first block or another
     /// domain's, not skipped), with the stack pointer `sp` there: the call
-    /// `x`'s memo knows (its key and arc, and the target in
-    /// [`M_PLT_TARGET`]: a tail call site calls few functions, a function
+    /// `x`'s memo knows (a tail call site calls few functions, a function
     /// is tail-called from many), its frame at the top frame's stack
     /// pointer (or `sp` without one). Returns whether it did; if not,
     /// nothing changed.
@@ -806,23 +839,27 @@ impl Tagged<'_> {
         let Some(callee) = self.called_tag(f) else {
             return false;
         };
-        let memo = x as usize * MEMO_WORDS;
-        if self.memos[memo + M_CALL_KEY] != caller | callee << 32
-            || self.memos[memo + M_PLT_TARGET] != target
-        {
+        let Some(arc) = self.memo_arc(x, caller | callee << 32, Some(target)) else {
             return false;
-        }
+        };
         let frame_sp = match depth {
             0 => sp,
             _ => self.arena[self.frame_from_top(0)],
         };
-        let arc = self.memos[memo + M_CALL_ARC];
         self.push_call(f, callee, arc, frame_sp, 0);
         self.inline_done(Some(sp))
     }
 
     /// The call of [`Tagged::inline_indirect_call`].
-    fn indirect_call(&mut self, x: u64, y: u64, f: u32, sp: u64, ret_addr: u64) -> bool {
+    fn indirect_call(
+        &mut self,
+        x: u64,
+        y: u64,
+        target: u64,
+        f: u32,
+        sp: u64,
+        ret_addr: u64,
+    ) -> bool {
         let depth = self.arena[head::DEPTH];
         let caller = self.arena[head::CTX];
         if !self.inline_ok()
@@ -835,12 +872,15 @@ impl Tagged<'_> {
         let Some(callee) = self.called_tag(f) else {
             return false;
         };
+        let key = caller | callee << 32;
         let memo = y as usize * MEMO_WORDS;
-        if self.memos[memo + M_IN_KEY] != caller | callee << 32 || self.memos[memo + M_IN_FROM] != x
-        {
-            return false;
-        }
-        let arc = self.memos[memo + M_IN_ARC];
+        let arc = match self.memo_arc(x, key, Some(target)) {
+            Some(arc) => arc,
+            None if self.memos[memo + M_IN_KEY] == key && self.memos[memo + M_IN_FROM] == x => {
+                self.memos[memo + M_IN_ARC]
+            }
+            None => return false,
+        };
         self.push_call(f, callee, arc, sp, ret_addr);
         self.inline_done(Some(sp))
     }

@@ -1095,9 +1095,11 @@ impl Builder<'_> {
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 match self.tagged.filter(|cb| crate::emit::inline_recs(cb.recs)) {
-                    Some(cb) => self.tagged_after_lookup(|e| {
-                        e.tagged_indirect_call(cb.id, next, cb.recs);
-                    }),
+                    Some(cb) => {
+                        // (The call's memo knows its target.)
+                        self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
+                        self.tagged_after_lookup(|e| e.tagged_indirect_call(cb.id, next, cb.recs));
+                    }
                     None => self.lookup(),
                 }
             }

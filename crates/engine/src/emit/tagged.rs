@@ -18,7 +18,8 @@ use super::{based_indexed, gs, gs_indexed, Emitter, Label};
 use crate::layout::{self, AREA_MEMOS, AREA_TAGGED_ARENA};
 use ctxrt::hot;
 use ctxrt::tagged::{head, FRAME_WORDS, INLINE_POPS, MEMO_WORDS, SKIP_TAGS};
-use ctxrt::tagged::{M_CALL_ARC, M_CALL_KEY, M_IN_ARC, M_IN_FROM, M_IN_KEY};
+use ctxrt::tagged::{M_CALL2, M_CALL_ARC, M_CALL_KEY, M_CALL_TARGET};
+use ctxrt::tagged::{M_IN_ARC, M_IN_FROM, M_IN_KEY};
 use ctxrt::tagged::{M_PLT_ARC, M_PLT_KEY, M_PLT_TARGET};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use Register::{ECX, EDX, R10, R10D, R11, R9, R9D, R9L, RAX, RCX, RDX, RSP};
@@ -27,7 +28,10 @@ use Register::{ECX, EDX, R10, R10D, R11, R9, R9D, R9L, RAX, RCX, RDX, RSP};
 const ARC_CALLS: i32 = 8 * 3;
 const ARC_INCLUSIVE: i32 = 8 * 4;
 const FRAME_BYTES: i32 = 8 * FRAME_WORDS as i32;
-const _: () = assert!(FRAME_WORDS == 8 && MEMO_WORDS == 8 && SKIP_TAGS == 1 << 31);
+const _: () = assert!(FRAME_WORDS == 8 && SKIP_TAGS == 1 << 31);
+/// A block id shifted by this is its memos' word offset.
+const MEMO_SHIFT: i32 = MEMO_WORDS.trailing_zeros() as i32;
+const _: () = assert!(1 << MEMO_SHIFT == MEMO_WORDS);
 
 /// Where a block's header words are, from its body (its context entry):
 /// `translate::tagged_header`.
@@ -225,13 +229,12 @@ impl Emitter {
         op!(self, Lea_r64_m, R10, based_indexed(R10, R9, recs, 1));
     }
 
-    /// A call of function R9's context R10 on the arc in `arc` (a memo
-    /// word; its address's registers not RCX nor RDX), returning to
+    /// A call of function R9's context R10 on the arc in R11, returning to
     /// `ret_addr`: the arc's calls, the function's active count, the
     /// frame, counting in the callee (`Tagged::push_call`). RCX and RDX
     /// change.
-    fn commit_call(&mut self, arc: MemoryOperand, sp: FrameSp, ret_addr: u64) {
-        op!(self, Mov_r64_rm64, RDX, arc);
+    fn commit_call(&mut self, sp: FrameSp, ret_addr: u64) {
+        op!(self, Mov_r64_rm64, RDX, R11);
         op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
         op!(self, Add_rm64_imm8, arena_at(RDX, ARC_CALLS), 1);
@@ -263,8 +266,7 @@ impl Emitter {
         op!(self, Mov_r64_rm64, RDX, arena(head::CTX));
         op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
         op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
-        op!(self, Mov_r64_rm64, RDX, arc);
-        op!(self, Mov_rm64_r64, arena_at(RCX, 24), RDX);
+        op!(self, Mov_rm64_r64, arena_at(RCX, 24), R11);
         self.running_ir(RDX);
         op!(self, Mov_rm64_r64, arena_at(RCX, 32), RDX);
         op!(self, Mov_r64_rm64, RDX, arena(head::NS_CTX));
@@ -293,6 +295,35 @@ impl Emitter {
         self.jcc_label(JE, none);
         op!(self, Mov_r64_rm64, r, arena_at(RCX, -FRAME_BYTES));
         self.bind(none);
+    }
+
+    /// R11 = the arc of the call block `x`'s memo knows (either of its
+    /// two) under the key of the caller's tag in EDX and the callee's in
+    /// R10D (and into the guest target in `S_TAGGED_TARGET` if `target`);
+    /// else to `miss`. RCX changes.
+    fn call_memo_arc(&mut self, x: u32, target: bool, miss: Label) {
+        let (second, hit) = (self.new_label(), self.new_label());
+        if target {
+            op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_TARGET));
+        }
+        for (k, next) in [(0, second), (M_CALL2, miss)] {
+            if k != 0 {
+                self.bind(second);
+            }
+            op!(self, Cmp_rm32_r32, memo(x, k + M_CALL_KEY), EDX);
+            self.jcc_label(JNE, next);
+            op!(self, Cmp_rm32_r32, memo_high(x, k + M_CALL_KEY), R10D);
+            self.jcc_label(JNE, next);
+            if target {
+                op!(self, Cmp_rm64_r64, memo(x, k + M_CALL_TARGET), RCX);
+                self.jcc_label(JNE, next);
+            }
+            op!(self, Mov_r64_rm64, R11, memo(x, k + M_CALL_ARC));
+            if k == 0 {
+                self.jmp_label(hit);
+            }
+        }
+        self.bind(hit);
     }
 
     /// The end of every inline transition (`Tagged::inline_done`): the
@@ -350,11 +381,8 @@ impl Emitter {
         match c.skip_site {
             None => {
                 self.callee_tag(c.recs, failed);
-                op!(self, Cmp_rm32_r32, memo(c.block, M_CALL_KEY), EDX);
-                self.jcc_label(JNE, failed);
-                op!(self, Cmp_rm32_r32, memo_high(c.block, M_CALL_KEY), R10D);
-                self.jcc_label(JNE, failed);
-                self.commit_call(memo(c.block, M_CALL_ARC), frame_sp, ret_addr);
+                self.call_memo_arc(c.block, false, failed);
+                self.commit_call(frame_sp, ret_addr);
             }
             Some(site) => {
                 // Into skipped code: the memo names the skip record.
@@ -441,26 +469,35 @@ impl Emitter {
             R9D,
             MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
         );
-        op!(
-            self,
-            Mov_r32_rm32,
-            Register::R11D,
-            MemoryOperand::with_base_displ(RCX, i64::from(HEADER_ID))
-        );
         self.fail_in_handler(out);
         op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
         self.jcc_label(JNE, out);
         self.caller_or_fail(RDX, out);
         self.room_or_fail(RCX, R10, out);
         self.callee_tag(recs, out);
-        op!(self, Shl_rm64_imm8, R11, 3);
+        // The calling block's memo, else the callee's (its id again from
+        // its header).
+        let (callee_memo, commit) = (self.new_label(), self.new_label());
+        self.call_memo_arc(x, true, callee_memo);
+        self.jmp_label(commit);
+        self.bind(callee_memo);
+        op!(self, Mov_r64_rm64, R11, gs(layout::S_TARGET));
+        op!(
+            self,
+            Mov_r32_rm32,
+            Register::R11D,
+            MemoryOperand::with_base_displ(R11, i64::from(HEADER_ID))
+        );
+        op!(self, Shl_rm64_imm8, R11, MEMO_SHIFT);
         op!(self, Cmp_rm32_r32, memo_at(R11, M_IN_KEY), EDX);
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm32_r32, memo_at_high(R11, M_IN_KEY), R10D);
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
         self.jcc_label(JNE, out);
-        self.commit_call(memo_at(R11, M_IN_ARC), FrameSp::Client, ret_addr);
+        op!(self, Mov_r64_rm64, R11, memo_at(R11, M_IN_ARC));
+        self.bind(commit);
+        self.commit_call(FrameSp::Client, ret_addr);
         self.inline_done(true);
         self.skip_target_entry();
     }
@@ -511,14 +548,8 @@ impl Emitter {
             self.caller_or_fail(RDX, out);
             self.room_or_fail(RCX, R10, out);
             self.callee_tag(recs, out);
-            op!(self, Cmp_rm32_r32, memo(x, M_CALL_KEY), EDX);
-            self.jcc_label(JNE, out);
-            op!(self, Cmp_rm32_r32, memo_high(x, M_CALL_KEY), R10D);
-            self.jcc_label(JNE, out);
-            op!(self, Mov_r64_rm64, RDX, gs(layout::S_TAGGED_TARGET));
-            op!(self, Cmp_rm64_r64, memo(x, M_PLT_TARGET), RDX);
-            self.jcc_label(JNE, out);
-            self.commit_call(memo(x, M_CALL_ARC), FrameSp::TopOrClient, 0);
+            self.call_memo_arc(x, true, out);
+            self.commit_call(FrameSp::TopOrClient, 0);
             self.inline_done(true);
             self.skip_target_entry();
         }
@@ -571,7 +602,7 @@ impl Emitter {
         self.jcc_label(JE, out);
         self.room_or_fail(RCX, R10, out);
         self.callee_tag(recs, out);
-        op!(self, Shl_rm64_imm8, R11, 3);
+        op!(self, Shl_rm64_imm8, R11, MEMO_SHIFT);
         op!(self, Cmp_rm32_r32, memo_at(R11, M_PLT_KEY), EDX);
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm32_r32, memo_at_high(R11, M_PLT_KEY), R10D);
@@ -579,7 +610,8 @@ impl Emitter {
         op!(self, Mov_r64_rm64, RDX, gs(layout::S_TAGGED_TARGET));
         op!(self, Cmp_rm64_r64, memo_at(R11, M_PLT_TARGET), RDX);
         self.jcc_label(JNE, out);
-        self.commit_call(memo_at(R11, M_PLT_ARC), FrameSp::Top, 0);
+        op!(self, Mov_r64_rm64, R11, memo_at(R11, M_PLT_ARC));
+        self.commit_call(FrameSp::Top, 0);
         self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
