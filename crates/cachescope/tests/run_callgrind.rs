@@ -474,3 +474,76 @@ fn asynchronous_timer_signals() {
         assert!(levels.is_empty(), "{mode}: {levels:?}");
     }
 }
+
+/// One jump arc's key: (function, source, target function, target,
+/// conditional); positions are lines, or addresses with `--dump-instr`.
+type JumpKey = (String, u64, String, u64, bool);
+
+/// Per jump arc of the fixture's functions: jumps and (for `jcnd=`)
+/// executions, summed over the lines Callgrind writes per context.
+fn jump_arcs(p: &Profile, suffix: &str, by_addr: bool) -> BTreeMap<JumpKey, (u64, u64)> {
+    let names = &p.names;
+    let mut arcs: BTreeMap<JumpKey, (u64, u64)> = BTreeMap::new();
+    for part in &p.parts {
+        for b in &part.blocks {
+            if !names.files.text(b.file).ends_with(suffix) {
+                continue;
+            }
+            let f = names.functions.text(b.function).to_string();
+            for item in &b.items {
+                let Item::Jump(j) = item else { continue };
+                let pos = |p: callgrind::Position| if by_addr { p.addr } else { p.line };
+                let (count, executed, cond) = match j.kind {
+                    callgrind::JumpKind::Always { count } => (count, 0, false),
+                    callgrind::JumpKind::Conditional { taken, executed } => (taken, executed, true),
+                };
+                let to = names.functions.text(j.function).to_string();
+                let e = arcs
+                    .entry((f.clone(), pos(j.source), to, pos(j.target), cond))
+                    .or_default();
+                e.0 += count;
+                e.1 += executed;
+            }
+        }
+    }
+    arcs
+}
+
+/// `--collect-jumps=yes` on loops, conditionals, a jump table and a
+/// conditional tail call (built `-O1`, and `-O0`): per jump arc of the
+/// fixture's functions (function, source line, target, kind), the jumps
+/// and a conditional jump's executions equal Callgrind's; with
+/// `--dump-instr=yes` too, by instruction address (the fixture is built
+/// without PIE, so both load it at the same address). Self Ir and calls
+/// into the fixture's functions stay Callgrind's.
+#[test]
+fn collect_jumps() {
+    let suffix = "fixtures/callgrind/jumps.c";
+    for (flags, options) in [
+        (&["-O1"][..], &["--collect-jumps=yes"][..]),
+        (&["-O0"][..], &["--collect-jumps=yes"][..]),
+        (
+            &["-O1", "-no-pie"][..],
+            &["--collect-jumps=yes", "--dump-instr=yes"][..],
+        ),
+    ] {
+        let (_dir, ours, theirs) = both_with("jumps.c", flags, options);
+        let (a, b) = (read(&ours), read(&theirs));
+        let by_addr = options.contains(&"--dump-instr=yes");
+        let (ja, jb) = (
+            jump_arcs(&a, suffix, by_addr),
+            jump_arcs(&b, suffix, by_addr),
+        );
+        assert!(
+            jb.len() > 10 && jb.keys().any(|k| k.4) && jb.keys().any(|k| !k.4),
+            "{flags:?}: Callgrind's jumps {jb:?}"
+        );
+        assert_eq!(ja, jb, "{flags:?} {options:?}: jumps per arc");
+        // (main's inclusive cost is mostly printf's.)
+        let (mut ga, mut gb) = (graph(&a, suffix), graph(&b, suffix));
+        for g in [&mut ga, &mut gb] {
+            g.arcs_in.retain(|(_, callee), _| callee != "main");
+        }
+        assert_eq!(ga, gb, "{flags:?}");
+    }
+}

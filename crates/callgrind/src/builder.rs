@@ -4,14 +4,16 @@
 //! A tool walking its calling-context tree calls
 //! [`PartBuilder::add_cost`] for each function's self cost at a position
 //! and [`PartBuilder::add_call`] for each arc (call count and inclusive
-//! cost); repeated keys add up. [`PartBuilder::finish`] gives one block per
-//! function in order of first use, its own file's lines first, then each
-//! inlined file's (`fi=`) in order of first use, lines in position order.
+//! cost), and [`PartBuilder::add_jump`] for each jump arc
+//! (`--collect-jumps=yes`); repeated keys add up. [`PartBuilder::finish`]
+//! gives one block per function in order of first use, its own file's
+//! lines first, then each inlined file's (`fi=`) in order of first use,
+//! lines in position order.
 
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
-use crate::model::{Block, Call, Costs, Item, Position};
+use crate::model::{Block, Call, Costs, Item, Jump, JumpKind, Position};
 use crate::names::NameId;
 
 /// A function: object, file, name.
@@ -43,6 +45,10 @@ struct ArcCost {
     inclusive: Costs,
 }
 
+/// Where a jump goes: the target's function and site, and whether the
+/// jump is conditional (`jcnd=`) or not (`jump=`).
+type JumpKey = (usize, Position, Position, NameId, NameId, bool);
+
 /// What is known of one function.
 #[derive(Debug, Default)]
 struct Function {
@@ -50,6 +56,9 @@ struct Function {
     files: Vec<NameId>,
     costs: BTreeMap<(usize, Position), Costs>,
     calls: BTreeMap<(usize, Position, FunctionKey), ArcCost>,
+    /// By (file index, source, target, target file, target function,
+    /// conditional): times jumped, and times the jump was executed.
+    jumps: BTreeMap<JumpKey, (u64, u64)>,
 }
 
 /// Aggregates costs and calls into a part's blocks.
@@ -131,6 +140,35 @@ impl PartBuilder {
         add(&mut arc.inclusive, inclusive);
     }
 
+    /// Adds jumps from `from` at `site` to `target` in function `to` (the
+    /// function's own name, or another's for a jump that leaves the
+    /// context: `jfn=`), with their counts (`kind`).
+    pub fn add_jump(
+        &mut self,
+        from: FunctionKey,
+        site: Site,
+        to: NameId,
+        target: Site,
+        kind: JumpKind,
+    ) {
+        let (f, index) = self.function(from, site.file);
+        let (count, executed, conditional) = match kind {
+            JumpKind::Always { count } => (count, 0, false),
+            JumpKind::Conditional { taken, executed } => (taken, executed, true),
+        };
+        let key = (
+            index,
+            site.position,
+            target.position,
+            target.file,
+            to,
+            conditional,
+        );
+        let e = f.jumps.entry(key).or_default();
+        e.0 += count;
+        e.1 += executed;
+    }
+
     /// The blocks, one per function in order of first use.
     pub fn finish(self) -> Vec<Block> {
         let mut functions = self.functions;
@@ -141,15 +179,41 @@ impl PartBuilder {
                 let mut items = Vec::new();
                 let mut calls = f.calls.into_iter().peekable();
                 let mut costs = f.costs.into_iter().peekable();
+                let mut jumps = f.jumps.into_iter().peekable();
                 for (index, &file) in f.files.iter().enumerate() {
                     if index > 0 {
                         items.push(Item::File(file));
                     }
                     // Calls at a position come before its cost line, as
-                    // Callgrind writes them.
+                    // Callgrind writes them; jumps after it (Callgrind
+                    // writes the cost of the jump's line so far first).
                     loop {
                         let next_call = calls.peek().filter(|c| c.0 .0 == index).map(|c| c.0 .1);
                         let next_cost = costs.peek().filter(|c| c.0 .0 == index).map(|c| c.0 .1);
+                        let next_jump = jumps.peek().filter(|j| j.0 .0 == index).map(|j| j.0 .1);
+                        if let Some(jump) = next_jump {
+                            let before = |p: Option<Position>| p.is_none_or(|p| jump < p);
+                            if before(next_call) && before(next_cost) {
+                                let ((_, source, target, file, function, conditional), n) =
+                                    jumps.next().expect("peeked");
+                                let kind = if conditional {
+                                    JumpKind::Conditional {
+                                        taken: n.0,
+                                        executed: n.1,
+                                    }
+                                } else {
+                                    JumpKind::Always { count: n.0 }
+                                };
+                                items.push(Item::Jump(Jump {
+                                    kind,
+                                    file,
+                                    function,
+                                    target,
+                                    source,
+                                }));
+                                continue;
+                            }
+                        }
                         match (next_call, next_cost) {
                             (Some(call), cost) if cost.is_none_or(|cost| call <= cost) => {
                                 let ((_, site, callee), arc) = calls.next().expect("peeked");
@@ -179,5 +243,76 @@ impl PartBuilder {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Event, Part, Positions, Profile};
+    use crate::WriteOptions;
+
+    #[test]
+    fn jumps_add_up_and_follow_their_line_cost() {
+        let mut p = Profile::default();
+        let file = p.names.files.intern("a.c");
+        let other = p.names.files.intern("b.h");
+        let f = p.names.functions.intern("f");
+        let g = p.names.functions.intern("g");
+        let key = FunctionKey {
+            object: None,
+            file,
+            function: f,
+        };
+        let at = |file, line| Site {
+            file,
+            position: Position { addr: 0, line },
+        };
+        let mut b = PartBuilder::new(1);
+        b.add_cost(key, at(file, 10), &[4]);
+        b.add_cost(key, at(file, 12), &[2]);
+        let cond = |taken, executed| JumpKind::Conditional { taken, executed };
+        let always = |count| JumpKind::Always { count };
+        b.add_jump(key, at(file, 10), f, at(file, 12), cond(3, 5));
+        b.add_jump(key, at(file, 12), f, at(file, 10), always(2));
+        // Another context of the same function: the counts add up.
+        b.add_jump(key, at(file, 10), f, at(file, 12), cond(1, 4));
+        b.add_jump(key, at(file, 12), g, at(other, 7), always(1));
+        let blocks = b.finish();
+        let kinds: Vec<String> = blocks[0]
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::Cost { position, .. } => format!("cost {}", position.line),
+                Item::Jump(j) => format!("{:?} {}->{}", j.kind, j.source.line, j.target.line),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "cost 10",
+                "Conditional { taken: 4, executed: 9 } 10->12",
+                "cost 12",
+                "Always { count: 1 } 12->7",
+                "Always { count: 2 } 12->10",
+            ]
+        );
+        p.parts.push(Part {
+            positions: Positions::default(),
+            events: vec![Event {
+                name: "Ir".into(),
+                long_name: None,
+            }],
+            blocks,
+            ..Part::default()
+        });
+        let text = String::from_utf8(p.to_bytes(WriteOptions::default())).unwrap();
+        assert!(
+            text.contains("10 4\njcnd=4/9 +2 \n* \n+2 2\njfi=(2) b.h\njfn=(2) g\njump=1 -5 \n* \njump=2 -2 \n* \n"),
+            "{text}"
+        );
+        let read = crate::parse(text.as_bytes()).unwrap();
+        assert_eq!(read.parts[0].blocks, p.parts[0].blocks);
     }
 }

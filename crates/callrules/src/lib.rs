@@ -19,4 +19,4 @@ mod flow;
 mod rules;
 
 pub use flow::{Exit, Flow, FnId};
-pub use rules::{enter, level, unwind, Calls, Step};
+pub use rules::{enter, enter_jumping, level, unwind, Calls, Step};

@@ -77,6 +77,7 @@ pub enum Step {
 /// `sp` if known there; `again`: `y` is `x` (a rep string instruction
 /// iterating when `x` falls through). Pops what the entry leaves through
 /// `t` and says what the entry is.
+#[inline]
 pub fn enter<T: Calls>(
     t: &mut T,
     x: Option<&Flow>,
@@ -84,6 +85,23 @@ pub fn enter<T: Calls>(
     sp: Option<u64>,
     again: bool,
 ) -> Step {
+    enter_jumping(t, x, y, sp, again).0
+}
+
+/// [`enter`], and whether the entry is a jump that stays a jump: `x` left
+/// by a jump or fall-through that is no call (it goes to no function's
+/// start, nor into another object or section kind) and unwinds no frame.
+/// Those are the transfers Callgrind's `--collect-jumps=yes` counts
+/// (`jk_Jump` still, at the end of `setup_bbcc`), once the keeper has
+/// told a fall-through (which it does not count) from a jump by where
+/// `x`'s branch went.
+pub fn enter_jumping<T: Calls>(
+    t: &mut T,
+    x: Option<&Flow>,
+    y: &Flow,
+    sp: Option<u64>,
+    again: bool,
+) -> (Step, bool) {
     #[derive(PartialEq)]
     enum Kind {
         None,
@@ -93,7 +111,7 @@ pub fn enter<T: Calls>(
     }
     let mut kind = match x.map(|x| x.exit) {
         None => Kind::None,
-        Some(Exit::FallThrough) if again => return Step::Repeat,
+        Some(Exit::FallThrough) if again => return (Step::Repeat, false),
         Some(Exit::Call) => Kind::Call,
         Some(Exit::Return) => Kind::Return,
         Some(Exit::Jump | Exit::FallThrough) => Kind::Jump,
@@ -157,13 +175,13 @@ pub fn enter<T: Calls>(
         } else {
             unwind(t, sp, pops);
         }
-        return Step::Stay;
+        return (Step::Stay, false);
     }
     if sp.is_some() && unwind(t, sp, 0) > 0 {
-        return Step::Stay;
+        return (Step::Stay, false);
     }
     if kind != Kind::Call {
-        return Step::Stay;
+        return (Step::Stay, kind == Kind::Jump);
     }
     if emulated && t.depth() > 0 {
         push_sp = Some(t.frame_sp(t.depth() - 1));
@@ -172,12 +190,13 @@ pub fn enter<T: Calls>(
         Some(x) if x.exit == Exit::Call => x.end(),
         _ => 0,
     };
-    Step::Call {
+    let step = Step::Call {
         site,
         sp: push_sp,
         ret_addr,
         skip: y.skip,
-    }
+    };
+    (step, false)
 }
 
 /// Pops the frames the stack pointer `sp` has left, and at least
@@ -428,6 +447,33 @@ mod tests {
             enter(&mut s, Some(&rep), &rep, None, false),
             Step::Call { .. }
         ));
+    }
+
+    #[test]
+    fn only_jumps_that_stay_jumps_are_jumps() {
+        let mut s = Stack::default();
+        s.frames.push((0x7ff8, 0x1010, Some(0x100b)));
+        let x = block(2, 0x2000, Exit::Jump, true);
+        let inside = block(2, 0x2010, Exit::Return, false);
+        assert_eq!(
+            enter_jumping(&mut s, Some(&x), &inside, None, false),
+            (Step::Stay, true)
+        );
+        // Into a function's start: a call.
+        let other = block(3, 0x3000, Exit::Return, true);
+        let (step, jump) = enter_jumping(&mut s, Some(&x), &other, None, false);
+        assert!(matches!(step, Step::Call { .. }) && !jump);
+        // Leaving the frame by the stack pointer (longjmp): a return.
+        let back = block(1, 0x1020, Exit::Jump, false);
+        assert_eq!(
+            enter_jumping(&mut s, Some(&x), &back, Some(0x8000), false),
+            (Step::Stay, false)
+        );
+        assert!(s.frames.is_empty());
+        // A return, and a thread's first block, are no jumps.
+        let ret = block(2, 0x2010, Exit::Return, false);
+        assert!(!enter_jumping(&mut s, Some(&ret), &back, None, false).1);
+        assert!(!enter_jumping(&mut s, None, &back, None, false).1);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use crate::tool::CallTool;
 use crate::tree::{NodeId, Snapshot};
 use callgrind::builder::{FunctionKey, PartBuilder, Site};
-use callgrind::{Event, Part, Position, Positions, Profile};
+use callgrind::{Event, JumpKind, Part, Position, Positions, Profile};
 use rustc_hash::FxHashMap;
 use std::rc::Rc;
 
@@ -258,6 +258,36 @@ impl CallTool {
             let target = site(&mut namer, arc.target).position;
             permute_into(&mut c, inclusive);
             builder.add_call(caller, s, callee, target, *calls, &c);
+        }
+        // Jumps go from the block left's last instruction to the entered
+        // block's first. Callgrind leaves out those whose target has no
+        // line when positions are lines alone.
+        for j in &costs.jumps {
+            if !wanted(j.from.0) {
+                continue;
+            }
+            let from = self.block_state(j.from.1);
+            let Some(&source) = from.instrs.last() else {
+                continue;
+            };
+            let Some(&start) = self.block_state(j.to.1).instrs.first() else {
+                continue;
+            };
+            let target = site(&mut namer, start);
+            if !options.dump_instr && target.position.line == 0 {
+                continue;
+            }
+            let s = site(&mut namer, source);
+            let (key, to) = (key_of(&mut namer, j.from.0), key_of(&mut namer, j.to.0));
+            let kind = if from.jumps.conditional() {
+                JumpKind::Conditional {
+                    taken: j.count,
+                    executed: j.executed,
+                }
+            } else {
+                JumpKind::Always { count: j.count }
+            };
+            builder.add_jump(key, s, to.function, target, kind);
         }
         Part {
             positions: Positions {

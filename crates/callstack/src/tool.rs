@@ -33,7 +33,7 @@ use crate::hot::{lookup, Hot, NO_SLOT, SLOW_FROM};
 use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
 use callrules::{Calls, Exit, Flow, Step};
 use costs::{BlockSim, Charge};
-use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Tool};
+use events::{BlockId, BlockInfo, ClientRequest, Needs, Record, SignalEvent, Terminator, Tool};
 use rustc_hash::FxHashMap;
 
 /// Callgrind's options that shape the call graph.
@@ -45,6 +45,9 @@ pub struct CallOptions {
     pub skip_plt: bool,
     /// `--collect-atstart`: threads start collecting (default yes).
     pub collect_atstart: bool,
+    /// `--collect-jumps`: jumps between blocks that stay in a context are
+    /// counted (default no).
+    pub collect_jumps: bool,
 }
 
 impl Default for CallOptions {
@@ -53,6 +56,7 @@ impl Default for CallOptions {
             separate_recs: 2,
             skip_plt: true,
             collect_atstart: true,
+            collect_jumps: false,
         }
     }
 }
@@ -64,6 +68,53 @@ pub(crate) struct BlockState {
     pub instrs: Box<[u64]>,
     /// Data reads and writes of one execution (with a simulation).
     accesses: (u64, u64),
+    /// Which of its exits `--collect-jumps=yes` counts.
+    pub jumps: Jumps,
+}
+
+/// Which exits of a block Callgrind's `--collect-jumps=yes` counts when
+/// control stays in the context by them: its `jk_Jump` exits. A direct or
+/// conditional jump's target counts unless it is the block's end (VEX then
+/// sees a fall-through: `jmp` to the next instruction), an indirect jump's
+/// every target does (its target is no constant); a conditional jump not
+/// taken, a cut block's fall-through and a system call's return do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Jumps {
+    /// None.
+    None,
+    /// The exit to this address, by an unconditional jump.
+    To(u64),
+    /// The exit to this address, by a conditional jump taken.
+    CondTo(u64),
+    /// Every exit (an indirect jump).
+    Any,
+}
+
+impl Jumps {
+    fn of(info: &BlockInfo) -> Jumps {
+        match info.terminator() {
+            Terminator::Jump { target } if target != info.end() => Jumps::To(target),
+            Terminator::CondJump { target } if target != info.end() => Jumps::CondTo(target),
+            Terminator::IndirectJump => Jumps::Any,
+            _ => Jumps::None,
+        }
+    }
+
+    /// Whether control going on at `next` left by a counted exit: `Some`
+    /// of whether that exit is a conditional jump's.
+    fn to(self, next: u64) -> Option<bool> {
+        match self {
+            Jumps::To(t) if t == next => Some(false),
+            Jumps::CondTo(t) if t == next => Some(true),
+            Jumps::Any => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Whether the counted exit is a conditional jump's (`jcnd=`).
+    pub fn conditional(self) -> bool {
+        matches!(self, Jumps::CondTo(_))
+    }
 }
 
 /// One frame of a shadow stack.
@@ -106,6 +157,9 @@ struct Interrupted {
     /// pending one, or the call's frame gets the handler's.
     sp: Option<u64>,
     last_sp: u64,
+    /// Where the interrupted block was charged: a jump it makes after the
+    /// handler returns is from there.
+    charged: (ChargeAt, u64),
 }
 
 /// One thread's state.
@@ -221,6 +275,7 @@ impl ThreadState {
         self.cost = s.cost;
         self.sim_cost = s.sim_cost;
         self.collect = s.collect;
+        self.charged = s.charged;
         self.sp = None;
         Some((s.sp, s.last_sp))
     }
@@ -419,6 +474,7 @@ impl CallTool {
         self.blocks[i] = Some(BlockState {
             instrs: info.instrs().iter().map(|i| i.addr).collect(),
             accesses,
+            jumps: Jumps::of(info),
         });
         let n = info.instrs().len() as u32;
         self.hot[i] = Hot::new(n, flow.domain, flow.exit, flow.entry);
@@ -441,11 +497,14 @@ impl CallTool {
 
     /// Control enters block `y` on the current thread: Callgrind's
     /// decision (`callrules::enter`, which pops the frames it leaves),
-    /// then a call's context and frame, or a first block's root.
-    fn enter(&mut self, y: u32) {
+    /// then a call's context and frame, or a first block's root. Returns
+    /// the run slot of the block left when the entry is a jump
+    /// `--collect-jumps=yes` counts.
+    fn enter(&mut self, y: u32) -> Option<u32> {
         let ti = self.current();
-        let recs = self.options.separate_recs;
+        let (recs, collect_jumps) = (self.options.separate_recs, self.options.collect_jumps);
         let flows = &self.flows;
+        let blocks = &self.blocks;
         let t = &mut self.threads[ti];
         let yb = &flows[y as usize];
         let sp = t.sp.take();
@@ -459,10 +518,10 @@ impl CallTool {
             tree: &mut self.tree,
             recs,
         };
-        let step = callrules::enter(&mut keeper, xb, yb, sp, again);
+        let (step, jumping) = callrules::enter_jumping(&mut keeper, xb, yb, sp, again);
         let Keeper { t, tree, .. } = keeper;
         let (push, call_site, push_sp, ret_addr, skip) = match step {
-            Step::Repeat => return,
+            Step::Repeat => return None,
             Step::Stay => (false, 0, None, 0, false),
             Step::Call {
                 site,
@@ -470,6 +529,16 @@ impl CallTool {
                 ret_addr,
                 skip,
             } => (true, site, sp, ret_addr, skip),
+        };
+        // Counted from the cell of the block left (skipped code has none:
+        // Callgrind never writes out its cells).
+        let jumped_from = match (jumping && collect_jumps, t.last) {
+            (true, Some(x)) => blocks[x as usize]
+                .as_ref()
+                .and_then(|b| b.jumps.to(yb.start))
+                .map(|_| t.charged.0.slot())
+                .filter(|&s| s != NO_SLOT),
+            _ => None,
         };
         let caller = t.node;
         let mut arc = None;
@@ -518,6 +587,7 @@ impl CallTool {
             }
             t.stack.push(frame);
         }
+        jumped_from
     }
 
     /// One block execution the fast path left: Callgrind's decisions
@@ -528,12 +598,20 @@ impl CallTool {
         if self.flows.get(id.0 as usize).is_none_or(|f| !f.described()) {
             self.describe(id, info);
         }
-        self.enter(id.0);
+        let jumped_from = self.enter(id.0);
         let ti = self.current();
         if !self.threads[ti].notices.is_empty() {
             self.notices(ti);
         }
         self.charge(id.0, addrs);
+        if let Some(from) = jumped_from {
+            // Counted whether or not the thread collects, as Callgrind
+            // does (only the cells' executions depend on it).
+            let to = self.threads[ti].charged.0.slot();
+            if to != NO_SLOT {
+                *self.tree.jumps.entry((from, to)).or_default() += 1;
+            }
+        }
         self.settle();
     }
 
@@ -543,6 +621,8 @@ impl CallTool {
         let Some(ti) = self.current else { return };
         let t = &mut self.threads[ti];
         t.stays_from = match t.last {
+            // Jumps are counted on the slow path.
+            _ if self.options.collect_jumps => SLOW_FROM,
             Some(x)
                 if t.sp.is_none()
                     && t.nonskipped.is_none()
@@ -875,6 +955,23 @@ impl CallTool {
                 snap.arc_costs.extend_from_slice(row);
             }
         }
+        // A jump is written with the cell it leaves, when that ran (as
+        // Callgrind writes out the cells that ran, with their jumps); the
+        // others wait for a later dump.
+        let mut jumped: Vec<(u32, u32)> = Vec::new();
+        for (&(from, to), &count) in &tree.jumps {
+            let executed = tree.runs[from as usize];
+            if count > 0 && executed > 0 {
+                jumped.push((from, to));
+                snap.jumps.push(crate::tree::JumpCount {
+                    from: tree.run_keys[from as usize],
+                    to: tree.run_keys[to as usize],
+                    count,
+                    executed,
+                });
+            }
+        }
+        snap.jumps.sort_unstable_by_key(|j| (j.from, j.to));
         if take {
             let keep: Vec<bool> = self
                 .tree
@@ -883,6 +980,9 @@ impl CallTool {
                 .map(|a| !written.contains(&group(a)))
                 .collect();
             self.tree.zero(false);
+            for key in &jumped {
+                self.tree.jumps.remove(key);
+            }
             for (a, keep) in self.tree.arcs.iter_mut().zip(keep) {
                 if !keep {
                     a.calls = 0;
@@ -1251,6 +1351,7 @@ impl Tool for CallTool {
                     collect: t.collect,
                     sp: t.sp,
                     last_sp: t.last_sp,
+                    charged: t.charged,
                 });
                 t.node = NO_NODE;
                 t.last = None;
@@ -1277,7 +1378,9 @@ impl Tool for CallTool {
 mod tests {
     use super::*;
     use crate::classify::{CodeClass, Section};
-    use events::Terminator;
+    use crate::output::OutputOptions;
+    use callgrind::{Item, JumpKind, Profile};
+    use std::rc::Rc;
 
     /// Functions by address range: (start, end, name, object, section).
     #[derive(Clone)]
@@ -1534,6 +1637,113 @@ mod tests {
             a(&[("g", "h", 1, 1), ("g", "h", 1, 3), ("main", "f", 1, 1)])
         );
         assert_eq!(r.tool.threads(), [1, 2]);
+    }
+
+    /// The jumps of the final dump: (from block, to block, count,
+    /// executions of the block left, conditional), by block starts.
+    fn jumps(r: &mut Run) -> Vec<(u64, u64, u64, u64, bool)> {
+        r.tool.finish();
+        let t = &mut r.tool;
+        let dump = t.final_dump();
+        let start = |b: u32| t.block_state(b).instrs[0];
+        dump.costs
+            .jumps
+            .iter()
+            .map(|j| {
+                let cond = t.block_state(j.from.1).jumps.conditional();
+                (start(j.from.1), start(j.to.1), j.count, j.executed, cond)
+            })
+            .collect()
+    }
+
+    fn collecting_jumps() -> Run {
+        let mut r = Run::new();
+        let options = CallOptions {
+            collect_jumps: true,
+            ..CallOptions::default()
+        };
+        r.tool = CallTool::new(options, Box::new(program()));
+        r
+    }
+
+    #[test]
+    fn jumps_that_stay_in_a_context_are_counted() {
+        let mut r = collecting_jumps();
+        r.block(0x1000, 2, CALL_F, Some(0x8000));
+        r.block(0x2000, 1, Terminator::FallThrough, None);
+        // f's loop: taken twice, then not taken (no jump).
+        for _ in 0..3 {
+            r.block(0x2001, 2, Terminator::CondJump { target: 0x2001 }, None);
+        }
+        r.block(0x2003, 1, Terminator::Jump { target: 0x2004 }, None); // to its end
+        r.block(0x2004, 1, Terminator::Jump { target: 0x2010 }, None);
+        r.block(0x2010, 2, Terminator::IndirectJump, Some(0x7ff8));
+        r.block(0x2020, 1, Terminator::Jump { target: 0x3000 }, None); // tail call
+        r.block(0x3000, 1, Terminator::Return, Some(0x7ff8));
+        r.block(0x1002, 1, Terminator::Syscall, None);
+        assert_eq!(
+            jumps(&mut r),
+            [
+                (0x2001, 0x2001, 2, 3, true),
+                (0x2004, 0x2010, 1, 1, false),
+                (0x2010, 0x2020, 1, 1, false),
+            ]
+        );
+        let mut profile = Profile::default();
+        let mut locate = |a: u64| (Rc::from("f.c"), (a & 0xfff) as u32);
+        let part = r
+            .tool
+            .part(&mut profile, OutputOptions::default(), None, &mut locate);
+        let f = profile.names.functions.intern("f");
+        let block = part.blocks.iter().find(|b| b.function == f).unwrap();
+        let written: Vec<_> = block
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Jump(j) => Some((j.source.line, j.target.line, j.kind)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            written,
+            [
+                (
+                    0x2,
+                    0x1,
+                    JumpKind::Conditional {
+                        taken: 2,
+                        executed: 3
+                    }
+                ),
+                (0x4, 0x10, JumpKind::Always { count: 1 }),
+                (0x11, 0x20, JumpKind::Always { count: 1 }),
+            ]
+        );
+        // Without the option, nothing is counted.
+        let mut r = Run::new();
+        r.block(0x2000, 1, Terminator::FallThrough, None);
+        r.block(0x2001, 2, Terminator::CondJump { target: 0x2001 }, None);
+        r.block(0x2001, 2, Terminator::CondJump { target: 0x2001 }, None);
+        assert!(jumps(&mut r).is_empty());
+    }
+
+    #[test]
+    fn a_dump_writes_the_jumps_of_the_cells_that_ran() {
+        let mut r = collecting_jumps();
+        r.block(0x2000, 1, Terminator::FallThrough, None);
+        r.block(0x2001, 1, Terminator::Jump { target: 0x2010 }, None);
+        r.block(0x2010, 1, Terminator::Jump { target: 0x2001 }, None);
+        r.block(0x2001, 1, Terminator::Jump { target: 0x2010 }, None);
+        r.tool
+            .client_request(&ClientRequest::DumpStats { reason: None });
+        r.block(0x2010, 1, Terminator::Syscall, None);
+        let first = &r.tool.take_dumps()[0].costs.jumps;
+        assert_eq!(first.len(), 2);
+        assert_eq!(first.iter().map(|j| j.count).sum::<u64>(), 2);
+        // The jump after the dump is the next dump's.
+        let rest = jumps(&mut r);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].2, 1);
     }
 
     #[test]

@@ -98,6 +98,10 @@ pub struct Tree {
     pub rows: Vec<u64>,
     /// With a simulation: each arc's inclusive costs of every event.
     pub arc_costs: Vec<u64>,
+    /// `--collect-jumps=yes`: jumps from one run slot to another (a
+    /// block left in a context and the one entered, Callgrind's jCC
+    /// between two BBCCs), by (from, to).
+    pub jumps: FxHashMap<(u32, u32), u64>,
 }
 
 /// What identifies a call for [`Tree::call`].
@@ -184,10 +188,26 @@ pub struct Snapshot {
     pub arcs: Vec<(u32, u64)>,
     /// The rows of `arcs`, one after the other (`width` each).
     pub arc_costs: Vec<u64>,
+    /// The jumps (`--collect-jumps=yes`) from the cells that ran.
+    pub jumps: Vec<JumpCount>,
     /// The columns of a row of `extra_costs` and `arc_costs`.
     pub width: usize,
     /// The dump's `summary:` (its threads' costs since their last dump).
     pub summary: Vec<u64>,
+}
+
+/// Jumps from one (context, block) cell to another in a dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JumpCount {
+    /// The context and block left.
+    pub from: (NodeId, u32),
+    /// The context and block entered.
+    pub to: (NodeId, u32),
+    /// How many times.
+    pub count: u64,
+    /// The executions of the block left in its context (a conditional
+    /// jump's `jcnd=` count of executions).
+    pub executed: u64,
 }
 
 impl Tree {
@@ -405,9 +425,12 @@ impl Tree {
     }
 
     /// Sets every cost to zero (a dump or `ZERO_STATS`); nodes, arcs and
-    /// slots stay. Arcs' call counts are zeroed with `calls` (a dump
-    /// zeroes those it wrote itself).
+    /// slots stay. Arcs' call counts and jumps are zeroed with `calls` (a
+    /// dump zeroes those it wrote itself).
     pub fn zero(&mut self, calls: bool) {
+        if calls {
+            self.jumps.clear();
+        }
         self.runs.iter_mut().for_each(|r| *r = 0);
         self.extra.zero();
         self.rows.iter_mut().for_each(|r| *r = 0);

@@ -386,7 +386,7 @@ impl ContextNamer {
 /// not yet faster than the stream on call-heavy programs) and can use it:
 /// not with a simulation (whose events need the stream), nor with what
 /// needs costs in time order (dumps, zeroing and collection switched by
-/// function or by start-up option).
+/// function or by start-up option), nor with `--collect-jumps=yes`.
 pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engine::ContextsConfig> {
     let asked = cg.client_contexts;
     let timed = !cg.toggle_collect.is_empty()
@@ -395,7 +395,9 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
         || !cg.zero_before.is_empty()
         || !cg.calls.collect_atstart
         || !cg.instr_atstart;
-    if !asked || timed || opts.sim.cache_sim || opts.sim.branch_sim {
+    // The client's runtime counts no jumps: the stream path does.
+    let jumps = cg.calls.collect_jumps;
+    if !asked || timed || jumps || opts.sim.cache_sim || opts.sim.branch_sim {
         return None;
     }
     let namer = ContextNamer {
@@ -923,6 +925,25 @@ mod tests {
                 }))
             })
             .collect()
+    }
+
+    #[test]
+    fn jumps_take_the_stream_path() {
+        let args = |jumps: &str| -> Vec<std::ffi::OsString> {
+            ["--tool=callgrind", "--client-contexts=tagged", jumps, "x"]
+                .iter()
+                .map(Into::into)
+                .collect()
+        };
+        let config = |jumps| match crate::run::options::parse(&args(jumps)) {
+            Ok(crate::run::options::Command::Run(r)) => match &r.tool {
+                crate::run::options::RunTool::Callgrind(cg) => contexts_config(&r, cg).is_some(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        assert!(config("--collect-jumps=no"));
+        assert!(!config("--collect-jumps=yes"));
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl CallgrindOptions {
                 _ => bad("expected --export=KIND:FILE".to_string()),
             },
             "--collect-atstart" => flag(value, &mut self.calls.collect_atstart),
+            "--collect-jumps" => flag(value, &mut self.calls.collect_jumps),
             "--instr-atstart" => flag(value, &mut self.instr_atstart),
             "--combine-dumps" => flag(value, &mut self.combine_dumps),
             "--separate-threads" => flag(value, &mut self.separate_threads),
@@ -178,6 +179,7 @@ mod tests {
         let mut o = CallgrindOptions::default();
         assert_eq!(o.out_file, "callgrind.out.%p");
         assert_eq!(o.calls.separate_recs, 2);
+        assert!(!o.calls.collect_jumps);
         assert!(o.calls.skip_plt && o.output.dump_line && !o.output.dump_instr);
         assert!(o.write.compress_strings && o.write.compress_pos);
         for a in [
@@ -207,9 +209,11 @@ mod tests {
             "--fn-skip=x*",
             "--obj-skip=/lib/libc.so.6",
             "--separate-threads=yes",
+            "--collect-jumps=yes",
         ] {
             assert_eq!(o.parse_arg(a), Ok(true), "{a}");
         }
+        assert!(o.calls.collect_jumps);
         assert_eq!(o.toggle_collect, ["a::*", "b"]);
         assert!(!o.calls.collect_atstart && !o.instr_atstart && o.combine_dumps);
         assert!(o.separate_threads);

@@ -298,6 +298,7 @@ pub fn usage(name: &str) -> String {
          \x20   --combine-dumps=no|yes     concatenate dumps into one file [no]\n\
          \x20   --instr-atstart=no|yes     do instrumentation at callgrind start [yes]\n\
          \x20   --collect-atstart=no|yes   collect at process/thread start [yes]\n\
+         \x20   --collect-jumps=no|yes     collect jumps? [no]\n\
          \x20   --toggle-collect=<func>    toggle collection on enter/leave function\n\
          \x20   --export=<kind>:<file>     also write an export of the calling contexts:\n\
          \x20                              folded, svg, speedscope, firefox, stacktree\n\
