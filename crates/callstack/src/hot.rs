@@ -80,6 +80,15 @@ impl Hot {
         }
     }
 
+    /// The block, left only by the slow path (its exits are counted
+    /// there: `--collect-jumps=yes`).
+    pub fn left_slowly(self) -> Hot {
+        Hot {
+            from: SLOW_FROM,
+            ..self
+        }
+    }
+
     /// Whether control going from block `self` to block `next` is neither
     /// a call nor a return, whatever the stacks hold (given no stack
     /// pointer is pending).

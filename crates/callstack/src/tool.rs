@@ -471,13 +471,20 @@ impl CallTool {
                 accesses.1 += u64::from(w);
             }
         }
+        let jumps = Jumps::of(info);
         self.blocks[i] = Some(BlockState {
             instrs: info.instrs().iter().map(|i| i.addr).collect(),
             accesses,
-            jumps: Jumps::of(info),
+            jumps,
         });
         let n = info.instrs().len() as u32;
-        self.hot[i] = Hot::new(n, flow.domain, flow.exit, flow.entry);
+        let hot = Hot::new(n, flow.domain, flow.exit, flow.entry);
+        // Jumps are counted on the slow path.
+        self.hot[i] = if self.options.collect_jumps && jumps != Jumps::None {
+            hot.left_slowly()
+        } else {
+            hot
+        };
         self.flows[i] = flow;
         // A thread whose last block had this id must decide afresh.
         self.unsettle();
@@ -609,7 +616,7 @@ impl CallTool {
             // does (only the cells' executions depend on it).
             let to = self.threads[ti].charged.0.slot();
             if to != NO_SLOT {
-                *self.tree.jumps.entry((from, to)).or_default() += 1;
+                self.tree.jumps.add(from, to);
             }
         }
         self.settle();
@@ -621,8 +628,6 @@ impl CallTool {
         let Some(ti) = self.current else { return };
         let t = &mut self.threads[ti];
         t.stays_from = match t.last {
-            // Jumps are counted on the slow path.
-            _ if self.options.collect_jumps => SLOW_FROM,
             Some(x)
                 if t.sp.is_none()
                     && t.nonskipped.is_none()
@@ -958,11 +963,11 @@ impl CallTool {
         // A jump is written with the cell it leaves, when that ran (as
         // Callgrind writes out the cells that ran, with their jumps); the
         // others wait for a later dump.
-        let mut jumped: Vec<(u32, u32)> = Vec::new();
-        for (&(from, to), &count) in &tree.jumps {
+        let mut jumped: Vec<usize> = Vec::new();
+        for (cell, (from, to), count) in tree.jumps.iter() {
             let executed = tree.runs[from as usize];
             if count > 0 && executed > 0 {
-                jumped.push((from, to));
+                jumped.push(cell);
                 snap.jumps.push(crate::tree::JumpCount {
                     from: tree.run_keys[from as usize],
                     to: tree.run_keys[to as usize],
@@ -980,8 +985,8 @@ impl CallTool {
                 .map(|a| !written.contains(&group(a)))
                 .collect();
             self.tree.zero(false);
-            for key in &jumped {
-                self.tree.jumps.remove(key);
+            for &cell in &jumped {
+                self.tree.jumps.zero_cell(cell);
             }
             for (a, keep) in self.tree.arcs.iter_mut().zip(keep) {
                 if !keep {

@@ -100,8 +100,8 @@ pub struct Tree {
     pub arc_costs: Vec<u64>,
     /// `--collect-jumps=yes`: jumps from one run slot to another (a
     /// block left in a context and the one entered, Callgrind's jCC
-    /// between two BBCCs), by (from, to).
-    pub jumps: FxHashMap<(u32, u32), u64>,
+    /// between two BBCCs).
+    pub jumps: JumpCells,
 }
 
 /// What identifies a call for [`Tree::call`].
@@ -162,6 +162,61 @@ impl Extra {
 
     fn zero(&mut self) {
         self.cells.iter_mut().for_each(|(_, v)| *v = 0);
+    }
+}
+
+/// Jump counts by (from slot, to slot), with each from slot's last cell
+/// in front of the map: a loop's jump finds its cell at once.
+#[derive(Debug, Clone, Default)]
+pub struct JumpCells {
+    index: FxHashMap<(u32, u32), u32>,
+    /// Each cell's (from, to) and count.
+    cells: Vec<((u32, u32), u64)>,
+    /// Per from slot, its last cell plus one (0: none yet).
+    last: Vec<u32>,
+}
+
+impl JumpCells {
+    /// One jump from slot `from` to slot `to`.
+    #[inline]
+    pub fn add(&mut self, from: u32, to: u32) {
+        let f = from as usize;
+        if let Some(&c) = self.last.get(f) {
+            if let Some(cell) = c
+                .checked_sub(1)
+                .and_then(|c| self.cells.get_mut(c as usize))
+            {
+                if cell.0 == (from, to) {
+                    cell.1 += 1;
+                    return;
+                }
+            }
+        }
+        let cells = &mut self.cells;
+        let c = *self.index.entry((from, to)).or_insert_with(|| {
+            cells.push(((from, to), 0));
+            (cells.len() - 1) as u32
+        });
+        cells[c as usize].1 += 1;
+        if self.last.len() <= f {
+            self.last.resize(f + 1, 0);
+        }
+        self.last[f] = c + 1;
+    }
+
+    /// Every (from, to) pair jumped along, with its count (zero after a
+    /// dump wrote it), by cell.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, (u32, u32), u64)> + '_ {
+        self.cells.iter().enumerate().map(|(i, &(k, n))| (i, k, n))
+    }
+
+    /// Zeroes cell `i`'s count.
+    pub fn zero_cell(&mut self, i: usize) {
+        self.cells[i].1 = 0;
+    }
+
+    fn zero(&mut self) {
+        self.cells.iter_mut().for_each(|c| c.1 = 0);
     }
 }
 
@@ -429,7 +484,7 @@ impl Tree {
     /// dump zeroes those it wrote itself).
     pub fn zero(&mut self, calls: bool) {
         if calls {
-            self.jumps.clear();
+            self.jumps.zero();
         }
         self.runs.iter_mut().for_each(|r| *r = 0);
         self.extra.zero();
@@ -447,6 +502,21 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jump_cells_count_per_pair() {
+        let mut j = JumpCells::default();
+        for (from, to) in [(3, 4), (3, 4), (3, 5), (3, 4), (0, 3)] {
+            j.add(from, to);
+        }
+        let counts: Vec<_> = j.iter().map(|(_, k, n)| (k, n)).collect();
+        assert_eq!(counts, [((3, 4), 3), ((3, 5), 1), ((0, 3), 1)]);
+        j.zero_cell(1);
+        j.add(3, 5);
+        assert_eq!(j.iter().nth(1).map(|c| c.2), Some(1));
+        j.zero();
+        assert!(j.iter().all(|c| c.2 == 0));
+    }
 
     #[test]
     fn nodes_arcs_and_slots_are_made_once() {
