@@ -26,7 +26,7 @@ mod fast_entry;
 pub use contexts::{CONTEXT_ENTRY_BYTES, UNCHECKED};
 pub use fast_entry::FastEntry;
 mod tagged;
-pub use tagged::{inline_recs, TaggedCall};
+pub use tagged::{inline_recs, TaggedCall, TaggedStubs};
 mod signals;
 mod smc;
 mod trace;
@@ -317,6 +317,14 @@ impl Emitter {
         let rex = 0x48 | if n >= 8 { 0x04 } else { 0 };
         // ModRM: mod 00, reg r, r/m 101 (RIP-relative disp32).
         self.branch_to(&[rex, 0x8d, (n & 7) << 3 | 5], 4, l);
+    }
+
+    /// `call rel32` to host address `target` (shared code our own
+    /// sequences call, pushing on a stack slot known dead).
+    pub fn call(&mut self, target: u64) {
+        self.raw(&[0xe8, 0, 0, 0, 0]);
+        let end = self.bytes.len();
+        self.set_displacement(end, 4, target);
     }
 
     /// `jcc rel32` with condition code `cc` (0..16) to `l`.

@@ -258,7 +258,14 @@ pub const S_TAGGED_R9: u32 = 0xd8;
 /// Spill slot (tagged counting): the guest target of skipped code's
 /// indirect jump, which its inline call out compares with the memo's.
 pub const S_TAGGED_TARGET: u32 = 0xe0;
-const _: () = assert!(S_TAGGED_TARGET + 8 <= S_SIGNAL_WAITS);
+/// Spill slot (tagged counting): the calling block's id times
+/// `ctxrt::tagged::MEMO_WORDS`, which a direct call's site gives its
+/// shared stub.
+pub const S_TAGGED_BLOCK: u32 = 0xe8;
+/// Spill slot (tagged counting): the callee's function, which a direct
+/// call's site gives its shared stub.
+pub const S_TAGGED_FUNCTION: u32 = 0xf0;
+const _: () = assert!(S_TAGGED_FUNCTION + 8 <= S_SIGNAL_WAITS);
 const _: () = assert!(S_TAGGED_RAX >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!(S_SIGNAL_WAITS >= S_CONTEXT_HOT + 8 * ctxrt::hot::WORDS as u32);
 const _: () = assert!((S_SIGNAL_WAITS as u64) + 8 <= SPILL_BYTES);

@@ -99,6 +99,12 @@ pub trait TransCtx {
         None
     }
 
+    /// Tagged counting: the chunk's shared inline-transition code
+    /// (`None`: each site has its own copy).
+    fn tagged_stubs(&self) -> Option<crate::emit::TaggedStubs> {
+        None
+    }
+
     /// Contexts mode: the id and number in its function of the block about
     /// to be translated at `guest` (`None`: not contexts mode).
     fn contexts(&mut self, guest: u64) -> Result<Option<ContextBlock>, TransError> {
@@ -893,16 +899,33 @@ impl Builder<'_> {
             recs: cb.recs,
             skip_site,
         };
-        self.e.tagged_call(call, done, fail);
-        self.t.quiet.push(start..self.e.here());
-        self.e.bind(done);
-        self.exit_jmp(target);
+        match self.ctx.tagged_stubs().filter(|_| skip_site.is_none()) {
+            Some(stubs) => {
+                // The stub returns past the site's jump when not done.
+                self.e.tagged_call_site(call, stubs, done);
+                self.t.quiet.push(start..self.e.here());
+                self.leaving = true;
+                self.exit_jmp(target);
+                self.leaving = false;
+                self.e.bind(done);
+                self.exit_jmp(target);
+            }
+            None => {
+                self.e.tagged_call(call, done, fail);
+                self.t.quiet.push(start..self.e.here());
+                self.e.bind(done);
+                self.exit_jmp(target);
+                let (site, _) = *self.t.exits.last().expect("just made");
+                self.t.plain_exits.push(site);
+                self.e.bind(fail);
+                self.leaving = true;
+                self.exit_jmp(target);
+                self.leaving = false;
+                return;
+            }
+        }
         let (site, _) = *self.t.exits.last().expect("just made");
         self.t.plain_exits.push(site);
-        self.e.bind(fail);
-        self.leaving = true;
-        self.exit_jmp(target);
-        self.leaving = false;
     }
 
     /// Tagged counting: whether a direct jump from the block being
@@ -1098,7 +1121,14 @@ impl Builder<'_> {
                     Some(cb) => {
                         // (The call's memo knows its target.)
                         self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
-                        self.tagged_after_lookup(|e| e.tagged_indirect_call(cb.id, next, cb.recs));
+                        match self.ctx.tagged_stubs() {
+                            Some(stubs) => self.tagged_after_lookup(|e| {
+                                e.tagged_indirect_call_site(cb.id, stubs);
+                            }),
+                            None => self.tagged_after_lookup(|e| {
+                                e.tagged_indirect_call(cb.id, next, cb.recs);
+                            }),
+                        }
                     }
                     None => self.lookup(),
                 }
@@ -1121,7 +1151,14 @@ impl Builder<'_> {
                         if calls {
                             self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
                         }
-                        self.tagged_after_lookup(|e| e.tagged_jump(cb.id, cb.domain, recs));
+                        match self.ctx.tagged_stubs() {
+                            Some(stubs) => self.tagged_after_lookup(|e| {
+                                e.tagged_jump_site(cb.id, cb.domain, calls, stubs);
+                            }),
+                            None => self.tagged_after_lookup(|e| {
+                                e.tagged_jump(cb.id, cb.domain, recs);
+                            }),
+                        }
                     }
                     None => self.lookup(),
                 }
@@ -1136,7 +1173,12 @@ impl Builder<'_> {
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.e.pop_return(pop);
                 if self.tagged.is_some() {
-                    self.tagged_after_lookup(Emitter::tagged_return);
+                    match self.ctx.tagged_stubs() {
+                        Some(stubs) => self.tagged_after_lookup(|e| {
+                            e.tagged_return_site(stubs.ret);
+                        }),
+                        None => self.tagged_after_lookup(Emitter::tagged_return),
+                    }
                 } else {
                     self.lookup();
                 }

@@ -75,6 +75,33 @@ fn memo_at_high(r: Register, k: usize) -> MemoryOperand {
     gs_indexed(r, AREA_MEMOS as u32 + 8 * k as u32 + 4)
 }
 
+/// Whose memos a sequence reads.
+#[derive(Clone, Copy)]
+enum MemosOf {
+    /// Block id's, known at translation.
+    Block(u32),
+    /// Those of the block whose id times [`MEMO_WORDS`] is in the register.
+    At(Register),
+}
+
+impl MemosOf {
+    /// Word `k` of the memos.
+    fn word(self, k: usize) -> MemoryOperand {
+        match self {
+            MemosOf::Block(id) => memo(id, k),
+            MemosOf::At(r) => memo_at(r, k),
+        }
+    }
+
+    /// The high half of word `k`.
+    fn high(self, k: usize) -> MemoryOperand {
+        match self {
+            MemosOf::Block(id) => memo_high(id, k),
+            MemosOf::At(r) => memo_at_high(r, k),
+        }
+    }
+}
+
 /// `[index*8 + disp]`: a depth to a frame's word offset (FRAME_WORDS is 8).
 fn frame_index(index: Register, disp: i32) -> MemoryOperand {
     MemoryOperand::with_index_scale_displ_size(index, 8, i64::from(disp), 4)
@@ -120,6 +147,57 @@ pub struct TaggedCall {
     /// The callee is skipped code (the PLT), called from this call site.
     pub skip_site: Option<u64>,
 }
+
+/// The shared inline-transition code of a chunk (tagged counting), which
+/// sites call rather than each holding a copy.
+#[derive(Debug, Clone, Copy)]
+pub struct TaggedStubs {
+    /// [`Emitter::tagged_return_stub`].
+    pub ret: u64,
+    /// [`Emitter::tagged_call_stub`] of a call.
+    pub call: u64,
+    /// [`Emitter::tagged_call_stub`] of a jump Callgrind takes for a call.
+    pub jump_call: u64,
+    /// [`Emitter::tagged_indirect_call_stub`].
+    pub indirect_call: u64,
+    /// [`Emitter::tagged_jump_stub`] that keeps the context only.
+    pub jump: u64,
+    /// [`Emitter::tagged_jump_stub`] that may call.
+    pub jump_calls: u64,
+}
+
+/// What a shared stub's work gets from its site.
+#[derive(Clone, Copy)]
+enum SiteArgs {
+    /// Known at translation (the code is the site's own): the calling
+    /// block `x`, and the return address (of an indirect jump: its
+    /// domain's header word).
+    Known { x: u32, ret_addr: u64 },
+    /// In spill slots (`S_TAGGED_BLOCK`, `S_TAGGED_FUNCTION`: the block's
+    /// id for an indirect call, the header word for a jump), the return
+    /// address pushed.
+    Slots,
+}
+
+/// What a call's frame records as its return address.
+#[derive(Clone, Copy)]
+enum RetAddr {
+    /// Known at translation (0 for a jump's call).
+    Known(u64),
+    /// The one the client's `call` pushed, at the stack pointer.
+    Pushed,
+}
+
+/// Bytes from a call stub's return address to where its site goes on
+/// when the call is not done inline: past the site's `jmp rel32` to the
+/// callee's body.
+const CALL_FAIL_SKIP: i32 = 5;
+/// The same for a jump's call stub: past `lea rsp, [rsp + 128]` (8
+/// bytes) and the `jmp rel32`.
+const JUMP_CALL_FAIL_SKIP: i32 = 13;
+/// The red zone a jump's site steps over before it calls its stub (the
+/// jumping function may still have data there).
+const RED_ZONE: i32 = 128;
 
 /// Where a call's frame has its stack pointer.
 #[derive(Clone, Copy)]
@@ -233,7 +311,7 @@ impl Emitter {
     /// `ret_addr`: the arc's calls, the function's active count, the
     /// frame, counting in the callee (`Tagged::push_call`). RCX and RDX
     /// change.
-    fn commit_call(&mut self, sp: FrameSp, ret_addr: u64) {
+    fn commit_call(&mut self, sp: FrameSp, ret_addr: RetAddr) {
         op!(self, Mov_r64_rm64, RDX, R11);
         op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
@@ -256,13 +334,21 @@ impl Emitter {
                 op!(self, Mov_rm64_r64, arena_at(RCX, 0), RDX);
             }
         }
-        op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
-        op!(
-            self,
-            Mov_rm32_imm32,
-            arena_at(RCX, 12),
-            (ret_addr >> 32) as u32
-        );
+        match ret_addr {
+            RetAddr::Known(ret_addr) => {
+                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
+                op!(
+                    self,
+                    Mov_rm32_imm32,
+                    arena_at(RCX, 12),
+                    (ret_addr >> 32) as u32
+                );
+            }
+            RetAddr::Pushed => {
+                op!(self, Mov_r64_rm64, RDX, MemoryOperand::with_base(RSP));
+                op!(self, Mov_rm64_r64, arena_at(RCX, 8), RDX);
+            }
+        }
         op!(self, Mov_r64_rm64, RDX, arena(head::CTX));
         op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
         op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
@@ -302,6 +388,12 @@ impl Emitter {
     /// R10D (and into the guest target in `S_TAGGED_TARGET` if `target`);
     /// else to `miss`. RCX changes.
     fn call_memo_arc(&mut self, x: u32, target: bool, miss: Label) {
+        self.call_memo_arc_of(MemosOf::Block(x), target, miss);
+    }
+
+    /// [`Emitter::call_memo_arc`] of the memos `x` names.
+    fn call_memo_arc_of(&mut self, x: MemosOf, target: bool, miss: Label) {
+        debug_assert!(!(target && matches!(x, MemosOf::At(RCX))));
         let (second, hit) = (self.new_label(), self.new_label());
         if target {
             op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_TARGET));
@@ -310,15 +402,15 @@ impl Emitter {
             if k != 0 {
                 self.bind(second);
             }
-            op!(self, Cmp_rm32_r32, memo(x, k + M_CALL_KEY), EDX);
+            op!(self, Cmp_rm32_r32, x.word(k + M_CALL_KEY), EDX);
             self.jcc_label(JNE, next);
-            op!(self, Cmp_rm32_r32, memo_high(x, k + M_CALL_KEY), R10D);
+            op!(self, Cmp_rm32_r32, x.high(k + M_CALL_KEY), R10D);
             self.jcc_label(JNE, next);
             if target {
-                op!(self, Cmp_rm64_r64, memo(x, k + M_CALL_TARGET), RCX);
+                op!(self, Cmp_rm64_r64, x.word(k + M_CALL_TARGET), RCX);
                 self.jcc_label(JNE, next);
             }
-            op!(self, Mov_r64_rm64, R11, memo(x, k + M_CALL_ARC));
+            op!(self, Mov_r64_rm64, R11, x.word(k + M_CALL_ARC));
             if k == 0 {
                 self.jmp_label(hit);
             }
@@ -382,7 +474,7 @@ impl Emitter {
             None => {
                 self.callee_tag(c.recs, failed);
                 self.call_memo_arc(c.block, false, failed);
-                self.commit_call(frame_sp, ret_addr);
+                self.commit_call(frame_sp, RetAddr::Known(ret_addr));
             }
             Some(site) => {
                 // Into skipped code: the memo names the skip record.
@@ -438,12 +530,175 @@ impl Emitter {
         self.jmp_label(fail);
     }
 
+    /// A direct call's site over the chunk's shared
+    /// [`Emitter::tagged_call_stub`] (not into skipped code: that one is
+    /// inline, [`Emitter::tagged_call`]), right after the `call`'s return
+    /// address is pushed: on at `done` (the callee's body) when done, else
+    /// at the code that follows (the context entry's jump, at `fail`);
+    /// every register and flag as they were either way.
+    pub fn tagged_call_site(&mut self, c: TaggedCall, stubs: TaggedStubs, done: Label) {
+        debug_assert!(c.skip_site.is_none() && c.block < 1 << (31 - MEMO_SHIFT));
+        op!(
+            self,
+            Mov_rm64_imm32,
+            gs(layout::S_TAGGED_BLOCK),
+            (c.block << MEMO_SHIFT) as i32
+        );
+        op!(
+            self,
+            Mov_rm64_imm32,
+            gs(layout::S_TAGGED_FUNCTION),
+            c.function as i32
+        );
+        let below_red_zone = MemoryOperand::with_base_displ(RSP, -i64::from(RED_ZONE));
+        let back = MemoryOperand::with_base_displ(RSP, i64::from(RED_ZONE));
+        match c.ret_addr {
+            Some(_) => {
+                self.call(stubs.call);
+                self.jmp_label(done);
+            }
+            None => {
+                op!(self, Lea_r64_m, RSP, below_red_zone);
+                self.call(stubs.jump_call);
+                let start = self.here();
+                op!(self, Lea_r64_m, RSP, back);
+                debug_assert_eq!(self.here() - start, 8);
+                self.jmp_label(done);
+                op!(self, Lea_r64_m, RSP, back);
+            }
+        }
+    }
+
+    /// The shared code of inline direct calls (`Tagged::inline_call`, or
+    /// `Tagged::inline_jump_call` for a direct jump Callgrind takes for a
+    /// call if `jump`), one copy per chunk, which
+    /// [`Emitter::tagged_call_site`] calls: the calling block's memos
+    /// (its id times [`MEMO_WORDS`]) and the callee's function in spill
+    /// slots; returns past its site's jump to the callee's body if not
+    /// done; every register and flag the site's. `recs` is
+    /// `--separate-recs`.
+    pub fn tagged_call_stub(&mut self, jump: bool, recs: u32) {
+        let failed = self.new_label();
+        // The client's stack pointer while it works (a jump's site stepped
+        // over the red zone).
+        let over = if jump { 8 + RED_ZONE } else { 8 };
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, i64::from(over))
+        );
+        self.keep_registers(&KEPT);
+        op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_FUNCTION));
+        self.fail_in_handler(failed);
+        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
+        self.jcc_label(JNE, failed);
+        self.caller_or_fail(RDX, failed);
+        let (frame_sp, ret_addr) = if jump {
+            self.room_only_or_fail(R11, failed);
+            (FrameSp::TopOrLast, RetAddr::Known(0))
+        } else {
+            self.room_or_fail(R11, RCX, failed);
+            (FrameSp::Client, RetAddr::Pushed)
+        };
+        self.callee_tag(recs, failed);
+        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
+        self.call_memo_arc_of(MemosOf::At(RCX), false, failed);
+        self.commit_call(frame_sp, ret_addr);
+        self.inline_done(!jump);
+        self.restore_registers(&KEPT);
+        self.stub_return(over);
+        self.bind(failed);
+        // (The flags come back from AX.)
+        let skip = if jump {
+            JUMP_CALL_FAIL_SKIP
+        } else {
+            CALL_FAIL_SKIP
+        };
+        op!(
+            self,
+            Add_rm64_imm8,
+            MemoryOperand::with_base_displ(RSP, -i64::from(over)),
+            skip
+        );
+        self.restore_registers(&KEPT);
+        self.stub_return(over);
+    }
+
+    /// A stub's return to its site, the stack pointer `over` bytes above
+    /// the one it was called with.
+    fn stub_return(&mut self, over: i32) {
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, -i64::from(over))
+        );
+        self.raw(&[0xc3]);
+    }
+
     /// An inline indirect call (`Tagged::inline_indirect_call`) from block
     /// `x`, returning to `ret_addr`, reached from its lookup once it found
     /// the target's translation (as [`Emitter::tagged_return`]): the call
     /// the target's memo knows.
     pub fn tagged_indirect_call(&mut self, x: u32, ret_addr: u64, recs: u32) {
         let out = self.new_label();
+        self.indirect_call_body(SiteArgs::Known { x, ret_addr }, recs, out);
+        self.bind(out);
+        self.after_lookup_exit();
+    }
+
+    /// An indirect call's site over the chunk's shared
+    /// [`Emitter::tagged_indirect_call_stub`], reached from its lookup as
+    /// [`Emitter::tagged_indirect_call`] is: the calling block `x`'s
+    /// memos and id in spill slots; then on to `S_TARGET`.
+    pub fn tagged_indirect_call_site(&mut self, x: u32, stubs: TaggedStubs) {
+        self.site_args(x, x);
+        self.call(stubs.indirect_call);
+        self.after_stub_exit();
+    }
+
+    /// The shared code of inline indirect calls (one copy per chunk), as
+    /// [`Emitter::tagged_indirect_call`] with what its site
+    /// ([`Emitter::tagged_indirect_call_site`]) put in spill slots.
+    pub fn tagged_indirect_call_stub(&mut self, recs: u32) {
+        let out = self.new_label();
+        op!(self, Lea_r64_m, RSP, MemoryOperand::with_base_displ(RSP, 8));
+        self.indirect_call_body(SiteArgs::Slots, recs, out);
+        self.bind(out);
+        self.restore_registers(KEPT_AFTER_LOOKUP);
+        self.stub_return(8);
+    }
+
+    /// `S_TAGGED_BLOCK` = block `x`'s memos, `S_TAGGED_FUNCTION` = `word`:
+    /// what a site gives its shared stub.
+    fn site_args(&mut self, x: u32, word: u32) {
+        debug_assert!(x < 1 << (31 - MEMO_SHIFT) && word < 1 << 31);
+        op!(
+            self,
+            Mov_rm64_imm32,
+            gs(layout::S_TAGGED_BLOCK),
+            (x << MEMO_SHIFT) as i32
+        );
+        op!(
+            self,
+            Mov_rm64_imm32,
+            gs(layout::S_TAGGED_FUNCTION),
+            word as i32
+        );
+    }
+
+    /// After a shared stub returned to a site past a lookup: the client's
+    /// RAX and RCX back, on to the translation in `S_TARGET`.
+    fn after_stub_exit(&mut self) {
+        self.load_gs(RCX, layout::S_RCX);
+        self.load_gs(RAX, layout::S_RAX);
+        self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_TARGET)));
+    }
+
+    /// [`Emitter::tagged_indirect_call`]'s work, on to `out` done or not,
+    /// with [`KEPT_AFTER_LOOKUP`] kept.
+    fn indirect_call_body(&mut self, args: SiteArgs, recs: u32, out: Label) {
         self.keep_registers(KEPT_AFTER_LOOKUP);
         // The target (not skipped code): its function and id.
         op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
@@ -454,15 +709,13 @@ impl Emitter {
             2
         );
         self.jcc_label(JNE, out);
-        self.indirect_commit(x, recs, ret_addr, out);
-        self.bind(out);
-        self.after_lookup_exit();
+        self.indirect_commit(args, recs, out);
     }
 
     /// The call of an inline indirect call into the target whose header is
-    /// at RCX (not skipped code): the call its memo knows from block `x`;
-    /// else to `out`.
-    fn indirect_commit(&mut self, x: u32, recs: u32, ret_addr: u64, out: Label) {
+    /// at RCX (not skipped code): the call its memo knows from the block
+    /// `args` names; else to `out`.
+    fn indirect_commit(&mut self, args: SiteArgs, recs: u32, out: Label) {
         op!(
             self,
             Mov_r32_rm32,
@@ -478,7 +731,8 @@ impl Emitter {
         // The calling block's memo, else the callee's (its id again from
         // its header).
         let (callee_memo, commit) = (self.new_label(), self.new_label());
-        self.call_memo_arc(x, true, callee_memo);
+        let memos = self.site_memos(args);
+        self.call_memo_arc_of(memos, true, callee_memo);
         self.jmp_label(commit);
         self.bind(callee_memo);
         op!(self, Mov_r64_rm64, R11, gs(layout::S_TARGET));
@@ -493,13 +747,37 @@ impl Emitter {
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm32_r32, memo_at_high(R11, M_IN_KEY), R10D);
         self.jcc_label(JNE, out);
-        op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
+        match args {
+            SiteArgs::Known { x, .. } => {
+                op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
+            }
+            SiteArgs::Slots => {
+                op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_FUNCTION));
+                op!(self, Cmp_rm64_r64, memo_at(R11, M_IN_FROM), RCX);
+            }
+        }
         self.jcc_label(JNE, out);
         op!(self, Mov_r64_rm64, R11, memo_at(R11, M_IN_ARC));
         self.bind(commit);
+        let ret_addr = match args {
+            SiteArgs::Known { ret_addr, .. } => RetAddr::Known(ret_addr),
+            SiteArgs::Slots => RetAddr::Pushed,
+        };
         self.commit_call(FrameSp::Client, ret_addr);
         self.inline_done(true);
         self.skip_target_entry();
+    }
+
+    /// The calling block's memos, as `args` gives them (R11 loaded with
+    /// them from `S_TAGGED_BLOCK`).
+    fn site_memos(&mut self, args: SiteArgs) -> MemosOf {
+        match args {
+            SiteArgs::Known { x, .. } => MemosOf::Block(x),
+            SiteArgs::Slots => {
+                op!(self, Mov_r64_rm64, R11, gs(layout::S_TAGGED_BLOCK));
+                MemosOf::At(R11)
+            }
+        }
     }
 
     /// An inline indirect jump from block `x`, code of `domain`, reached
@@ -510,7 +788,64 @@ impl Emitter {
     /// target's memo knows (`Tagged::inline_indirect_jump_call`; `recs`
     /// `--separate-recs`, `None` for none inline).
     pub fn tagged_jump(&mut self, x: u32, domain: u32, recs: Option<u32>) {
-        let (out, call) = (self.new_label(), self.new_label());
+        let out = self.new_label();
+        let word = crate::translate::header_word(domain, false, false);
+        let args = SiteArgs::Known {
+            x,
+            ret_addr: word.into(),
+        };
+        self.jump_body(args, recs, out);
+        self.bind(out);
+        self.after_lookup_exit();
+    }
+
+    /// An indirect jump's site over the chunk's shared
+    /// [`Emitter::tagged_jump_stub`] (`calls`: the one that may call),
+    /// reached from its lookup as [`Emitter::tagged_jump`] is: over the
+    /// red zone (the jumping function may still have data there), then on
+    /// to `S_TARGET`.
+    pub fn tagged_jump_site(&mut self, x: u32, domain: u32, calls: bool, stubs: TaggedStubs) {
+        self.site_args(x, crate::translate::header_word(domain, false, false));
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, -i64::from(RED_ZONE))
+        );
+        self.call(if calls { stubs.jump_calls } else { stubs.jump });
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, i64::from(RED_ZONE))
+        );
+        self.after_stub_exit();
+    }
+
+    /// The shared code of inline indirect jumps (one copy per chunk, and
+    /// `recs` `Some` for the one that may call), as
+    /// [`Emitter::tagged_jump`] with what its site
+    /// ([`Emitter::tagged_jump_site`]) put in spill slots.
+    pub fn tagged_jump_stub(&mut self, recs: Option<u32>) {
+        let out = self.new_label();
+        let over = 8 + RED_ZONE;
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, i64::from(over))
+        );
+        self.jump_body(SiteArgs::Slots, recs, out);
+        self.bind(out);
+        self.restore_registers(KEPT_AFTER_LOOKUP);
+        self.stub_return(over);
+    }
+
+    /// [`Emitter::tagged_jump`]'s work, on to `out` done or not, with
+    /// [`KEPT_AFTER_LOOKUP`] kept; `args`' word the header word of the
+    /// jumping block's domain.
+    fn jump_body(&mut self, args: SiteArgs, recs: Option<u32>, out: Label) {
+        let call = self.new_label();
         self.keep_registers(KEPT_AFTER_LOOKUP);
         // Not a function's start nor another domain (skipped or not): the
         // context stays.
@@ -518,8 +853,14 @@ impl Emitter {
         let flags = MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FLAGS));
         op!(self, Mov_r32_rm32, R10D, flags);
         op!(self, And_rm32_imm8, R10D, !2);
-        let want = crate::translate::header_word(domain, false, false);
-        op!(self, Cmp_rm32_imm32, R10D, want);
+        match args {
+            SiteArgs::Known { ret_addr: word, .. } => {
+                op!(self, Cmp_rm32_imm32, R10D, word as u32);
+            }
+            SiteArgs::Slots => {
+                op!(self, Cmp_r32_rm32, R10D, gs(layout::S_TAGGED_FUNCTION));
+            }
+        }
         self.jcc_label(JNE, call);
         self.fail_in_handler(out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
@@ -548,13 +889,12 @@ impl Emitter {
             self.caller_or_fail(RDX, out);
             self.room_or_fail(RCX, R10, out);
             self.callee_tag(recs, out);
-            self.call_memo_arc(x, true, out);
-            self.commit_call(FrameSp::TopOrClient, 0);
+            let memos = self.site_memos(args);
+            self.call_memo_arc_of(memos, true, out);
+            self.commit_call(FrameSp::TopOrClient, RetAddr::Known(0));
             self.inline_done(true);
             self.skip_target_entry();
         }
-        self.bind(out);
-        self.after_lookup_exit();
     }
 
     /// Skipped code's inline call out (`Tagged::inline_skipped_call`):
@@ -611,7 +951,7 @@ impl Emitter {
         op!(self, Cmp_rm64_r64, memo_at(R11, M_PLT_TARGET), RDX);
         self.jcc_label(JNE, out);
         op!(self, Mov_r64_rm64, R11, memo_at(R11, M_PLT_ARC));
-        self.commit_call(FrameSp::Top, 0);
+        self.commit_call(FrameSp::Top, RetAddr::Known(0));
         self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
@@ -626,7 +966,39 @@ impl Emitter {
     /// entry decides. Ends by jumping to `S_TARGET` with the client's
     /// registers and flags back.
     pub fn tagged_return(&mut self) {
-        let (out, popped) = (self.new_label(), self.new_label());
+        let out = self.new_label();
+        self.tagged_return_body(out);
+        self.bind(out);
+        self.after_lookup_exit();
+    }
+
+    /// The shared code of inline returns ([`Emitter::tagged_return`]'s
+    /// work, one copy per chunk: a return site calls it, so that the
+    /// code cache holds one, not one per return): called right after the
+    /// lookup (the return's stack slot and those under it are dead, so the
+    /// call may push there); returns with every register and flag the
+    /// site's, `S_TARGET` past the context entry if it was done.
+    pub fn tagged_return_stub(&mut self) {
+        let out = self.new_label();
+        // The client's stack pointer while it works.
+        op!(self, Lea_r64_m, RSP, MemoryOperand::with_base_displ(RSP, 8));
+        self.tagged_return_body(out);
+        self.bind(out);
+        self.restore_registers(KEPT_AFTER_LOOKUP);
+        self.stub_return(8);
+    }
+
+    /// A return site over the shared [`Emitter::tagged_return_stub`] at
+    /// `stub`: then on to `S_TARGET` with the client's RAX and RCX back.
+    pub fn tagged_return_site(&mut self, stub: u64) {
+        self.call(stub);
+        self.after_stub_exit();
+    }
+
+    /// [`Emitter::tagged_return`]'s work, on to `out` done or not, with
+    /// [`KEPT_AFTER_LOOKUP`] kept.
+    fn tagged_return_body(&mut self, out: Label) {
+        let popped = self.new_label();
         let (scan, commit, next, committed) = (
             self.new_label(),
             self.new_label(),
@@ -704,7 +1076,5 @@ impl Emitter {
         op!(self, Sub_rm64_r64, arena(head::DEPTH), R10);
         self.inline_done(true);
         self.skip_target_entry();
-        self.bind(out);
-        self.after_lookup_exit();
     }
 }

@@ -11,7 +11,7 @@
 
 use super::Injector;
 use crate::client_mem::ClientMemory;
-use crate::emit::Emitter;
+use crate::emit::{Emitter, TaggedStubs};
 use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
 use crate::EngineError;
 use rustc_hash::FxHashMap as HashMap;
@@ -49,6 +49,9 @@ pub(super) struct Chunk {
     /// The shared exit of failed self-modifying-code checks, made in the
     /// aux area when the first checked block goes into the chunk.
     smc_stub: Option<u64>,
+    /// Tagged counting's shared inline-transition code, made in the aux
+    /// area when the first block of tagged counting goes into the chunk.
+    tagged_stubs: Option<TaggedStubs>,
     /// Code below this address has been released from the tool's mapping
     /// (see [`CodeCache::release_written`]).
     released: u64,
@@ -242,6 +245,7 @@ impl CodeCache {
             probe_stub,
             flush_stub,
             smc_stub: None,
+            tagged_stubs: None,
             released: base,
         });
         self.chunks.len() - 1
@@ -314,6 +318,37 @@ impl CodeCache {
         let (at, _) = self.put_aux(ci, mem, |e| e.miss_stub(layout::MAGIC_SMC));
         self.chunks[ci].smc_stub = Some(at);
         at
+    }
+
+    /// Tagged counting's shared code of chunk `ci` (made on first use),
+    /// and the host range it was made in if it is new (a quiet range).
+    /// (`recs`: `--separate-recs`.)
+    pub fn tagged_stubs(
+        &mut self,
+        ci: usize,
+        recs: u32,
+        mem: &mut dyn ClientMemory,
+    ) -> (TaggedStubs, Option<std::ops::Range<u64>>) {
+        if let Some(s) = self.chunks[ci].tagged_stubs {
+            return (s, None);
+        }
+        // Laid out together (the aux area grows down): one quiet range.
+        let (jump_call, end) = self.put_aux(ci, mem, |e| e.tagged_call_stub(true, recs));
+        let (call, _) = self.put_aux(ci, mem, |e| e.tagged_call_stub(false, recs));
+        let (indirect_call, _) = self.put_aux(ci, mem, |e| e.tagged_indirect_call_stub(recs));
+        let (jump, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(None));
+        let (jump_calls, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(Some(recs)));
+        let (ret, _) = self.put_aux(ci, mem, Emitter::tagged_return_stub);
+        let stubs = TaggedStubs {
+            ret,
+            call,
+            jump_call,
+            indirect_call,
+            jump,
+            jump_calls,
+        };
+        self.chunks[ci].tagged_stubs = Some(stubs);
+        (stubs, Some(ret..end))
     }
 
     /// The guest target of the exit stub that stopped at `rip`.

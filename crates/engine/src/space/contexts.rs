@@ -111,6 +111,16 @@ impl Contexts {
             .is_some_and(|(_, &end)| host < end)
     }
 
+    /// `--separate-recs`.
+    pub fn separate_recs(&self) -> u32 {
+        self.separate_recs
+    }
+
+    /// Whether this is tagged counting.
+    pub fn tagged(&self) -> bool {
+        self.tagged
+    }
+
     /// Tagged counting: `ranges` of a translation are inline calls and
     /// returns.
     pub fn add_quiet(&mut self, ranges: &[std::ops::Range<u64>]) {

@@ -605,6 +605,15 @@ impl Space {
         };
         let smc_stub = Modules::needs_check(&m, self.smc_check, self.stack_pointer)
             .then(|| self.cache.smc_stub(ci, &mut *self.mem));
+        let tagged_stubs = match self.contexts.as_mut() {
+            Some(c) if c.tagged() && self.instrumented => {
+                let recs = c.separate_recs();
+                let (stubs, made) = self.cache.tagged_stubs(ci, recs, &mut *self.mem);
+                c.add_quiet(made.as_slice());
+                Some(stubs)
+            }
+            _ => None,
+        };
         let host = self.cache.chunk(ci).code_next;
         let mut literals = Vec::new();
         let contexts = match self.contexts.as_mut() {
@@ -624,6 +633,7 @@ impl Space {
             tracing: self.tracing.as_mut(),
             instrumented: self.instrumented,
             smc_stub,
+            tagged_stubs,
             modules: &mut self.modules,
             mem: &mut *self.mem,
             contexts,
@@ -793,6 +803,8 @@ struct Ctx<'a> {
     instrumented: bool,
     /// The chunk's SMC stub, when the block gets a check.
     smc_stub: Option<u64>,
+    /// The chunk's shared code of tagged counting.
+    tagged_stubs: Option<crate::emit::TaggedStubs>,
     /// What `stable_code` reads through.
     modules: &'a mut Modules,
     mem: &'a mut dyn ClientMemory,
@@ -862,6 +874,9 @@ impl TransCtx for Ctx<'_> {
     }
     fn probe_stub(&self) -> u64 {
         self.chunk.probe_stub
+    }
+    fn tagged_stubs(&self) -> Option<crate::emit::TaggedStubs> {
+        self.tagged_stubs
     }
     fn count_lookups(&self) -> bool {
         self.count_lookups
