@@ -357,12 +357,16 @@ fn trace_children_profiles_exec_d_programs() {
 #[test]
 fn stats_report_the_engine_and_in_trace_mode_the_records() {
     let dir = TempDir::new("stats");
+    let out = "--callgrind-out-file=/dev/null";
     for (args, traced) in [
-        (["--cache-sim=no", "--cachegrind-out-file=/dev/null"], false),
-        (["--cache-sim=yes", "--cachegrind-out-file=/dev/null"], true),
-        (["--tool=callgrind", "--callgrind-out-file=/dev/null"], true),
+        (&["--cache-sim=no", "--cachegrind-out-file=/dev/null"][..], false),
+        (&["--cache-sim=yes", "--cachegrind-out-file=/dev/null"], true),
+        // Callgrind's calling contexts in the client (the default), or by
+        // the tool from the stream.
+        (&["--tool=callgrind", out], false),
+        (&["--tool=callgrind", out, "--client-contexts=no"], true),
     ] {
-        let r = cs(&dir, &["-q", "--stats=yes", args[0], args[1], "true"]);
+        let r = cs(&dir, &[&["-q", "--stats=yes"], args, &["true"]].concat());
         assert_eq!(r.end, End::Code(0), "{args:?}");
         let err = r.stderr_text();
         assert!(err.contains("engine: translated "), "{args:?}: {err}");

@@ -81,7 +81,11 @@ fn assert_same(stream: &Costs, client: &Costs, what: &str) {
 /// file (`--separate-threads=yes`, its `-NN` suffix).
 fn all_of(dir: &TempDir, exe: &std::path::Path, thread: Option<&str>) -> [Costs; 3] {
     let mut got = Vec::new();
-    let modes = [None, Some(CLIENT_MODES[0]), Some(CLIENT_MODES[1])];
+    let modes = [
+        Some("--client-contexts=no"),
+        Some(CLIENT_MODES[0]),
+        Some(CLIENT_MODES[1]),
+    ];
     for (i, extra) in modes.into_iter().enumerate() {
         let name = format!("run{i}");
         let file = dir.join(&format!("{name}.out"));

@@ -21,7 +21,7 @@ use profile::output::{write_output, OutputError};
 use symbols::{Mapping, NameOptions, ObjectInfo, SectionKind, Symbolizer, UNKNOWN};
 
 use super::attribute;
-use super::cgopts::CallgrindOptions;
+use super::cgopts::{CallgrindOptions, ClientContexts};
 use super::options::RunOptions;
 use super::skip::glob_match;
 use super::CgSink;
@@ -381,14 +381,20 @@ impl ContextNamer {
     }
 }
 
-/// Contexts mode, when the run asks for it (`--client-contexts=yes`, while
-/// it is being built: signal handlers do not start roots yet, and it is
-/// not yet faster than the stream on call-heavy programs) and can use it:
-/// not with a simulation (whose events need the stream), nor with what
-/// needs costs in time order (dumps, zeroing and collection switched by
-/// function or by start-up option), nor with `--collect-jumps=yes`.
+/// The client's contexts, when the run can use them: not with a
+/// simulation (whose events need the stream), nor with what needs costs
+/// in time order (dumps, zeroing and collection switched by function or by
+/// start-up option), nor with `--collect-jumps=yes`. By default
+/// (`--client-contexts=auto`) tagged counting, where no export needs the
+/// calling-context tree; contexts mode (the tree) only when asked.
 pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engine::ContextsConfig> {
-    let asked = cg.client_contexts;
+    let flat = cg.exports.is_empty();
+    let (asked, tagged) = match cg.client_contexts {
+        ClientContexts::Auto => (flat, true),
+        ClientContexts::No => (false, false),
+        ClientContexts::Yes => (true, false),
+        ClientContexts::Tagged => (true, true),
+    };
     let timed = !cg.toggle_collect.is_empty()
         || !cg.dump_before.is_empty()
         || !cg.dump_after.is_empty()
@@ -415,8 +421,8 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
         separate_recs: cg.calls.separate_recs,
         // The exports read the calling-context tree; Callgrind's profile
         // needs only its (function, level) contexts.
-        flat: cg.exports.is_empty(),
-        tagged: cg.tagged_contexts && cg.exports.is_empty(),
+        flat,
+        tagged: tagged && flat,
     })
 }
 

@@ -40,14 +40,26 @@ pub struct CallgrindOptions {
     pub obj_skip: Vec<String>,
     /// `--separate-threads`: a file (or part) per thread (default no).
     pub separate_threads: bool,
-    /// `--client-contexts=yes` (ours, default no while it is being built,
-    /// `docs/client-contexts.md`): the client keeps its calling contexts
-    /// itself instead of streaming every block to the tool;
-    /// `--client-contexts=tagged` with tagged counting (`ctxrt::tagged`,
-    /// where nothing needs the calling-context tree).
-    pub client_contexts: bool,
-    /// `--client-contexts=tagged`.
-    pub tagged_contexts: bool,
+    /// `--client-contexts` (ours, `docs/client-contexts.md`): whether the
+    /// client keeps its calling contexts itself instead of streaming every
+    /// block to the tool.
+    pub client_contexts: ClientContexts,
+}
+
+/// `--client-contexts=auto|no|yes|tagged`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientContexts {
+    /// The default: tagged counting where it can do the run (no export
+    /// needs the calling-context tree), else the stream.
+    #[default]
+    Auto,
+    /// The stream: every block to the tool.
+    No,
+    /// Contexts mode: the client keeps the calling-context tree.
+    Yes,
+    /// Tagged counting (`ctxrt::tagged`), contexts mode where an export
+    /// needs the tree.
+    Tagged,
 }
 
 impl Default for CallgrindOptions {
@@ -68,8 +80,7 @@ impl Default for CallgrindOptions {
             fn_skip: Vec::new(),
             obj_skip: Vec::new(),
             separate_threads: false,
-            client_contexts: false,
-            tagged_contexts: false,
+            client_contexts: ClientContexts::Auto,
         }
     }
 }
@@ -131,13 +142,15 @@ impl CallgrindOptions {
             "--instr-atstart" => flag(value, &mut self.instr_atstart),
             "--combine-dumps" => flag(value, &mut self.combine_dumps),
             "--separate-threads" => flag(value, &mut self.separate_threads),
-            "--client-contexts" if value == "tagged" => {
-                (self.client_contexts, self.tagged_contexts) = (true, true);
-                Ok(true)
-            }
             "--client-contexts" => {
-                self.tagged_contexts = false;
-                flag(value, &mut self.client_contexts)
+                self.client_contexts = match value {
+                    "auto" => ClientContexts::Auto,
+                    "no" => ClientContexts::No,
+                    "yes" => ClientContexts::Yes,
+                    "tagged" => ClientContexts::Tagged,
+                    _ => return bad(format!("expected auto, no, yes or tagged, not '{value}'")),
+                };
+                Ok(true)
             }
             "--toggle-collect" | "--dump-before" | "--dump-after" | "--zero-before"
             | "--fn-skip" | "--obj-skip" => {

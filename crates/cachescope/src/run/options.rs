@@ -303,6 +303,10 @@ pub fn usage(name: &str) -> String {
          \x20   --export=<kind>:<file>     also write an export of the calling contexts:\n\
          \x20                              folded, svg, speedscope, firefox, stacktree\n\
          \x20   --export-inline=no|yes     inline frames from DWARF in exports [no]\n\
+         \x20   --client-contexts=auto|no|yes|tagged  where calling contexts are kept:\n\
+         \x20                              in the client (tagged counting, or the tree\n\
+         \x20                              with yes) or by the tool (no) [auto: tagged\n\
+         \x20                              unless an export needs the tree]\n\
          \n\
          \x20 Other modes: cachescope replay|annotate|merge|diff|export ...\n"
     )
