@@ -359,8 +359,14 @@ fn stats_report_the_engine_and_in_trace_mode_the_records() {
     let dir = TempDir::new("stats");
     let out = "--callgrind-out-file=/dev/null";
     for (args, traced) in [
-        (&["--cache-sim=no", "--cachegrind-out-file=/dev/null"][..], false),
-        (&["--cache-sim=yes", "--cachegrind-out-file=/dev/null"], true),
+        (
+            &["--cache-sim=no", "--cachegrind-out-file=/dev/null"][..],
+            false,
+        ),
+        (
+            &["--cache-sim=yes", "--cachegrind-out-file=/dev/null"],
+            true,
+        ),
         // Callgrind's calling contexts in the client (the default), or by
         // the tool from the stream.
         (&["--tool=callgrind", out], false),
