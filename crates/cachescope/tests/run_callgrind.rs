@@ -111,12 +111,24 @@ fn ours_into(dir: &TempDir, exe: &Path, out: &Path, options: &[&str]) -> String 
 /// to `library_bound` are not compared (they are mostly library work that
 /// depends on the objects loaded, which Valgrind's preloads change).
 fn compare(src: &str, flags: &[&str], library_bound: &[&str]) {
-    let (_dir, ours, theirs) = both(src, flags);
+    compare_with(src, flags, &[], library_bound);
+}
+
+/// The function of a context's name (`fib` of `fib'2` or of
+/// `fib'main'(below main)`).
+fn function_of(name: &str) -> &str {
+    name.split('\'').next().unwrap_or(name)
+}
+
+/// As [`compare`], with Callgrind options `options`; `library_bound`
+/// names functions, whatever their contexts. Returns Callgrind's graph.
+fn compare_with(src: &str, flags: &[&str], options: &[&str], library_bound: &[&str]) -> Graph {
+    let (_dir, ours, theirs) = both_with(src, flags, options);
     let suffix = format!("fixtures/callgrind/{src}");
     let (mut us, mut them) = (graph(&read(&ours), &suffix), graph(&read(&theirs), &suffix));
     for g in [&mut us, &mut them] {
         for ((_, callee), (_, inclusive)) in g.arcs_in.iter_mut() {
-            if library_bound.contains(&callee.as_str()) {
+            if library_bound.contains(&function_of(callee)) {
                 *inclusive = 0;
             }
         }
@@ -129,6 +141,7 @@ fn compare(src: &str, flags: &[&str], library_bound: &[&str]) {
     assert_eq!(us.arcs_in, them.arcs_in, "calls into {src}'s functions");
     assert_eq!(us.calls_out, them.calls_out, "calls from {src}'s functions");
     annotate_agrees(&ours, &theirs, src, library_bound);
+    them
 }
 
 /// The lines of Valgrind's `callgrind_annotate` function table (both
@@ -154,7 +167,7 @@ fn annotated(path: &Path, src: &str, library_bound: &[&str]) -> Vec<String> {
             let table_row = name.ends_with(']') && !name.starts_with("=>");
             let bound = library_bound
                 .iter()
-                .any(|f| name.contains(&format!(":{f} ")));
+                .any(|f| name.contains(&format!(":{f} ")) || name.contains(&format!(":{f}'")));
             (table_row && name.contains(&format!("{src}:")) && !(bound && inclusive == "yes"))
                 .then(|| format!("{inclusive} {count} {name}"))
         }));
@@ -174,6 +187,46 @@ fn annotate_agrees(ours: &Path, theirs: &Path, src: &str, library_bound: &[&str]
 #[test]
 fn calls_recursion_and_callbacks() {
     compare("calls.c", &["-O0"], &["main"]);
+}
+
+/// `--separate-callers`: contexts named by their last callers
+/// (`leaf'left'via`), recursion levels before them (`fact'2'main`), a
+/// recursion's callers counted once, callbacks from the C library, and
+/// per function (`--separate-callers<N>=`).
+#[test]
+fn separate_callers() {
+    let runs: [(&[&str], &[&str]); 3] = [
+        (
+            &["--separate-callers=2"],
+            &[
+                "leaf'left'via",
+                "leaf'cmp'msort_with_tmp.part.0",
+                "fact'2'main'(below main)",
+            ],
+        ),
+        (
+            &["--separate-callers=1", "--separate-recs=3"],
+            &[
+                "leaf'cmp",
+                "fact'3'main",
+                "pong'3'ping",
+                "main'(below main)",
+            ],
+        ),
+        (
+            &["--separate-callers3=leaf", "--separate-callers1=p?ng"],
+            &["leaf'pong'ping'pong", "ping'2'pong", "fact'2", "main"],
+        ),
+    ];
+    for (options, names) in runs {
+        let them = compare_with("callers.c", &["-O0"], options, &["main"]);
+        for name in names {
+            assert!(
+                them.selfs.contains_key(*name),
+                "{options:?}: no {name} in {them:?}"
+            );
+        }
+    }
 }
 
 #[test]

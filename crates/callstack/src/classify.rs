@@ -50,6 +50,9 @@ pub struct FnConfig {
     /// `--fn-skip` / `--obj-skip`: no context of its own; its costs go to
     /// its caller's call site (as PLT stubs with `--skip-plt`).
     pub skip: bool,
+    /// `--separate-callers<N>=`: how many callers its contexts' names
+    /// carry, instead of `--separate-callers`.
+    pub separate_callers: Option<u32>,
 }
 
 /// Tells the function of each block, while the program runs (in whatever

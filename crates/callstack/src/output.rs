@@ -1,10 +1,11 @@
 //! The tree as a Callgrind profile part: each context's self costs go to
-//! its function at its recursion level (`fn'2` from level 2 on), each arc
-//! becomes a `calls=` line of its caller's function at the call site, with
-//! the inclusive cost of its calls.
+//! its function at its recursion level (`fn'2` from level 2 on) and, with
+//! `--separate-callers`, its last callers (`fn'2'caller1'caller2`), each
+//! arc becomes a `calls=` line of its caller's function at the call site,
+//! with the inclusive cost of its calls.
 
 use crate::tool::CallTool;
-use crate::tree::{NodeId, Snapshot};
+use crate::tree::{FnId, NodeId, Snapshot, Tree, NO_NODE};
 use callgrind::builder::{FunctionKey, PartBuilder, Site};
 use callgrind::{Event, JumpKind, Part, Position, Positions, Profile};
 use rustc_hash::FxHashMap;
@@ -104,8 +105,10 @@ impl CallTool {
             c
         };
         let mut c = Vec::with_capacity(order.len());
-        // Each context's function key, made once per (function, level).
-        let mut keys: FxHashMap<(u32, u32), FunctionKey> = FxHashMap::default();
+        // Each context's function key, made once per (function, level,
+        // callers named); the callers are none without
+        // `--separate-callers`, which allocates nothing.
+        let mut keys: FxHashMap<(FnId, u32, Box<[FnId]>), FunctionKey> = FxHashMap::default();
         // And per node, once known (a node has many cost lines).
         let mut node_keys: Vec<Option<FunctionKey>> = vec![None; tree.nodes.len()];
         let mut key_of = |namer: &mut Namer, n: NodeId| -> FunctionKey {
@@ -113,20 +116,32 @@ impl CallTool {
                 return key;
             }
             let node = tree.nodes[n as usize];
-            let key = *keys.entry((node.function, node.level)).or_insert_with(|| {
-                let c = &self.functions[node.function as usize].class;
-                let name = if node.level > 1 {
-                    format!("{}'{}", c.function, node.level)
-                } else {
-                    c.function.to_string()
-                };
-                let names = &mut namer.profile.names;
-                FunctionKey {
-                    object: Some(names.objects.intern(&c.object)),
-                    file: names.files.intern(&c.file),
-                    function: names.functions.intern(&name),
-                }
-            });
+            let c = &self.functions[node.function as usize].class;
+            let separate = c
+                .config
+                .separate_callers
+                .unwrap_or(self.options.separate_callers);
+            let callers = context_callers(tree, n, separate);
+            let key = *keys
+                .entry((node.function, node.level, callers))
+                .or_insert_with_key(|(_, _, callers)| {
+                    // Callgrind's mangled name: the function, its level from
+                    // 2 on, then each caller's plain name.
+                    let mut name = c.function.to_string();
+                    if node.level > 1 {
+                        name += &format!("'{}", node.level);
+                    }
+                    for &f in callers.iter() {
+                        name.push('\'');
+                        name += &self.functions[f as usize].class.function;
+                    }
+                    let names = &mut namer.profile.names;
+                    FunctionKey {
+                        object: Some(names.objects.intern(&c.object)),
+                        file: names.files.intern(&c.file),
+                        function: names.functions.intern(&name),
+                    }
+                });
             node_keys[n as usize] = Some(key);
             key
         };
@@ -315,6 +330,31 @@ impl CallTool {
     }
 }
 
+/// The last `n` callers of context `node` as Callgrind's context of
+/// `--separate-callers=n` has them, nearest first: the functions of its
+/// ancestors, each run of one function (a recursion, whose contexts are
+/// nodes of their own here) counted once, as Callgrind's function stack
+/// pushes no function onto itself. A root (a thread's first function, a
+/// signal handler, the function an underflow returned to) has none, as
+/// Callgrind's stack starts each of them above a separator.
+fn context_callers(tree: &Tree, node: NodeId, n: u32) -> Box<[FnId]> {
+    let mut callers = Vec::new();
+    if n == 0 {
+        return callers.into();
+    }
+    let mut last = tree.nodes[node as usize].function;
+    let mut at = tree.nodes[node as usize].parent;
+    while at != NO_NODE && callers.len() < n as usize {
+        let up = tree.nodes[at as usize];
+        if up.function != last {
+            callers.push(up.function);
+            last = up.function;
+        }
+        at = up.parent;
+    }
+    callers.into()
+}
+
 /// `costs` without its trailing zeros (Callgrind's `summary:` and
 /// `totals:` lines end at the last non-zero cost), the first one kept.
 fn trim_zeros(mut costs: Vec<u64>) -> Vec<u64> {
@@ -322,4 +362,27 @@ fn trim_zeros(mut costs: Vec<u64>) -> Vec<u64> {
         costs.pop();
     }
     costs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn callers_count_a_recursion_once_and_end_at_a_root() {
+        let (main, a, b) = (0, 1, 2);
+        let mut t = Tree::default();
+        let root = t.child(NO_NODE, main, 1, 1);
+        let a1 = t.child(root, a, 1, 1);
+        let a2 = t.child(a1, a, 2, 1);
+        let b1 = t.child(a2, b, 1, 1);
+        let a3 = t.child(b1, a, 2, 1);
+        let callers = |n, k| context_callers(&t, n, k).into_vec();
+        assert_eq!(callers(a3, 0), []);
+        assert_eq!(callers(a3, 1), [b]);
+        assert_eq!(callers(a3, 3), [b, a, main]);
+        assert_eq!(callers(b1, 5), [a, main], "a'2 and a are one caller");
+        assert_eq!(callers(a2, 2), [main]);
+        assert_eq!(callers(root, 2), []);
+    }
 }

@@ -41,6 +41,10 @@ use rustc_hash::FxHashMap;
 pub struct CallOptions {
     /// `--separate-recs`: recursion levels kept apart (default 2).
     pub separate_recs: u32,
+    /// `--separate-callers`: how many of a context's callers its name
+    /// carries (default 0: contexts of one function at one level are one
+    /// `fn=`); a function's own `--separate-callers<N>=` overrides it.
+    pub separate_callers: u32,
     /// `--skip-plt`: PLT stubs are no functions of their own (default yes).
     pub skip_plt: bool,
     /// `--collect-atstart`: threads start collecting (default yes).
@@ -54,6 +58,7 @@ impl Default for CallOptions {
     fn default() -> Self {
         CallOptions {
             separate_recs: 2,
+            separate_callers: 0,
             skip_plt: true,
             collect_atstart: true,
             collect_jumps: false,
@@ -312,7 +317,7 @@ impl ThreadState {
 
 /// The call tool (see the crate documentation).
 pub struct CallTool {
-    options: CallOptions,
+    pub(crate) options: CallOptions,
     classify: Box<dyn Classify>,
     pub(crate) functions: Functions,
     pub(crate) blocks: Vec<Option<BlockState>>,
@@ -1587,6 +1592,77 @@ mod tests {
             a(&[
                 ("0x5000 [PLT]", "lib", 1, 5),
                 ("main", "0x5000 [PLT]", 1, 6)
+            ])
+        );
+    }
+
+    /// Self Ir per function name of the part the tool lays out.
+    fn part_selfs(r: &mut Run) -> Selfs {
+        r.tool.finish();
+        let mut profile = Profile::default();
+        let mut locate = |a: u64| (Rc::from("f.c"), (a & 0xfff) as u32);
+        let part = r
+            .tool
+            .part(&mut profile, OutputOptions::default(), None, &mut locate);
+        let mut selfs: FxHashMap<String, u64> = FxHashMap::default();
+        for b in &part.blocks {
+            let name = profile.names.functions.text(b.function).to_string();
+            for item in &b.items {
+                if let Item::Cost { costs, .. } = item {
+                    *selfs.entry(name.clone()).or_default() += costs[0];
+                }
+            }
+        }
+        let mut selfs: Vec<_> = selfs.into_iter().collect();
+        selfs.sort();
+        selfs
+    }
+
+    #[test]
+    fn separate_callers_name_contexts_by_their_last_callers() {
+        let run = |callers| {
+            let mut r = Run::new();
+            let options = CallOptions {
+                separate_callers: callers,
+                ..CallOptions::default()
+            };
+            r.tool = CallTool::new(options, Box::new(program()));
+            // main calls f, which calls itself; f'2 calls g; main calls g.
+            r.block(0x1000, 2, CALL_F, Some(0x8000));
+            r.block(0x2000, 1, Terminator::CondJump { target: 0x2010 }, None);
+            r.block(0x2001, 1, CALL_F, Some(0x7ff8));
+            r.block(0x2000, 1, Terminator::CondJump { target: 0x2010 }, None);
+            r.block(0x2010, 1, Terminator::Call { target: 0x3000 }, Some(0x7ff0));
+            r.block(0x3000, 1, Terminator::Return, Some(0x7fe8));
+            r.block(0x2011, 1, Terminator::Return, Some(0x7ff0));
+            r.block(0x2002, 1, Terminator::Return, Some(0x7ff8));
+            r.block(0x1002, 1, Terminator::Call { target: 0x3000 }, Some(0x8000));
+            r.block(0x3000, 1, Terminator::Return, Some(0x7ff8));
+            r.block(0x1003, 1, Terminator::Syscall, None);
+            part_selfs(&mut r)
+        };
+        let plain = s(&[("f", 3), ("f'2", 3), ("g", 2), ("main", 4)]);
+        assert_eq!(run(0), plain);
+        assert_eq!(
+            run(1),
+            s(&[
+                ("f'2'main", 3),
+                ("f'main", 3),
+                ("g'f", 1),
+                ("g'main", 1),
+                ("main", 4)
+            ])
+        );
+        // f'2 is called by f, but Callgrind's stack has f once: g's
+        // second caller is main.
+        assert_eq!(
+            run(2),
+            s(&[
+                ("f'2'main", 3),
+                ("f'main", 3),
+                ("g'f'main", 1),
+                ("g'main", 1),
+                ("main", 4)
             ])
         );
     }

@@ -129,6 +129,14 @@ impl SymbolClassifier {
             dump_after: any(&o.dump_after),
             zero_before: any(&o.zero_before),
             skip: any(&o.fn_skip) || o.obj_skip.iter().any(|p| p == object),
+            // The last pattern given that matches decides (Callgrind's
+            // order is its pattern tree's).
+            separate_callers: o
+                .separate_callers_fns
+                .iter()
+                .rev()
+                .find(|(_, p)| glob_match(p, function))
+                .map(|&(n, _)| n),
         }
     }
 
@@ -403,7 +411,11 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
         || !cg.instr_atstart;
     // The client's runtime counts no jumps: the stream path does.
     let jumps = cg.calls.collect_jumps;
-    if !asked || timed || jumps || opts.sim.cache_sim || opts.sim.branch_sim {
+    // Nor does it keep the callers of a context where the profile is
+    // flat, and tagged counting never: contexts named by their callers
+    // come from the stream's tree.
+    let callers = cg.calls.separate_callers > 0 || !cg.separate_callers_fns.is_empty();
+    if !asked || timed || jumps || callers || opts.sim.cache_sim || opts.sim.branch_sim {
         return None;
     }
     let namer = ContextNamer {
@@ -933,23 +945,52 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn jumps_take_the_stream_path() {
-        let args = |jumps: &str| -> Vec<std::ffi::OsString> {
-            ["--tool=callgrind", "--client-contexts=tagged", jumps, "x"]
+    /// Whether a run asking for tagged counting with `option` gets the
+    /// client's contexts (else the stream path).
+    fn client_contexts_with(option: &str) -> bool {
+        let args: Vec<std::ffi::OsString> =
+            ["--tool=callgrind", "--client-contexts=tagged", option, "x"]
                 .iter()
                 .map(Into::into)
-                .collect()
-        };
-        let config = |jumps| match crate::run::options::parse(&args(jumps)) {
+                .collect();
+        match crate::run::options::parse(&args) {
             Ok(crate::run::options::Command::Run(r)) => match &r.tool {
                 crate::run::options::RunTool::Callgrind(cg) => contexts_config(&r, cg).is_some(),
                 other => panic!("{other:?}"),
             },
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn jumps_take_the_stream_path() {
+        assert!(client_contexts_with("--collect-jumps=no"));
+        assert!(!client_contexts_with("--collect-jumps=yes"));
+    }
+
+    #[test]
+    fn separate_callers_take_the_stream_path() {
+        assert!(client_contexts_with("--separate-callers=0"));
+        assert!(!client_contexts_with("--separate-callers=1"));
+        assert!(!client_contexts_with("--separate-callers2=main"));
+    }
+
+    #[test]
+    fn a_functions_separate_callers_is_the_last_matching_pattern() {
+        let cg = CallgrindOptions {
+            separate_callers_fns: vec![(2, "le*".into()), (3, "leaf".into()), (1, "x?".into())],
+            ..Default::default()
         };
-        assert!(config("--collect-jumps=no"));
-        assert!(!config("--collect-jumps=yes"));
+        let c = SymbolClassifier {
+            names: NameOptions::default(),
+            patterns: Arc::new(cg),
+            remember: false,
+        };
+        let callers = |f| c.config(f, "/bin/x").separate_callers;
+        assert_eq!(callers("leaf"), Some(3));
+        assert_eq!(callers("left"), Some(2));
+        assert_eq!(callers("xy"), Some(1));
+        assert_eq!(callers("main"), None);
     }
 
     #[test]

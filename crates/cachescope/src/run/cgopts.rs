@@ -28,6 +28,9 @@ pub struct CallgrindOptions {
     pub combine_dumps: bool,
     /// `--toggle-collect=GLOB`, several allowed.
     pub toggle_collect: Vec<String>,
+    /// `--separate-callers<N>=GLOB`: the callers a matching function's
+    /// contexts are named by, in the order given.
+    pub separate_callers_fns: Vec<(u32, String)>,
     /// `--dump-before=GLOB`.
     pub dump_before: Vec<String>,
     /// `--dump-after=GLOB`.
@@ -74,6 +77,7 @@ impl Default for CallgrindOptions {
             instr_atstart: true,
             combine_dumps: false,
             toggle_collect: Vec::new(),
+            separate_callers_fns: Vec::new(),
             dump_before: Vec::new(),
             dump_after: Vec::new(),
             zero_before: Vec::new(),
@@ -178,7 +182,34 @@ impl CallgrindOptions {
                 }
                 _ => bad(format!("'{value}' is not a positive number")),
             },
-            _ => Ok(false),
+            // Callgrind takes any integer; `auto` and every value below 1
+            // give contexts without callers, as 0 (its -2 and below
+            // crash it).
+            "--separate-callers" => match value {
+                "auto" => {
+                    self.calls.separate_callers = 0;
+                    Ok(true)
+                }
+                _ => match value.parse::<i64>() {
+                    Ok(n) => {
+                        self.calls.separate_callers = n.clamp(0, u32::MAX.into()) as u32;
+                        Ok(true)
+                    }
+                    Err(_) => bad(format!("Invalid integer value '{value}'")),
+                },
+            },
+            // `--separate-callers<N>=GLOB` with N at least 1; anything
+            // else after the name is no option of Callgrind's.
+            _ => match name
+                .strip_prefix("--separate-callers")
+                .map(str::parse::<u32>)
+            {
+                Some(Ok(n)) if n >= 1 => {
+                    self.separate_callers_fns.push((n, value.to_string()));
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
         }
     }
 }
@@ -235,6 +266,43 @@ mod tests {
         let e = o.parse_arg("--dump-instr=maybe").unwrap_err();
         assert_eq!(e[0], "Bad option: --dump-instr=maybe");
         assert!(o.parse_arg("--separate-recs=0").is_err());
+    }
+
+    #[test]
+    fn separate_callers_globally_and_per_function() {
+        let mut o = CallgrindOptions::default();
+        assert_eq!(o.calls.separate_callers, 0);
+        assert_eq!(o.parse_arg("--separate-callers=3"), Ok(true));
+        assert_eq!(o.calls.separate_callers, 3);
+        for zero in ["auto", "0", "-1"] {
+            o.calls.separate_callers = 3;
+            let arg = format!("--separate-callers={zero}");
+            assert_eq!(o.parse_arg(&arg), Ok(true), "{arg}");
+            assert_eq!(o.calls.separate_callers, 0, "{arg}");
+        }
+        let e = o.parse_arg("--separate-callers=x").unwrap_err();
+        assert_eq!(
+            e[..2],
+            [
+                "Bad option: --separate-callers=x",
+                "Invalid integer value 'x'"
+            ]
+        );
+        assert_eq!(o.parse_arg("--separate-callers2=leaf"), Ok(true));
+        assert_eq!(o.parse_arg("--separate-callers12=a*"), Ok(true));
+        assert_eq!(
+            o.separate_callers_fns,
+            [(2, "leaf".to_string()), (12, "a*".to_string())]
+        );
+        // Unknown to Callgrind, as to us.
+        for a in [
+            "--separate-callers0=f",
+            "--separate-callersx=f",
+            "--separate-callers-1=f",
+        ] {
+            assert_eq!(o.parse_arg(a), Ok(false), "{a}");
+        }
+        assert_eq!(o.separate_callers_fns.len(), 2);
     }
 
     #[test]

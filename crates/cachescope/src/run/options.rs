@@ -286,6 +286,8 @@ pub fn usage(name: &str) -> String {
          \x20   --compress-strings=no|yes  compress strings in profile dump? [yes]\n\
          \x20   --compress-pos=no|yes      compress positions in profile dump? [yes]\n\
          \x20   --separate-recs=<n>        separate function recursions up to level [2]\n\
+         \x20   --separate-callers=<n>     separate functions by call chain length [0]\n\
+         \x20   --separate-callers<n>=<f>  separate <n> callers for function <f>\n\
          \x20   --skip-plt=no|yes          ignore calls to/from PLT sections? [yes]\n\
          \x20   --fn-skip=<function>       ignore calls to/from function (glob)\n\
          \x20   --obj-skip=<object>        ignore calls to/from the object (its path)\n\
@@ -434,6 +436,7 @@ mod tests {
             "--compress-strings=yes",
             "--compress-pos=yes",
             "--separate-recs=2",
+            "--separate-callers=2",
             "--skip-plt=yes",
             "--fn-skip=f",
             "--obj-skip=o",
