@@ -392,7 +392,7 @@ impl ContextNamer {
 /// The client's contexts, when the run can use them: not with a
 /// simulation (whose events need the stream), nor with what needs costs
 /// in time order (dumps, zeroing and collection switched by function or by
-/// start-up option), nor with `--collect-jumps=yes`. By default
+/// start-up option), nor with `--collect-jumps=yes` or `--separate-callers`. By default
 /// (`--client-contexts=auto`) tagged counting, where no export needs the
 /// calling-context tree; contexts mode (the tree) only when asked.
 pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engine::ContextsConfig> {
