@@ -89,6 +89,15 @@ impl Tracer<'_> {
             )?;
             inj.base = get_regs(pid)?;
             if r as u64 == cand {
+                // The indirect-branch table's home buckets are read at
+                // random by every lookup (4 MB, a thousand 4 KB pages):
+                // huge pages spare those reads a TLB miss. A hint.
+                let hot = (layout::HTAB + layout::HTAB_SETS * 64).next_multiple_of(2 << 20);
+                inj.syscall(
+                    libc::SYS_madvise as u64,
+                    [cand, hot, libc::MADV_HUGEPAGE as u64, 0, 0, 0],
+                )?;
+                inj.base = get_regs(pid)?;
                 core = Some(cand);
                 break;
             }
