@@ -229,6 +229,94 @@ fn separate_callers() {
     }
 }
 
+/// Recursion levels: `--skip-direct-rec=yes` (a function calling itself
+/// stays at its level, a mutual recursion still counts, and the
+/// outermost activation is entered again at each direct call, which
+/// `--toggle-collect` shows), and per function (`--separate-recs<N>=`,
+/// alone and with the global cap, with `--separate-callers`). Each run
+/// names contexts it must have and some it must not. Levels above the
+/// global cap are compared without name compression: Callgrind numbers a
+/// function's first context before it applies the function's options,
+/// so its compressed file gives such a level the id of another function
+/// (docs/conformance.md).
+#[test]
+fn recursion_levels() {
+    type Run<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+    let runs: [Run; 8] = [
+        (
+            "fib.c",
+            &["--skip-direct-rec=yes"],
+            &["fib", "main"],
+            &["fib'2"],
+        ),
+        (
+            "fib.c",
+            &["--skip-direct-rec=yes", "--toggle-collect=fib"],
+            &["fib"],
+            &["fib'2"],
+        ),
+        (
+            "fib.c",
+            &["--separate-recs3=fib", "--compress-strings=no"],
+            &["fib'3"],
+            &["fib'4"],
+        ),
+        (
+            "fib.c",
+            &["--separate-recs=4", "--separate-recs1=f*"],
+            &["fib", "main"],
+            &["fib'2"],
+        ),
+        (
+            "callers.c",
+            &["--skip-direct-rec=yes"],
+            &["fact", "ping'2", "pong'2"],
+            &["fact'2"],
+        ),
+        (
+            "callers.c",
+            &[
+                "--separate-recs3=p?ng",
+                "--separate-recs1=fact",
+                "--compress-strings=no",
+            ],
+            &["ping'3", "pong'3", "fact"],
+            &["fact'2", "ping'4"],
+        ),
+        (
+            "callers.c",
+            &[
+                "--skip-direct-rec=yes",
+                "--separate-recs=3",
+                "--separate-recs2=pong",
+            ],
+            &["ping'3", "pong'2"],
+            &["pong'3", "fact'2"],
+        ),
+        (
+            "callers.c",
+            &["--separate-callers=1", "--separate-recs4=fact"],
+            &["fact'4'main", "fact'main", "leaf'fact"],
+            &["fact'5'main"],
+        ),
+    ];
+    for (src, options, present, absent) in runs {
+        let them = compare_with(src, &["-O0"], options, &["main"]);
+        for name in present {
+            assert!(
+                them.selfs.contains_key(*name),
+                "{src} {options:?}: no {name} in {them:?}"
+            );
+        }
+        for name in absent {
+            assert!(
+                !them.selfs.contains_key(*name),
+                "{src} {options:?}: {name} in {them:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn tail_calls() {
     compare("tail.c", &["-O2"], &["main"]);

@@ -19,4 +19,4 @@ mod flow;
 mod rules;
 
 pub use flow::{Exit, Flow, FnId};
-pub use rules::{enter, enter_jumping, level, unwind, Calls, Step};
+pub use rules::{enter, enter_jumping, level, raises_depth, unwind, Calls, Step};

@@ -16,7 +16,7 @@
 //! * a return with no frame left is an underflow (Callgrind's
 //!   `handleUnderflow`), the keeper's to handle.
 
-use crate::flow::{Exit, Flow};
+use crate::flow::{Exit, Flow, FnId};
 
 /// One thread's shadow stack, as the rules read and change it.
 pub trait Calls {
@@ -231,6 +231,20 @@ pub fn level(active: &mut u32, push: bool, separate_recs: u32) -> u32 {
         return 1;
     }
     level
+}
+
+/// Whether a call from a context of function `caller` (`None`: no context
+/// yet) into `callee` counts as one more activation of `callee`: it
+/// raises the callee's active count (the recursion level its context
+/// gets, and whether the call enters its outermost activation), and the
+/// call's return lowers it again. Always, unless `skip_direct_rec`
+/// (`--skip-direct-rec=yes`) and the function calls itself: Callgrind
+/// then leaves both its level and its depth as they were (`setup_bbcc`,
+/// `push_call_stack`, `pop_call_stack`), so a direct recursion stays at
+/// its level and a mutual one still counts.
+#[inline]
+pub fn raises_depth(caller: Option<FnId>, callee: FnId, skip_direct_rec: bool) -> bool {
+    !skip_direct_rec || caller != Some(callee)
 }
 
 #[cfg(test)]
@@ -485,5 +499,14 @@ mod tests {
         active = 5;
         assert_eq!(level(&mut active, true, 2), 2);
         assert_eq!(level(&mut active, true, 0), 1);
+    }
+
+    #[test]
+    fn only_a_direct_recursion_is_skipped_and_only_when_asked() {
+        let (f, g) = (1, 2);
+        assert!(raises_depth(Some(f), f, false));
+        assert!(!raises_depth(Some(f), f, true));
+        assert!(raises_depth(Some(g), f, true), "mutual recursion counts");
+        assert!(raises_depth(None, f, true), "no caller's context yet");
     }
 }

@@ -53,6 +53,9 @@ pub struct FnConfig {
     /// `--separate-callers<N>=`: how many callers its contexts' names
     /// carry, instead of `--separate-callers`.
     pub separate_callers: Option<u32>,
+    /// `--separate-recs<N>=`: the recursion levels its contexts keep
+    /// apart, instead of `--separate-recs`.
+    pub separate_recs: Option<u32>,
 }
 
 /// Tells the function of each block, while the program runs (in whatever

@@ -22,6 +22,9 @@ pub struct Function {
     pub(crate) pop_on_jump: bool,
     /// Entering or leaving it toggles, dumps or zeroes.
     pub(crate) notify: bool,
+    /// The recursion levels its contexts keep apart: its own
+    /// `--separate-recs<N>=`, else `--separate-recs`.
+    pub(crate) separate_recs: u32,
 }
 
 /// A function's identity: object, file, name.
@@ -31,6 +34,7 @@ type CodeClassKey = (Arc<str>, Arc<str>, Arc<str>);
 #[derive(Debug, Clone, Default)]
 pub struct Functions {
     skip_plt: bool,
+    separate_recs: u32,
     list: Vec<Function>,
     index: FxHashMap<CodeClassKey, FnId>,
     objects: FxHashMap<Arc<str>, u32>,
@@ -44,10 +48,11 @@ impl std::ops::Index<usize> for Functions {
 }
 
 impl Functions {
-    /// None yet, under `options` (`--skip-plt`).
+    /// None yet, under `options` (`--skip-plt`, `--separate-recs`).
     pub fn new(options: &CallOptions) -> Functions {
         Functions {
             skip_plt: options.skip_plt,
+            separate_recs: options.separate_recs,
             ..Functions::default()
         }
     }
@@ -68,6 +73,7 @@ impl Functions {
             skip: (class.section == Section::Plt && self.skip_plt) || c.skip,
             pop_on_jump: class.function.starts_with("_dl_runtime_resolve"),
             notify: c.toggle_collect || c.dump_before || c.dump_after || c.zero_before,
+            separate_recs: c.separate_recs.unwrap_or(self.separate_recs),
             class,
         });
         self.index.insert(key, f);

@@ -52,6 +52,9 @@ pub struct CallOptions {
     /// `--collect-jumps`: jumps between blocks that stay in a context are
     /// counted (default no).
     pub collect_jumps: bool,
+    /// `--skip-direct-rec`: a function calling itself stays at its
+    /// recursion level (default no, Valgrind 3.19's actual default).
+    pub skip_direct_rec: bool,
 }
 
 impl Default for CallOptions {
@@ -62,6 +65,7 @@ impl Default for CallOptions {
             skip_plt: true,
             collect_atstart: true,
             collect_jumps: false,
+            skip_direct_rec: false,
         }
     }
 }
@@ -144,6 +148,9 @@ struct Frame {
     enter_sim: Vec<u64>,
     /// Leaving the callee's outermost activation toggles, dumps or zeroes.
     notify: bool,
+    /// The call raised the callee's active count (`callrules::raises_depth`),
+    /// so its return lowers it.
+    raised: bool,
 }
 
 /// What a signal handler's start put aside.
@@ -305,7 +312,9 @@ impl ThreadState {
                 *c += now - then;
             }
             let n = self.active_mut(f.function);
-            *n = n.saturating_sub(1);
+            if f.raised {
+                *n = n.saturating_sub(1);
+            }
             if f.notify && *n == 0 {
                 self.notices.push((f.function, false));
             }
@@ -514,7 +523,9 @@ impl CallTool {
     /// `--collect-jumps=yes` counts.
     fn enter(&mut self, y: u32) -> Option<u32> {
         let ti = self.current();
-        let (recs, collect_jumps) = (self.options.separate_recs, self.options.collect_jumps);
+        let (skip_direct, collect_jumps) =
+            (self.options.skip_direct_rec, self.options.collect_jumps);
+        let functions = &self.functions;
         let flows = &self.flows;
         let blocks = &self.blocks;
         let t = &mut self.threads[ti];
@@ -528,7 +539,7 @@ impl CallTool {
         let mut keeper = Keeper {
             t,
             tree: &mut self.tree,
-            recs,
+            functions,
         };
         let (step, jumping) = callrules::enter_jumping(&mut keeper, xb, yb, sp, again);
         let Keeper { t, tree, .. } = keeper;
@@ -553,9 +564,14 @@ impl CallTool {
             _ => None,
         };
         let caller = t.node;
+        // Skipped code runs in its caller's context, so this is also the
+        // function of a call from skipped code (Callgrind's `nonskipped`).
+        let caller_fn = (caller != NO_NODE).then(|| tree.nodes[caller as usize].function);
+        let raised = callrules::raises_depth(caller_fn, yb.function, skip_direct);
         let mut arc = None;
         if (push && !skip) || t.node == NO_NODE {
-            let level = callrules::level(t.active_mut(yb.function), push && !skip, recs);
+            let recs = functions[yb.function as usize].separate_recs;
+            let level = callrules::level(t.active_mut(yb.function), push && !skip && raised, recs);
             if push && !skip {
                 // A call from skipped code is the skipping caller's.
                 let (from, site) = t.nonskipped.unwrap_or((caller, call_site));
@@ -578,6 +594,7 @@ impl CallTool {
                 nonskipped: t.nonskipped,
                 enter_sim: t.sim_cost.clone(),
                 notify: false,
+                raised,
             };
             if skip {
                 if t.nonskipped.is_none() {
@@ -588,7 +605,13 @@ impl CallTool {
                 tree.arcs[a as usize].calls += 1;
                 frame.arc = Some(a);
                 let depth = t.active_mut(yb.function);
-                *depth += 1;
+                if raised {
+                    *depth += 1;
+                }
+                // Callgrind enters the outermost activation whenever the
+                // count is 1 after the call, so with `--skip-direct-rec`
+                // a direct recursion from it enters it again (its return
+                // leaves nothing).
                 if yb.notify {
                     frame.notify = true;
                     if *depth == 1 {
@@ -1142,8 +1165,9 @@ impl Charge for RowCharge<'_> {
 }
 
 /// A return with no frame to return from (Callgrind's `handleUnderflow`):
-/// the function returned to becomes a root context, with an arc (if `arc`,
-/// as if it had called) to the returning context carrying the cost so far.
+/// the function returned to becomes a root context (its levels capped at
+/// `separate_recs`, its own), with an arc (if `arc`, as if it had called)
+/// to the returning context carrying the cost so far.
 fn underflow(
     t: &mut ThreadState,
     tree: &mut Tree,
@@ -1175,8 +1199,8 @@ fn underflow(
 struct Keeper<'a> {
     t: &'a mut ThreadState,
     tree: &'a mut Tree,
-    /// `--separate-recs`.
-    recs: u32,
+    /// For each function's `--separate-recs`.
+    functions: &'a Functions,
 }
 
 impl Calls for Keeper<'_> {
@@ -1210,7 +1234,8 @@ impl Calls for Keeper<'_> {
     }
 
     fn underflow(&mut self, from: Option<&Flow>, to: &Flow, arc: bool) {
-        underflow(self.t, self.tree, from, to, self.recs, arc);
+        let recs = self.functions[to.function as usize].separate_recs;
+        underflow(self.t, self.tree, from, to, recs, arc);
     }
 }
 
@@ -1387,7 +1412,7 @@ impl Tool for CallTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::{CodeClass, Section};
+    use crate::classify::{CodeClass, FnConfig, Section};
     use crate::output::OutputOptions;
     use callgrind::{Item, JumpKind, Profile};
     use std::rc::Rc;
@@ -1616,6 +1641,94 @@ mod tests {
         let mut selfs: Vec<_> = selfs.into_iter().collect();
         selfs.sort();
         selfs
+    }
+
+    /// [`Fake`] with per-function options, by name.
+    #[derive(Clone)]
+    struct Configured(Fake, Vec<(&'static str, FnConfig)>);
+
+    impl Classify for Configured {
+        fn classify(&mut self, info: &BlockInfo) -> CodeClass {
+            let mut c = self.0.classify(info);
+            if let Some(&(_, config)) = self.1.iter().find(|(n, _)| **n == *c.function) {
+                c.config = config;
+            }
+            c
+        }
+        fn fork(&self) -> Box<dyn Classify> {
+            Box::new(self.clone())
+        }
+    }
+
+    /// main calls f, f calls g, g calls f (f'2: a mutual recursion), f'2
+    /// calls itself (a direct one), all return, then main calls f again
+    /// (level 1 again: every count went back down). Under `options`, with
+    /// `configs` per function.
+    fn recursions(options: CallOptions, configs: Vec<(&'static str, FnConfig)>) -> (Selfs, Arcs) {
+        let mut r = Run::new();
+        r.tool = CallTool::new(options, Box::new(Configured(program(), configs)));
+        let f_start = Terminator::CondJump { target: 0x2010 };
+        r.block(0x1000, 2, CALL_F, Some(0x8000));
+        r.block(0x2000, 1, f_start, None);
+        r.block(0x2001, 1, Terminator::Call { target: 0x3000 }, Some(0x7ff0));
+        r.block(0x3000, 1, CALL_F, Some(0x7fe0));
+        r.block(0x2000, 1, f_start, None);
+        r.block(0x2010, 1, CALL_F, Some(0x7fd0));
+        r.block(0x2000, 1, f_start, None);
+        r.block(0x2020, 1, Terminator::Return, Some(0x7fc8));
+        r.block(0x2011, 1, Terminator::Return, Some(0x7fd8));
+        r.block(0x3001, 1, Terminator::Return, Some(0x7fe8));
+        r.block(0x2002, 1, Terminator::Return, Some(0x7ff8));
+        r.block(0x1002, 1, CALL_F, Some(0x8000));
+        r.block(0x2000, 1, f_start, None);
+        r.block(0x2002, 1, Terminator::Return, Some(0x7ff8));
+        r.block(0x1003, 1, Terminator::Syscall, None);
+        r.results()
+    }
+
+    #[test]
+    fn skip_direct_rec_keeps_only_a_direct_recursion_at_its_level() {
+        let options = |skip_direct_rec| CallOptions {
+            separate_recs: 3,
+            skip_direct_rec,
+            ..CallOptions::default()
+        };
+        let (selfs, arcs) = recursions(options(false), Vec::new());
+        assert_eq!(
+            selfs,
+            s(&[("f", 5), ("f'2", 3), ("f'3", 2), ("g", 2), ("main", 4)])
+        );
+        assert!(arcs.contains(&("f'2".into(), "f'3".into(), 1, 2)));
+        let (selfs, arcs) = recursions(options(true), Vec::new());
+        assert_eq!(selfs, s(&[("f", 5), ("f'2", 5), ("g", 2), ("main", 4)]));
+        assert_eq!(
+            arcs,
+            a(&[
+                ("f", "g", 1, 7),
+                ("f'2", "f'2", 1, 2),
+                ("g", "f'2", 1, 5),
+                ("main", "f", 1, 2),
+                ("main", "f", 1, 10)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_functions_separate_recs_caps_its_own_levels() {
+        let recs = |n| FnConfig {
+            separate_recs: Some(n),
+            ..FnConfig::default()
+        };
+        let (selfs, _) = recursions(CallOptions::default(), vec![("f", recs(3))]);
+        assert_eq!(
+            selfs,
+            s(&[("f", 5), ("f'2", 3), ("f'3", 2), ("g", 2), ("main", 4)])
+        );
+        let (selfs, _) = recursions(CallOptions::default(), vec![("f", recs(1))]);
+        assert_eq!(selfs, s(&[("f", 10), ("g", 2), ("main", 4)]));
+        // Another function's option leaves f at the global cap.
+        let (selfs, _) = recursions(CallOptions::default(), vec![("g", recs(5))]);
+        assert_eq!(selfs, s(&[("f", 5), ("f'2", 5), ("g", 2), ("main", 4)]));
     }
 
     #[test]

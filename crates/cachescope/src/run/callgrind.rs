@@ -123,20 +123,23 @@ impl SymbolClassifier {
     fn config(&self, function: &str, object: &str) -> FnConfig {
         let o = &self.patterns;
         let any = |list: &[String]| list.iter().any(|p| glob_match(p, function));
+        // Of per-function counts (`--separate-callers<N>=`,
+        // `--separate-recs<N>=`), the last pattern given that matches
+        // decides (Callgrind's order is its pattern tree's).
+        let last = |list: &[(u32, String)]| {
+            list.iter()
+                .rev()
+                .find(|(_, p)| glob_match(p, function))
+                .map(|&(n, _)| n)
+        };
         FnConfig {
             toggle_collect: any(&o.toggle_collect),
             dump_before: any(&o.dump_before),
             dump_after: any(&o.dump_after),
             zero_before: any(&o.zero_before),
             skip: any(&o.fn_skip) || o.obj_skip.iter().any(|p| p == object),
-            // The last pattern given that matches decides (Callgrind's
-            // order is its pattern tree's).
-            separate_callers: o
-                .separate_callers_fns
-                .iter()
-                .rev()
-                .find(|(_, p)| glob_match(p, function))
-                .map(|&(n, _)| n),
+            separate_callers: last(&o.separate_callers_fns),
+            separate_recs: last(&o.separate_recs_fns),
         }
     }
 
@@ -392,7 +395,8 @@ impl ContextNamer {
 /// The client's contexts, when the run can use them: not with a
 /// simulation (whose events need the stream), nor with what needs costs
 /// in time order (dumps, zeroing and collection switched by function or by
-/// start-up option), nor with `--collect-jumps=yes` or `--separate-callers`. By default
+/// start-up option), nor with `--collect-jumps=yes`, `--separate-callers`,
+/// `--skip-direct-rec=yes` or `--separate-recs<N>=`. By default
 /// (`--client-contexts=auto`) tagged counting, where no export needs the
 /// calling-context tree; contexts mode (the tree) only when asked.
 pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engine::ContextsConfig> {
@@ -415,7 +419,9 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
     // flat, and tagged counting never: contexts named by their callers
     // come from the stream's tree.
     let callers = cg.calls.separate_callers > 0 || !cg.separate_callers_fns.is_empty();
-    if !asked || timed || jumps || callers || opts.sim.cache_sim || opts.sim.branch_sim {
+    // Its recursion levels are one rule for every function and call.
+    let levels = cg.calls.skip_direct_rec || !cg.separate_recs_fns.is_empty();
+    if !asked || timed || jumps || callers || levels || opts.sim.cache_sim || opts.sim.branch_sim {
         return None;
     }
     let namer = ContextNamer {
@@ -976,6 +982,14 @@ mod tests {
     }
 
     #[test]
+    fn skip_direct_rec_and_separate_recs_per_function_take_the_stream_path() {
+        assert!(client_contexts_with("--skip-direct-rec=no"));
+        assert!(!client_contexts_with("--skip-direct-rec=yes"));
+        assert!(client_contexts_with("--separate-recs=3"));
+        assert!(!client_contexts_with("--separate-recs3=fib"));
+    }
+
+    #[test]
     fn a_functions_separate_callers_is_the_last_matching_pattern() {
         let cg = CallgrindOptions {
             separate_callers_fns: vec![(2, "le*".into()), (3, "leaf".into()), (1, "x?".into())],
@@ -991,6 +1005,25 @@ mod tests {
         assert_eq!(callers("left"), Some(2));
         assert_eq!(callers("xy"), Some(1));
         assert_eq!(callers("main"), None);
+    }
+
+    #[test]
+    fn a_functions_separate_recs_is_the_last_matching_pattern() {
+        let cg = CallgrindOptions {
+            separate_recs_fns: vec![(3, "fi*".into()), (1, "fib".into())],
+            separate_callers_fns: vec![(2, "fib".into())],
+            ..Default::default()
+        };
+        let c = SymbolClassifier {
+            names: NameOptions::default(),
+            patterns: Arc::new(cg),
+            remember: false,
+        };
+        let config = |f| c.config(f, "/bin/x");
+        assert_eq!(config("fib").separate_recs, Some(1));
+        assert_eq!(config("fib").separate_callers, Some(2), "its own list");
+        assert_eq!(config("fix").separate_recs, Some(3));
+        assert_eq!(config("main").separate_recs, None);
     }
 
     #[test]

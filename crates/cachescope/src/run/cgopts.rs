@@ -31,6 +31,9 @@ pub struct CallgrindOptions {
     /// `--separate-callers<N>=GLOB`: the callers a matching function's
     /// contexts are named by, in the order given.
     pub separate_callers_fns: Vec<(u32, String)>,
+    /// `--separate-recs<N>=GLOB`: the recursion levels a matching
+    /// function's contexts keep apart, in the order given.
+    pub separate_recs_fns: Vec<(u32, String)>,
     /// `--dump-before=GLOB`.
     pub dump_before: Vec<String>,
     /// `--dump-after=GLOB`.
@@ -78,6 +81,7 @@ impl Default for CallgrindOptions {
             combine_dumps: false,
             toggle_collect: Vec::new(),
             separate_callers_fns: Vec::new(),
+            separate_recs_fns: Vec::new(),
             dump_before: Vec::new(),
             dump_after: Vec::new(),
             zero_before: Vec::new(),
@@ -143,6 +147,7 @@ impl CallgrindOptions {
             },
             "--collect-atstart" => flag(value, &mut self.calls.collect_atstart),
             "--collect-jumps" => flag(value, &mut self.calls.collect_jumps),
+            "--skip-direct-rec" => flag(value, &mut self.calls.skip_direct_rec),
             "--instr-atstart" => flag(value, &mut self.instr_atstart),
             "--combine-dumps" => flag(value, &mut self.combine_dumps),
             "--separate-threads" => flag(value, &mut self.separate_threads),
@@ -198,20 +203,30 @@ impl CallgrindOptions {
                     Err(_) => bad(format!("Invalid integer value '{value}'")),
                 },
             },
-            // `--separate-callers<N>=GLOB` with N at least 1; anything
-            // else after the name is no option of Callgrind's.
-            _ => match name
-                .strip_prefix("--separate-callers")
-                .map(str::parse::<u32>)
-            {
-                Some(Ok(n)) if n >= 1 => {
-                    self.separate_callers_fns.push((n, value.to_string()));
-                    Ok(true)
+            _ => {
+                let per_function = [
+                    ("--separate-callers", &mut self.separate_callers_fns),
+                    ("--separate-recs", &mut self.separate_recs_fns),
+                ];
+                for (prefix, list) in per_function {
+                    if let Some(n) = per_function_count(name, prefix) {
+                        list.push((n, value.to_string()));
+                        return Ok(true);
+                    }
                 }
-                _ => Ok(false),
-            },
+                Ok(false)
+            }
         }
     }
+}
+
+/// The `N` of a per-function option `PREFIX<N>=GLOB`
+/// (`--separate-callers<N>=`, `--separate-recs<N>=`) named `name`: N at
+/// least 1 (`+3` and `03` are 3, as Callgrind reads them); anything else
+/// after the prefix is no option of Callgrind's.
+fn per_function_count(name: &str, prefix: &str) -> Option<u32> {
+    let n = name.strip_prefix(prefix)?.parse::<u32>().ok()?;
+    (n >= 1).then_some(n)
 }
 
 #[cfg(test)]
@@ -303,6 +318,42 @@ mod tests {
             assert_eq!(o.parse_arg(a), Ok(false), "{a}");
         }
         assert_eq!(o.separate_callers_fns.len(), 2);
+    }
+
+    #[test]
+    fn skip_direct_rec_and_separate_recs_per_function() {
+        let mut o = CallgrindOptions::default();
+        assert!(!o.calls.skip_direct_rec, "Valgrind 3.19's actual default");
+        assert_eq!(o.parse_arg("--skip-direct-rec=yes"), Ok(true));
+        assert!(o.calls.skip_direct_rec);
+        assert_eq!(o.parse_arg("--skip-direct-rec=no"), Ok(true));
+        assert!(!o.calls.skip_direct_rec);
+        let e = o.parse_arg("--skip-direct-rec=x").unwrap_err();
+        assert_eq!(
+            e[..2],
+            [
+                "Bad option: --skip-direct-rec=x",
+                "Invalid boolean value 'x' (should be 'yes' or 'no')"
+            ]
+        );
+        assert_eq!(o.parse_arg("--separate-recs3=fib"), Ok(true));
+        assert_eq!(o.parse_arg("--separate-recs+1=p?ng"), Ok(true));
+        assert_eq!(o.parse_arg("--separate-recs=4"), Ok(true), "still global");
+        assert_eq!(
+            o.separate_recs_fns,
+            [(3, "fib".to_string()), (1, "p?ng".to_string())]
+        );
+        assert_eq!(o.calls.separate_recs, 4);
+        assert!(o.separate_callers_fns.is_empty(), "a list of its own");
+        for a in [
+            "--separate-recs0=f",
+            "--separate-recsx=f",
+            "--separate-recs3x=f",
+            "--separate-recs-1=f",
+        ] {
+            assert_eq!(o.parse_arg(a), Ok(false), "{a}");
+        }
+        assert_eq!(o.separate_recs_fns.len(), 2);
     }
 
     #[test]

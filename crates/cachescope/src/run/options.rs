@@ -286,6 +286,8 @@ pub fn usage(name: &str) -> String {
          \x20   --compress-strings=no|yes  compress strings in profile dump? [yes]\n\
          \x20   --compress-pos=no|yes      compress positions in profile dump? [yes]\n\
          \x20   --separate-recs=<n>        separate function recursions up to level [2]\n\
+         \x20   --separate-recs<n>=<f>     separate <n> recursions for function <f>\n\
+         \x20   --skip-direct-rec=no|yes   ignore direct recursions? [no]\n\
          \x20   --separate-callers=<n>     separate functions by call chain length [0]\n\
          \x20   --separate-callers<n>=<f>  separate <n> callers for function <f>\n\
          \x20   --skip-plt=no|yes          ignore calls to/from PLT sections? [yes]\n\
@@ -437,6 +439,7 @@ mod tests {
             "--compress-pos=yes",
             "--separate-recs=2",
             "--separate-callers=2",
+            "--skip-direct-rec=yes",
             "--skip-plt=yes",
             "--fn-skip=f",
             "--obj-skip=o",
@@ -460,6 +463,12 @@ mod tests {
         }
         for name in ["--cache-sim", "--branch-sim"] {
             assert!(text.matches(&format!("   {name}=")).count() >= 2, "{name}");
+        }
+        // The per-function forms, by their placeholder.
+        for a in ["--separate-callers2=f", "--separate-recs3=f"] {
+            assert_eq!(cg.parse_arg(a), Ok(true), "{a}");
+            let name = a.trim_end_matches("=f").trim_end_matches(char::is_numeric);
+            assert!(text.contains(&format!("   {name}<n>=<f>")), "{name}");
         }
     }
 
