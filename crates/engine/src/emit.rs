@@ -26,7 +26,7 @@ mod fast_entry;
 pub use contexts::{CONTEXT_ENTRY_BYTES, UNCHECKED};
 pub use fast_entry::FastEntry;
 mod tagged;
-pub use tagged::{inline_recs, TaggedCall, TaggedStubs};
+pub use tagged::{inline_recs, CallKind, TaggedCall, TaggedStubs};
 mod signals;
 mod smc;
 mod trace;

@@ -899,7 +899,7 @@ impl Builder<'_> {
             recs: cb.recs,
             skip_site,
         };
-        match self.ctx.tagged_stubs().filter(|_| skip_site.is_none()) {
+        match self.ctx.tagged_stubs() {
             Some(stubs) => {
                 // The stub returns past the site's jump when not done.
                 self.e.tagged_call_site(call, stubs, done);

@@ -158,6 +158,10 @@ pub struct TaggedStubs {
     pub call: u64,
     /// [`Emitter::tagged_call_stub`] of a jump Callgrind takes for a call.
     pub jump_call: u64,
+    /// [`Emitter::tagged_call_stub`] of a call into skipped code.
+    pub skip_call: u64,
+    /// [`Emitter::tagged_call_stub`] of a jump into skipped code.
+    pub skip_jump_call: u64,
     /// [`Emitter::tagged_indirect_call_stub`].
     pub indirect_call: u64,
     /// [`Emitter::tagged_jump_stub`] that keeps the context only.
@@ -177,6 +181,28 @@ enum SiteArgs {
     /// id for an indirect call, the header word for a jump), the return
     /// address pushed.
     Slots,
+}
+
+/// What a direct call's work gets: known at translation (the site's own
+/// copy), or from spill slots (a shared stub's).
+#[derive(Clone, Copy)]
+enum CallArgs {
+    Known {
+        block: u32,
+        function: u32,
+        ret_addr: u64,
+        site: u64,
+    },
+    Slots,
+}
+
+/// Which of the direct calls a sequence does.
+#[derive(Debug, Clone, Copy)]
+pub struct CallKind {
+    /// A direct jump Callgrind takes for a call (a tail call).
+    pub jump: bool,
+    /// Into skipped code (the PLT), from the call site.
+    pub skip: bool,
 }
 
 /// What a call's frame records as its return address.
@@ -383,16 +409,11 @@ impl Emitter {
         self.bind(none);
     }
 
-    /// R11 = the arc of the call block `x`'s memo knows (either of its
-    /// two) under the key of the caller's tag in EDX and the callee's in
-    /// R10D (and into the guest target in `S_TAGGED_TARGET` if `target`);
-    /// else to `miss`. RCX changes.
-    fn call_memo_arc(&mut self, x: u32, target: bool, miss: Label) {
-        self.call_memo_arc_of(MemosOf::Block(x), target, miss);
-    }
-
-    /// [`Emitter::call_memo_arc`] of the memos `x` names.
-    fn call_memo_arc_of(&mut self, x: MemosOf, target: bool, miss: Label) {
+    /// R11 = the arc the call block's memos `x` know (either of their
+    /// two calls) under the key of the caller's tag in EDX and the
+    /// callee's in R10D (and into the guest target in `S_TAGGED_TARGET`
+    /// if `target`); else to `miss`. RCX changes.
+    fn call_memo_arc(&mut self, x: MemosOf, target: bool, miss: Label) {
         debug_assert!(!(target && matches!(x, MemosOf::At(RCX))));
         let (second, hit) = (self.new_label(), self.new_label());
         if target {
@@ -454,75 +475,17 @@ impl Emitter {
     /// as they were either way.
     pub fn tagged_call(&mut self, c: TaggedCall, done: Label, fail: Label) {
         let failed = self.new_label();
-        // A jump's call: the frame's stack pointer not the client's, and
-        // no frame it left (the rules do not look at its stack pointer).
-        let (frame_sp, ret_addr) = match c.ret_addr {
-            Some(r) => (FrameSp::Client, r),
-            None => (FrameSp::TopOrLast, 0),
+        let args = CallArgs::Known {
+            block: c.block,
+            function: c.function,
+            ret_addr: c.ret_addr.unwrap_or(0),
+            site: c.skip_site.unwrap_or(0),
         };
-        self.keep_registers(&KEPT);
-        op!(self, Mov_r32_imm32, R9D, c.function);
-        self.fail_in_handler(failed);
-        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
-        self.jcc_label(JNE, failed);
-        self.caller_or_fail(RDX, failed);
-        match frame_sp {
-            FrameSp::Client => self.room_or_fail(R11, RCX, failed),
-            _ => self.room_only_or_fail(R11, failed),
-        }
-        match c.skip_site {
-            None => {
-                self.callee_tag(c.recs, failed);
-                self.call_memo_arc(c.block, false, failed);
-                self.commit_call(frame_sp, RetAddr::Known(ret_addr));
-            }
-            Some(site) => {
-                // Into skipped code: the memo names the skip record.
-                op!(self, Cmp_rm32_r32, memo(c.block, M_CALL_KEY), EDX);
-                self.jcc_label(JNE, failed);
-                op!(self, Mov_r32_rm32, R10D, memo_high(c.block, M_CALL_KEY));
-                op!(self, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
-                self.jcc_label(JB, failed);
-                // The frame (no arc), at STACK + depth*8.
-                op!(self, Lea_r64_m, RCX, frame_index(R11, 0));
-                op!(self, Add_r64_rm64, RCX, arena(head::STACK));
-                match frame_sp {
-                    FrameSp::Client => op!(self, Mov_rm64_r64, arena_at(RCX, 0), RSP),
-                    _ => {
-                        self.frame_sp_top_or(R9, false);
-                        op!(self, Mov_rm64_r64, arena_at(RCX, 0), R9);
-                        op!(self, Mov_r32_imm32, R9D, c.function);
-                    }
-                }
-                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
-                op!(
-                    self,
-                    Mov_rm32_imm32,
-                    arena_at(RCX, 12),
-                    (ret_addr >> 32) as u32
-                );
-                op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
-                op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
-                op!(self, Mov_rm64_imm32, arena_at(RCX, 24), -1);
-                self.running_ir(R9);
-                op!(self, Mov_rm64_r64, arena_at(RCX, 32), R9);
-                op!(self, Mov_rm64_imm32, arena_at(RCX, 40), 0);
-                op!(self, Mov_r64_rm64, R9, arena(head::NS_SITE));
-                op!(self, Mov_rm64_r64, arena_at(RCX, 48), R9);
-                op!(self, Add_rm64_imm8, arena(head::DEPTH), 1);
-                op!(self, Mov_rm64_r64, arena(head::NS_CTX), RDX);
-                op!(self, Mov_r64_imm64, R9, site);
-                op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
-                op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), c.block);
-                op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
-                // Its blocks count in its skip record (the tag less
-                // SKIP_TAGS, 1 << 31).
-                op!(self, Mov_r32_rm32, R9D, R10D);
-                op!(self, And_rm32_imm32, R9D, 0x7fff_ffff);
-                op!(self, Mov_rm64_r64, hot_word(hot::NS_SKIP), R9);
-            }
-        }
-        self.inline_done(c.ret_addr.is_some());
+        let kind = CallKind {
+            jump: c.ret_addr.is_none(),
+            skip: c.skip_site.is_some(),
+        };
+        self.call_body(args, kind, c.recs, failed);
         self.restore_registers(&KEPT);
         self.jmp_label(done);
         self.bind(failed);
@@ -531,35 +494,43 @@ impl Emitter {
     }
 
     /// A direct call's site over the chunk's shared
-    /// [`Emitter::tagged_call_stub`] (not into skipped code: that one is
-    /// inline, [`Emitter::tagged_call`]), right after the `call`'s return
+    /// [`Emitter::tagged_call_stub`], right after the `call`'s return
     /// address is pushed: on at `done` (the callee's body) when done, else
     /// at the code that follows (the context entry's jump, at `fail`);
     /// every register and flag as they were either way.
     pub fn tagged_call_site(&mut self, c: TaggedCall, stubs: TaggedStubs, done: Label) {
-        debug_assert!(c.skip_site.is_none() && c.block < 1 << (31 - MEMO_SHIFT));
-        op!(
-            self,
-            Mov_rm64_imm32,
-            gs(layout::S_TAGGED_BLOCK),
-            (c.block << MEMO_SHIFT) as i32
-        );
-        op!(
-            self,
-            Mov_rm64_imm32,
-            gs(layout::S_TAGGED_FUNCTION),
-            c.function as i32
-        );
+        self.site_args(c.block, c.function);
+        if let Some(site) = c.skip_site {
+            // (The slot of an indirect jump's target, free until the
+            // skipped code's own jump.)
+            op!(
+                self,
+                Mov_rm32_imm32,
+                gs(layout::S_TAGGED_TARGET),
+                site as u32
+            );
+            op!(
+                self,
+                Mov_rm32_imm32,
+                gs(layout::S_TAGGED_TARGET + 4),
+                (site >> 32) as u32
+            );
+        }
+        let skip = c.skip_site.is_some();
         let below_red_zone = MemoryOperand::with_base_displ(RSP, -i64::from(RED_ZONE));
         let back = MemoryOperand::with_base_displ(RSP, i64::from(RED_ZONE));
         match c.ret_addr {
             Some(_) => {
-                self.call(stubs.call);
+                self.call(if skip { stubs.skip_call } else { stubs.call });
                 self.jmp_label(done);
             }
             None => {
                 op!(self, Lea_r64_m, RSP, below_red_zone);
-                self.call(stubs.jump_call);
+                self.call(if skip {
+                    stubs.skip_jump_call
+                } else {
+                    stubs.jump_call
+                });
                 let start = self.here();
                 op!(self, Lea_r64_m, RSP, back);
                 debug_assert_eq!(self.here() - start, 8);
@@ -571,46 +542,29 @@ impl Emitter {
 
     /// The shared code of inline direct calls (`Tagged::inline_call`, or
     /// `Tagged::inline_jump_call` for a direct jump Callgrind takes for a
-    /// call if `jump`), one copy per chunk, which
-    /// [`Emitter::tagged_call_site`] calls: the calling block's memos
-    /// (its id times [`MEMO_WORDS`]) and the callee's function in spill
-    /// slots; returns past its site's jump to the callee's body if not
-    /// done; every register and flag the site's. `recs` is
-    /// `--separate-recs`.
-    pub fn tagged_call_stub(&mut self, jump: bool, recs: u32) {
+    /// call if `kind.jump`; into skipped code if `kind.skip`), one copy
+    /// per chunk, which [`Emitter::tagged_call_site`] calls: the calling
+    /// block's memos (its id times [`MEMO_WORDS`]), the callee's function
+    /// and, into skipped code, the call's address in spill slots; returns
+    /// past its site's jump to the callee's body if not done; every
+    /// register and flag the site's. `recs` is `--separate-recs`.
+    pub fn tagged_call_stub(&mut self, kind: CallKind, recs: u32) {
         let failed = self.new_label();
         // The client's stack pointer while it works (a jump's site stepped
         // over the red zone).
-        let over = if jump { 8 + RED_ZONE } else { 8 };
+        let over = if kind.jump { 8 + RED_ZONE } else { 8 };
         op!(
             self,
             Lea_r64_m,
             RSP,
             MemoryOperand::with_base_displ(RSP, i64::from(over))
         );
-        self.keep_registers(&KEPT);
-        op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_FUNCTION));
-        self.fail_in_handler(failed);
-        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
-        self.jcc_label(JNE, failed);
-        self.caller_or_fail(RDX, failed);
-        let (frame_sp, ret_addr) = if jump {
-            self.room_only_or_fail(R11, failed);
-            (FrameSp::TopOrLast, RetAddr::Known(0))
-        } else {
-            self.room_or_fail(R11, RCX, failed);
-            (FrameSp::Client, RetAddr::Pushed)
-        };
-        self.callee_tag(recs, failed);
-        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
-        self.call_memo_arc_of(MemosOf::At(RCX), false, failed);
-        self.commit_call(frame_sp, ret_addr);
-        self.inline_done(!jump);
+        self.call_body(CallArgs::Slots, kind, recs, failed);
         self.restore_registers(&KEPT);
         self.stub_return(over);
         self.bind(failed);
         // (The flags come back from AX.)
-        let skip = if jump {
+        let skip = if kind.jump {
             JUMP_CALL_FAIL_SKIP
         } else {
             CALL_FAIL_SKIP
@@ -623,6 +577,123 @@ impl Emitter {
         );
         self.restore_registers(&KEPT);
         self.stub_return(over);
+    }
+
+    /// R9 = the callee's function, as `args` gives it.
+    fn callee_function(&mut self, args: CallArgs) {
+        match args {
+            CallArgs::Known { function, .. } => op!(self, Mov_r32_imm32, R9D, function),
+            CallArgs::Slots => op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_FUNCTION)),
+        }
+    }
+
+    /// The calling block's memos, as `args` gives them (RCX loaded with
+    /// them from `S_TAGGED_BLOCK`).
+    fn caller_memos(&mut self, args: CallArgs) -> MemosOf {
+        match args {
+            CallArgs::Known { block, .. } => MemosOf::Block(block),
+            CallArgs::Slots => {
+                op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
+                MemosOf::At(RCX)
+            }
+        }
+    }
+
+    /// A direct call's work (`Tagged::inline_call` or
+    /// `Tagged::inline_jump_call`), [`KEPT`] kept from here on; to
+    /// `failed` with nothing changed if a check fails.
+    fn call_body(&mut self, args: CallArgs, kind: CallKind, recs: u32, failed: Label) {
+        // A jump's call: the frame's stack pointer not the client's, and
+        // no frame it left (the rules do not look at its stack pointer).
+        let (frame_sp, ret_addr) = match (kind.jump, args) {
+            (true, _) => (FrameSp::TopOrLast, RetAddr::Known(0)),
+            (false, CallArgs::Known { ret_addr, .. }) => {
+                (FrameSp::Client, RetAddr::Known(ret_addr))
+            }
+            (false, CallArgs::Slots) => (FrameSp::Client, RetAddr::Pushed),
+        };
+        self.keep_registers(&KEPT);
+        self.callee_function(args);
+        self.fail_in_handler(failed);
+        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
+        self.jcc_label(JNE, failed);
+        self.caller_or_fail(RDX, failed);
+        match frame_sp {
+            FrameSp::Client => self.room_or_fail(R11, RCX, failed),
+            _ => self.room_only_or_fail(R11, failed),
+        }
+        if !kind.skip {
+            self.callee_tag(recs, failed);
+            let memos = self.caller_memos(args);
+            self.call_memo_arc(memos, false, failed);
+            self.commit_call(frame_sp, ret_addr);
+            self.inline_done(!kind.jump);
+            return;
+        }
+        // Into skipped code: the memo names the skip record.
+        let memos = self.caller_memos(args);
+        op!(self, Cmp_rm32_r32, memos.word(M_CALL_KEY), EDX);
+        self.jcc_label(JNE, failed);
+        op!(self, Mov_r32_rm32, R10D, memos.high(M_CALL_KEY));
+        op!(self, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
+        self.jcc_label(JB, failed);
+        // The frame (no arc), at STACK + depth*8.
+        op!(self, Lea_r64_m, RCX, frame_index(R11, 0));
+        op!(self, Add_r64_rm64, RCX, arena(head::STACK));
+        match frame_sp {
+            FrameSp::Client => op!(self, Mov_rm64_r64, arena_at(RCX, 0), RSP),
+            _ => {
+                self.frame_sp_top_or(R9, false);
+                op!(self, Mov_rm64_r64, arena_at(RCX, 0), R9);
+                self.callee_function(args);
+            }
+        }
+        op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
+        op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
+        match ret_addr {
+            RetAddr::Known(ret_addr) => {
+                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
+                op!(
+                    self,
+                    Mov_rm32_imm32,
+                    arena_at(RCX, 12),
+                    (ret_addr >> 32) as u32
+                );
+            }
+            RetAddr::Pushed => {
+                op!(self, Mov_r64_rm64, R9, MemoryOperand::with_base(RSP));
+                op!(self, Mov_rm64_r64, arena_at(RCX, 8), R9);
+            }
+        }
+        op!(self, Mov_rm64_imm32, arena_at(RCX, 24), -1);
+        self.running_ir(R9);
+        op!(self, Mov_rm64_r64, arena_at(RCX, 32), R9);
+        op!(self, Mov_rm64_imm32, arena_at(RCX, 40), 0);
+        op!(self, Mov_r64_rm64, R9, arena(head::NS_SITE));
+        op!(self, Mov_rm64_r64, arena_at(RCX, 48), R9);
+        op!(self, Add_rm64_imm8, arena(head::DEPTH), 1);
+        op!(self, Mov_rm64_r64, arena(head::NS_CTX), RDX);
+        match args {
+            CallArgs::Known { block, site, .. } => {
+                op!(self, Mov_r64_imm64, R9, site);
+                op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
+                op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), block);
+            }
+            CallArgs::Slots => {
+                op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_TARGET));
+                op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
+                op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_BLOCK));
+                op!(self, Shr_rm64_imm8, R9, MEMO_SHIFT);
+                op!(self, Mov_rm64_r64, arena(head::NS_BLOCK), R9);
+            }
+        }
+        op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
+        // Its blocks count in its skip record (the tag less SKIP_TAGS,
+        // 1 << 31).
+        op!(self, Mov_r32_rm32, R9D, R10D);
+        op!(self, And_rm32_imm32, R9D, 0x7fff_ffff);
+        op!(self, Mov_rm64_r64, hot_word(hot::NS_SKIP), R9);
+        self.inline_done(!kind.jump);
     }
 
     /// A stub's return to its site, the stack pointer `over` bytes above
@@ -732,7 +803,7 @@ impl Emitter {
         // its header).
         let (callee_memo, commit) = (self.new_label(), self.new_label());
         let memos = self.site_memos(args);
-        self.call_memo_arc_of(memos, true, callee_memo);
+        self.call_memo_arc(memos, true, callee_memo);
         self.jmp_label(commit);
         self.bind(callee_memo);
         op!(self, Mov_r64_rm64, R11, gs(layout::S_TARGET));
@@ -890,7 +961,7 @@ impl Emitter {
             self.room_or_fail(RCX, R10, out);
             self.callee_tag(recs, out);
             let memos = self.site_memos(args);
-            self.call_memo_arc_of(memos, true, out);
+            self.call_memo_arc(memos, true, out);
             self.commit_call(FrameSp::TopOrClient, RetAddr::Known(0));
             self.inline_done(true);
             self.skip_target_entry();

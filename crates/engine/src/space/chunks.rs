@@ -11,7 +11,7 @@
 
 use super::Injector;
 use crate::client_mem::ClientMemory;
-use crate::emit::{Emitter, TaggedStubs};
+use crate::emit::{CallKind, Emitter, TaggedStubs};
 use crate::layout::{self, CHUNK_REACH, CHUNK_SIZE, MAX_BLOCK_BYTES};
 use crate::EngineError;
 use rustc_hash::FxHashMap as HashMap;
@@ -333,8 +333,12 @@ impl CodeCache {
             return (s, None);
         }
         // Laid out together (the aux area grows down): one quiet range.
-        let (jump_call, end) = self.put_aux(ci, mem, |e| e.tagged_call_stub(true, recs));
-        let (call, _) = self.put_aux(ci, mem, |e| e.tagged_call_stub(false, recs));
+        let stub =
+            |jump, skip| move |e: &mut Emitter| e.tagged_call_stub(CallKind { jump, skip }, recs);
+        let (jump_call, end) = self.put_aux(ci, mem, stub(true, false));
+        let (call, _) = self.put_aux(ci, mem, stub(false, false));
+        let (skip_jump_call, _) = self.put_aux(ci, mem, stub(true, true));
+        let (skip_call, _) = self.put_aux(ci, mem, stub(false, true));
         let (indirect_call, _) = self.put_aux(ci, mem, |e| e.tagged_indirect_call_stub(recs));
         let (jump, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(None));
         let (jump_calls, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(Some(recs)));
@@ -343,6 +347,8 @@ impl CodeCache {
             ret,
             call,
             jump_call,
+            skip_call,
+            skip_jump_call,
             indirect_call,
             jump,
             jump_calls,
