@@ -360,21 +360,7 @@ impl Emitter {
                 op!(self, Mov_rm64_r64, arena_at(RCX, 0), RDX);
             }
         }
-        match ret_addr {
-            RetAddr::Known(ret_addr) => {
-                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
-                op!(
-                    self,
-                    Mov_rm32_imm32,
-                    arena_at(RCX, 12),
-                    (ret_addr >> 32) as u32
-                );
-            }
-            RetAddr::Pushed => {
-                op!(self, Mov_r64_rm64, RDX, MemoryOperand::with_base(RSP));
-                op!(self, Mov_rm64_r64, arena_at(RCX, 8), RDX);
-            }
-        }
+        self.frame_ret_addr(ret_addr, RDX);
         op!(self, Mov_r64_rm64, RDX, arena(head::CTX));
         op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
         op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
@@ -391,6 +377,26 @@ impl Emitter {
         op!(self, Mov_rm64_r64, arena(head::CTX), R10);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
         op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
+    }
+
+    /// The return address word of the frame at the word offset in RCX
+    /// (`scratch` changes).
+    fn frame_ret_addr(&mut self, ret_addr: RetAddr, scratch: Register) {
+        match ret_addr {
+            RetAddr::Known(ret_addr) => {
+                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
+                op!(
+                    self,
+                    Mov_rm32_imm32,
+                    arena_at(RCX, 12),
+                    (ret_addr >> 32) as u32
+                );
+            }
+            RetAddr::Pushed => {
+                op!(self, Mov_r64_rm64, scratch, MemoryOperand::with_base(RSP));
+                op!(self, Mov_rm64_r64, arena_at(RCX, 8), scratch);
+            }
+        }
     }
 
     /// `r` = the stack pointer of a jump's emulated call, whose frame goes
@@ -650,21 +656,7 @@ impl Emitter {
         }
         op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
         op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
-        match ret_addr {
-            RetAddr::Known(ret_addr) => {
-                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
-                op!(
-                    self,
-                    Mov_rm32_imm32,
-                    arena_at(RCX, 12),
-                    (ret_addr >> 32) as u32
-                );
-            }
-            RetAddr::Pushed => {
-                op!(self, Mov_r64_rm64, R9, MemoryOperand::with_base(RSP));
-                op!(self, Mov_rm64_r64, arena_at(RCX, 8), R9);
-            }
-        }
+        self.frame_ret_addr(ret_addr, R9);
         op!(self, Mov_rm64_imm32, arena_at(RCX, 24), -1);
         self.running_ir(R9);
         op!(self, Mov_rm64_r64, arena_at(RCX, 32), R9);
