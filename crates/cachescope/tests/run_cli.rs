@@ -380,6 +380,15 @@ fn stats_report_the_engine_and_in_trace_mode_the_records() {
             let rest = l.split_once("engine: trace: ")?.1;
             rest.split_once(" MB")?.0.parse::<f64>().ok()
         });
+        // Counters (counting mode) and slots (tagged counting) say how
+        // many blocks ran.
+        let ran = err.lines().find_map(|l| {
+            let head = l.split_once(" blocks ran")?.0;
+            head.rsplit(' ').next()?.parse::<u64>().ok()
+        });
+        if !traced {
+            assert!(ran.is_some_and(|n| n > 0), "{args:?}: {err}");
+        }
         match trace {
             Some(mb) => assert!(traced && mb > 0.0, "{args:?}: {err}"),
             None => assert!(!traced, "{args:?}: no trace line in {err}"),

@@ -50,9 +50,12 @@ impl Space {
             };
         }
         let counts = self.areas.counts(&mut *self.mem);
-        let stats = self.count_lookups.then(|| {
-            let ran = self.blocks.live().chain(self.blocks.retired());
-            ran.filter(|b| counts.get(b.counter) != 0).count() as u64
+        let stats = self.count_lookups.then(|| match &contexts {
+            Some(c) if c.tagged => tagged_blocks_ran(c),
+            _ => {
+                let ran = self.blocks.live().chain(self.blocks.retired());
+                ran.filter(|b| counts.get(b.counter) != 0).count() as u64
+            }
         });
         let stats = stats.map(|blocks_executed| EngineStats {
             blocks_executed,
@@ -119,4 +122,31 @@ impl Space {
         s.code_cache_bytes = self.cache.bytes_used();
         s
     }
+}
+
+/// Tagged counting: how many block ids counted any Ir, in any thread's
+/// slots or arena (`--stats=yes`'s blocks that ran; skipped code's blocks,
+/// which count in their call site's record, only where they also ran
+/// outside it).
+fn tagged_blocks_ran(c: &crate::ContextsProfile) -> u64 {
+    use ctxrt::tagged::{TaggedArena, SLOT_WORDS};
+    let mut ran = vec![false; c.blocks.len()];
+    let mut mark = |b: usize| {
+        if let Some(r) = ran.get_mut(b) {
+            *r = true;
+        }
+    };
+    for t in &c.threads {
+        for (b, slot) in t.slots.chunks_exact(SLOT_WORDS).enumerate() {
+            if slot[1] != 0 || slot[3] != 0 {
+                mark(b);
+            }
+        }
+        for (_, b, ir) in TaggedArena::new(&t.arena).counts() {
+            if ir != 0 {
+                mark(b as usize);
+            }
+        }
+    }
+    ran.iter().filter(|&&r| r).count() as u64
 }
