@@ -33,7 +33,7 @@ pub use contexts::{header_word, ContextBlock};
 pub(crate) use traced::RepString;
 pub use traced::{filter_geometry, BlockMeta, FlushSite, TraceMode, REP_WORDS};
 
-use crate::emit::{Emitter, GPR64};
+use crate::emit::{Emitter, TaggedStubs, GPR64};
 use crate::layout::{self, MAX_BLOCK_INSNS};
 use iced_x86::{
     Code, Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory,
@@ -100,7 +100,7 @@ pub trait TransCtx {
     }
 
     /// Tagged counting: the chunk's shared inline-transition code
-    /// (`None`: each site has its own copy).
+    /// (`None`: none inline, every transition through the runtime).
     fn tagged_stubs(&self) -> Option<crate::emit::TaggedStubs> {
         None
     }
@@ -884,46 +884,28 @@ impl Builder<'_> {
     /// through the callee's context entry.
     fn tagged_call(
         &mut self,
-        cb: ContextBlock,
+        (cb, stubs): (ContextBlock, TaggedStubs),
         function: u32,
         next: Option<u64>,
         target: u64,
         skip_site: Option<u64>,
     ) {
-        let (done, fail) = (self.e.new_label(), self.e.new_label());
+        let done = self.e.new_label();
         let start = self.e.here();
         let call = crate::emit::TaggedCall {
             block: cb.id,
             function,
             ret_addr: next,
-            recs: cb.recs,
             skip_site,
         };
-        match self.ctx.tagged_stubs() {
-            Some(stubs) => {
-                // The stub returns past the site's jump when not done.
-                self.e.tagged_call_site(call, stubs, done);
-                self.t.quiet.push(start..self.e.here());
-                self.leaving = true;
-                self.exit_jmp(target);
-                self.leaving = false;
-                self.e.bind(done);
-                self.exit_jmp(target);
-            }
-            None => {
-                self.e.tagged_call(call, done, fail);
-                self.t.quiet.push(start..self.e.here());
-                self.e.bind(done);
-                self.exit_jmp(target);
-                let (site, _) = *self.t.exits.last().expect("just made");
-                self.t.plain_exits.push(site);
-                self.e.bind(fail);
-                self.leaving = true;
-                self.exit_jmp(target);
-                self.leaving = false;
-                return;
-            }
-        }
+        // The stub returns past the site's jump when not done.
+        self.e.tagged_call_site(call, stubs, done);
+        self.t.quiet.push(start..self.e.here());
+        self.leaving = true;
+        self.exit_jmp(target);
+        self.leaving = false;
+        self.e.bind(done);
+        self.exit_jmp(target);
         let (site, _) = *self.t.exits.last().expect("just made");
         self.t.plain_exits.push(site);
     }
@@ -934,15 +916,25 @@ impl Builder<'_> {
     /// call can do: the block, the callee's function and whether it is
     /// skipped code. Not from skipped code nor the resolver (whose jump
     /// calls for its caller).
-    fn tagged_jump_call(&mut self, target: u64) -> Option<(ContextBlock, u32, bool)> {
-        let cb = self
-            .tagged
-            .filter(|cb| crate::emit::inline_recs(cb.recs) && !cb.skip && !cb.pop_on_jump)?;
+    fn tagged_jump_call(
+        &mut self,
+        target: u64,
+    ) -> Option<((ContextBlock, TaggedStubs), u32, bool)> {
+        let inline = self
+            .inline_tagged()
+            .filter(|(cb, _)| !cb.skip && !cb.pop_on_jump)?;
         if self.ctx.same_context(target) {
             return None;
         }
         let (function, skip) = self.ctx.tagged_callee(target)?;
-        Some((cb, function, skip))
+        Some((inline, function, skip))
+    }
+
+    /// Tagged counting with inline transitions: the block and the chunk's
+    /// shared code, if callees' tags are computable (`emit::inline_recs`).
+    fn inline_tagged(&self) -> Option<(ContextBlock, TaggedStubs)> {
+        let cb = self.tagged.filter(|cb| crate::emit::inline_recs(cb.recs))?;
+        Some((cb, self.ctx.tagged_stubs()?))
     }
 
     /// Tagged counting: an indirect transfer's lookup (target in RCX), then
@@ -1051,8 +1043,8 @@ impl Builder<'_> {
         match i.flow_control() {
             FlowControl::UnconditionalBranch => {
                 let target = i.near_branch_target();
-                if let Some((cb, function, skip)) = self.tagged_jump_call(target) {
-                    self.tagged_call(cb, function, None, target, skip.then(|| i.ip()));
+                if let Some((inline, function, skip)) = self.tagged_jump_call(target) {
+                    self.tagged_call(inline, function, None, target, skip.then(|| i.ip()));
                 } else {
                     self.exit_jmp(target);
                 }
@@ -1099,10 +1091,10 @@ impl Builder<'_> {
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 let target = i.near_branch_target();
-                if let Some(cb) = self.tagged.filter(|cb| crate::emit::inline_recs(cb.recs)) {
+                if let Some(inline) = self.inline_tagged() {
                     if let Some((function, skip)) = self.ctx.tagged_callee(target) {
                         let skip_site = skip.then(|| i.ip());
-                        self.tagged_call(cb, function, Some(next), target, skip_site);
+                        self.tagged_call(inline, function, Some(next), target, skip_site);
                         return Ok(());
                     }
                 }
@@ -1117,18 +1109,11 @@ impl Builder<'_> {
                 self.indirect_branch_word(i.ip());
                 self.push_literal(next);
                 self.t.call_returns.push(next);
-                match self.tagged.filter(|cb| crate::emit::inline_recs(cb.recs)) {
-                    Some(cb) => {
+                match self.inline_tagged() {
+                    Some((cb, stubs)) => {
                         // (The call's memo knows its target.)
                         self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
-                        match self.ctx.tagged_stubs() {
-                            Some(stubs) => self.tagged_after_lookup(|e| {
-                                e.tagged_indirect_call_site(cb.id, stubs);
-                            }),
-                            None => self.tagged_after_lookup(|e| {
-                                e.tagged_indirect_call(cb.id, next, cb.recs);
-                            }),
-                        }
+                        self.tagged_after_lookup(|e| e.tagged_indirect_call_site(cb.id, stubs));
                     }
                     None => self.lookup(),
                 }
@@ -1138,29 +1123,23 @@ impl Builder<'_> {
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.load_target(i)?;
                 self.indirect_branch_word(i.ip());
-                match self.tagged {
+                match (self.tagged, self.ctx.tagged_stubs()) {
                     // Skipped code (the PLT) calls out.
-                    Some(cb) if cb.skip && crate::emit::inline_recs(cb.recs) => {
+                    (Some(cb), _) if cb.skip && crate::emit::inline_recs(cb.recs) => {
                         self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
                         self.tagged_after_lookup(|e| e.tagged_skipped_call(cb.domain, cb.recs));
                     }
-                    Some(cb) => {
+                    (Some(cb), Some(stubs)) => {
                         // (Not the resolver's call for its caller.)
                         let calls = !cb.pop_on_jump && crate::emit::inline_recs(cb.recs);
-                        let recs = calls.then_some(cb.recs);
                         if calls {
                             self.e.store_gs(Register::RCX, layout::S_TAGGED_TARGET);
                         }
-                        match self.ctx.tagged_stubs() {
-                            Some(stubs) => self.tagged_after_lookup(|e| {
-                                e.tagged_jump_site(cb.id, cb.domain, calls, stubs);
-                            }),
-                            None => self.tagged_after_lookup(|e| {
-                                e.tagged_jump(cb.id, cb.domain, recs);
-                            }),
-                        }
+                        self.tagged_after_lookup(|e| {
+                            e.tagged_jump_site(cb.id, cb.domain, calls, stubs);
+                        });
                     }
-                    None => self.lookup(),
+                    _ => self.lookup(),
                 }
             }
             FlowControl::Return => {
@@ -1172,15 +1151,9 @@ impl Builder<'_> {
                 self.e.spill_rax_rcx();
                 self.site(i.ip(), SiteRegs::RcxSpilled);
                 self.e.pop_return(pop);
-                if self.tagged.is_some() {
-                    match self.ctx.tagged_stubs() {
-                        Some(stubs) => self.tagged_after_lookup(|e| {
-                            e.tagged_return_site(stubs.ret);
-                        }),
-                        None => self.tagged_after_lookup(Emitter::tagged_return),
-                    }
-                } else {
-                    self.lookup();
+                match self.ctx.tagged_stubs().filter(|_| self.tagged.is_some()) {
+                    Some(stubs) => self.tagged_after_lookup(|e| e.tagged_return_site(stubs.ret)),
+                    None => self.lookup(),
                 }
             }
             FlowControl::Interrupt | FlowControl::Exception => {

@@ -55,51 +55,14 @@ fn hot_word(i: usize) -> MemoryOperand {
     gs(layout::S_CONTEXT_HOT + 8 * i as u32)
 }
 
-/// `gs:[word k of block id's memos]`.
-fn memo(id: u32, k: usize) -> MemoryOperand {
-    gs(AREA_MEMOS as u32 + 8 * (MEMO_WORDS as u32 * id + k as u32))
-}
-
 /// `gs:[word k of the memos of the block whose id times 8 is in `r`]`.
 fn memo_at(r: Register, k: usize) -> MemoryOperand {
     gs_indexed(r, AREA_MEMOS as u32 + 8 * k as u32)
 }
 
-/// The high half of [`memo`]'s word.
-fn memo_high(id: u32, k: usize) -> MemoryOperand {
-    gs(AREA_MEMOS as u32 + 8 * (MEMO_WORDS as u32 * id + k as u32) + 4)
-}
-
 /// The high half of [`memo_at`]'s word.
 fn memo_at_high(r: Register, k: usize) -> MemoryOperand {
     gs_indexed(r, AREA_MEMOS as u32 + 8 * k as u32 + 4)
-}
-
-/// Whose memos a sequence reads.
-#[derive(Clone, Copy)]
-enum MemosOf {
-    /// Block id's, known at translation.
-    Block(u32),
-    /// Those of the block whose id times [`MEMO_WORDS`] is in the register.
-    At(Register),
-}
-
-impl MemosOf {
-    /// Word `k` of the memos.
-    fn word(self, k: usize) -> MemoryOperand {
-        match self {
-            MemosOf::Block(id) => memo(id, k),
-            MemosOf::At(r) => memo_at(r, k),
-        }
-    }
-
-    /// The high half of word `k`.
-    fn high(self, k: usize) -> MemoryOperand {
-        match self {
-            MemosOf::Block(id) => memo_high(id, k),
-            MemosOf::At(r) => memo_at_high(r, k),
-        }
-    }
 }
 
 /// `[index*8 + disp]`: a depth to a frame's word offset (FRAME_WORDS is 8).
@@ -132,7 +95,8 @@ pub fn inline_recs(recs: u32) -> bool {
     matches!(recs.max(1), 1 | 2 | 4 | 8)
 }
 
-/// What an inline call needs to know of its callee, known at translation.
+/// What a direct call's site needs to know of its callee, known at
+/// translation.
 #[derive(Debug, Clone, Copy)]
 pub struct TaggedCall {
     /// The calling block's id (its memos hold the call).
@@ -142,8 +106,6 @@ pub struct TaggedCall {
     /// Where the call returns to; `None` for a direct jump Callgrind
     /// takes for a call (a tail call: `Tagged::inline_jump_call`).
     pub ret_addr: Option<u64>,
-    /// `--separate-recs` ([`inline_recs`]).
-    pub recs: u32,
     /// The callee is skipped code (the PLT), called from this call site.
     pub skip_site: Option<u64>,
 }
@@ -170,32 +132,6 @@ pub struct TaggedStubs {
     pub jump_calls: u64,
 }
 
-/// What a shared stub's work gets from its site.
-#[derive(Clone, Copy)]
-enum SiteArgs {
-    /// Known at translation (the code is the site's own): the calling
-    /// block `x`, and the return address (of an indirect jump: its
-    /// domain's header word).
-    Known { x: u32, ret_addr: u64 },
-    /// In spill slots (`S_TAGGED_BLOCK`, `S_TAGGED_FUNCTION`: the block's
-    /// id for an indirect call, the header word for a jump), the return
-    /// address pushed.
-    Slots,
-}
-
-/// What a direct call's work gets: known at translation (the site's own
-/// copy), or from spill slots (a shared stub's).
-#[derive(Clone, Copy)]
-enum CallArgs {
-    Known {
-        block: u32,
-        function: u32,
-        ret_addr: u64,
-        site: u64,
-    },
-    Slots,
-}
-
 /// Which of the direct calls a sequence does.
 #[derive(Debug, Clone, Copy)]
 pub struct CallKind {
@@ -208,8 +144,8 @@ pub struct CallKind {
 /// What a call's frame records as its return address.
 #[derive(Clone, Copy)]
 enum RetAddr {
-    /// Known at translation (0 for a jump's call).
-    Known(u64),
+    /// None (0): an emulated call, made by a jump.
+    Emulated,
     /// The one the client's `call` pushed, at the stack pointer.
     Pushed,
 }
@@ -383,15 +319,7 @@ impl Emitter {
     /// (`scratch` changes).
     fn frame_ret_addr(&mut self, ret_addr: RetAddr, scratch: Register) {
         match ret_addr {
-            RetAddr::Known(ret_addr) => {
-                op!(self, Mov_rm32_imm32, arena_at(RCX, 8), ret_addr as u32);
-                op!(
-                    self,
-                    Mov_rm32_imm32,
-                    arena_at(RCX, 12),
-                    (ret_addr >> 32) as u32
-                );
-            }
+            RetAddr::Emulated => op!(self, Mov_rm64_imm32, arena_at(RCX, 8), 0),
             RetAddr::Pushed => {
                 op!(self, Mov_r64_rm64, scratch, MemoryOperand::with_base(RSP));
                 op!(self, Mov_rm64_r64, arena_at(RCX, 8), scratch);
@@ -415,12 +343,13 @@ impl Emitter {
         self.bind(none);
     }
 
-    /// R11 = the arc the call block's memos `x` know (either of their
+    /// R11 = the arc the call block's memos (its id times [`MEMO_WORDS`]
+    /// in `x`) know (either of their
     /// two calls) under the key of the caller's tag in EDX and the
     /// callee's in R10D (and into the guest target in `S_TAGGED_TARGET`
     /// if `target`); else to `miss`. RCX changes.
-    fn call_memo_arc(&mut self, x: MemosOf, target: bool, miss: Label) {
-        debug_assert!(!(target && matches!(x, MemosOf::At(RCX))));
+    fn call_memo_arc(&mut self, x: Register, target: bool, miss: Label) {
+        debug_assert!(!(target && x == RCX));
         let (second, hit) = (self.new_label(), self.new_label());
         if target {
             op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_TARGET));
@@ -429,15 +358,15 @@ impl Emitter {
             if k != 0 {
                 self.bind(second);
             }
-            op!(self, Cmp_rm32_r32, x.word(k + M_CALL_KEY), EDX);
+            op!(self, Cmp_rm32_r32, memo_at(x, k + M_CALL_KEY), EDX);
             self.jcc_label(JNE, next);
-            op!(self, Cmp_rm32_r32, x.high(k + M_CALL_KEY), R10D);
+            op!(self, Cmp_rm32_r32, memo_at_high(x, k + M_CALL_KEY), R10D);
             self.jcc_label(JNE, next);
             if target {
-                op!(self, Cmp_rm64_r64, x.word(k + M_CALL_TARGET), RCX);
+                op!(self, Cmp_rm64_r64, memo_at(x, k + M_CALL_TARGET), RCX);
                 self.jcc_label(JNE, next);
             }
-            op!(self, Mov_r64_rm64, R11, x.word(k + M_CALL_ARC));
+            op!(self, Mov_r64_rm64, R11, memo_at(x, k + M_CALL_ARC));
             if k == 0 {
                 self.jmp_label(hit);
             }
@@ -472,31 +401,6 @@ impl Emitter {
         self.load_gs(RCX, layout::S_RCX);
         self.load_gs(RAX, layout::S_RAX);
         self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_TARGET)));
-    }
-
-    /// An inline direct call (`Tagged::inline_call`), right after the
-    /// `call`'s return address is pushed: it goes on at `done` (the
-    /// callee's body, past its context entry) when done, else at `fail`
-    /// (its context entry) with nothing changed; every register and flag
-    /// as they were either way.
-    pub fn tagged_call(&mut self, c: TaggedCall, done: Label, fail: Label) {
-        let failed = self.new_label();
-        let args = CallArgs::Known {
-            block: c.block,
-            function: c.function,
-            ret_addr: c.ret_addr.unwrap_or(0),
-            site: c.skip_site.unwrap_or(0),
-        };
-        let kind = CallKind {
-            jump: c.ret_addr.is_none(),
-            skip: c.skip_site.is_some(),
-        };
-        self.call_body(args, kind, c.recs, failed);
-        self.restore_registers(&KEPT);
-        self.jmp_label(done);
-        self.bind(failed);
-        self.restore_registers(&KEPT);
-        self.jmp_label(fail);
     }
 
     /// A direct call's site over the chunk's shared
@@ -565,7 +469,7 @@ impl Emitter {
             RSP,
             MemoryOperand::with_base_displ(RSP, i64::from(over))
         );
-        self.call_body(CallArgs::Slots, kind, recs, failed);
+        self.call_body(kind, recs, failed);
         self.restore_registers(&KEPT);
         self.stub_return(over);
         self.bind(failed);
@@ -585,41 +489,29 @@ impl Emitter {
         self.stub_return(over);
     }
 
-    /// R9 = the callee's function, as `args` gives it.
-    fn callee_function(&mut self, args: CallArgs) {
-        match args {
-            CallArgs::Known { function, .. } => op!(self, Mov_r32_imm32, R9D, function),
-            CallArgs::Slots => op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_FUNCTION)),
-        }
+    /// R9 = the callee's function, from its site.
+    fn callee_function(&mut self) {
+        op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_FUNCTION));
     }
 
-    /// The calling block's memos, as `args` gives them (RCX loaded with
-    /// them from `S_TAGGED_BLOCK`).
-    fn caller_memos(&mut self, args: CallArgs) -> MemosOf {
-        match args {
-            CallArgs::Known { block, .. } => MemosOf::Block(block),
-            CallArgs::Slots => {
-                op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
-                MemosOf::At(RCX)
-            }
-        }
+    /// RCX = the calling block's memos (its id times [`MEMO_WORDS`]), from
+    /// its site.
+    fn caller_memos(&mut self) {
+        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
     }
 
     /// A direct call's work (`Tagged::inline_call` or
     /// `Tagged::inline_jump_call`), [`KEPT`] kept from here on; to
     /// `failed` with nothing changed if a check fails.
-    fn call_body(&mut self, args: CallArgs, kind: CallKind, recs: u32, failed: Label) {
+    fn call_body(&mut self, kind: CallKind, recs: u32, failed: Label) {
         // A jump's call: the frame's stack pointer not the client's, and
         // no frame it left (the rules do not look at its stack pointer).
-        let (frame_sp, ret_addr) = match (kind.jump, args) {
-            (true, _) => (FrameSp::TopOrLast, RetAddr::Known(0)),
-            (false, CallArgs::Known { ret_addr, .. }) => {
-                (FrameSp::Client, RetAddr::Known(ret_addr))
-            }
-            (false, CallArgs::Slots) => (FrameSp::Client, RetAddr::Pushed),
+        let (frame_sp, ret_addr) = match kind.jump {
+            true => (FrameSp::TopOrLast, RetAddr::Emulated),
+            false => (FrameSp::Client, RetAddr::Pushed),
         };
         self.keep_registers(&KEPT);
-        self.callee_function(args);
+        self.callee_function();
         self.fail_in_handler(failed);
         op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
         self.jcc_label(JNE, failed);
@@ -630,17 +522,17 @@ impl Emitter {
         }
         if !kind.skip {
             self.callee_tag(recs, failed);
-            let memos = self.caller_memos(args);
-            self.call_memo_arc(memos, false, failed);
+            self.caller_memos();
+            self.call_memo_arc(RCX, false, failed);
             self.commit_call(frame_sp, ret_addr);
             self.inline_done(!kind.jump);
             return;
         }
         // Into skipped code: the memo names the skip record.
-        let memos = self.caller_memos(args);
-        op!(self, Cmp_rm32_r32, memos.word(M_CALL_KEY), EDX);
+        self.caller_memos();
+        op!(self, Cmp_rm32_r32, memo_at(RCX, M_CALL_KEY), EDX);
         self.jcc_label(JNE, failed);
-        op!(self, Mov_r32_rm32, R10D, memos.high(M_CALL_KEY));
+        op!(self, Mov_r32_rm32, R10D, memo_at_high(RCX, M_CALL_KEY));
         op!(self, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
         self.jcc_label(JB, failed);
         // The frame (no arc), at STACK + depth*8.
@@ -651,7 +543,7 @@ impl Emitter {
             _ => {
                 self.frame_sp_top_or(R9, false);
                 op!(self, Mov_rm64_r64, arena_at(RCX, 0), R9);
-                self.callee_function(args);
+                self.callee_function();
             }
         }
         op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
@@ -665,20 +557,11 @@ impl Emitter {
         op!(self, Mov_rm64_r64, arena_at(RCX, 48), R9);
         op!(self, Add_rm64_imm8, arena(head::DEPTH), 1);
         op!(self, Mov_rm64_r64, arena(head::NS_CTX), RDX);
-        match args {
-            CallArgs::Known { block, site, .. } => {
-                op!(self, Mov_r64_imm64, R9, site);
-                op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
-                op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), block);
-            }
-            CallArgs::Slots => {
-                op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_TARGET));
-                op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
-                op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_BLOCK));
-                op!(self, Shr_rm64_imm8, R9, MEMO_SHIFT);
-                op!(self, Mov_rm64_r64, arena(head::NS_BLOCK), R9);
-            }
-        }
+        op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_TARGET));
+        op!(self, Mov_rm64_r64, arena(head::NS_SITE), R9);
+        op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_BLOCK));
+        op!(self, Shr_rm64_imm8, R9, MEMO_SHIFT);
+        op!(self, Mov_rm64_r64, arena(head::NS_BLOCK), R9);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
         // Its blocks count in its skip record (the tag less SKIP_TAGS,
         // 1 << 31).
@@ -700,34 +583,25 @@ impl Emitter {
         self.raw(&[0xc3]);
     }
 
-    /// An inline indirect call (`Tagged::inline_indirect_call`) from block
-    /// `x`, returning to `ret_addr`, reached from its lookup once it found
-    /// the target's translation (as [`Emitter::tagged_return`]): the call
-    /// the target's memo knows.
-    pub fn tagged_indirect_call(&mut self, x: u32, ret_addr: u64, recs: u32) {
-        let out = self.new_label();
-        self.indirect_call_body(SiteArgs::Known { x, ret_addr }, recs, out);
-        self.bind(out);
-        self.after_lookup_exit();
-    }
-
     /// An indirect call's site over the chunk's shared
-    /// [`Emitter::tagged_indirect_call_stub`], reached from its lookup as
-    /// [`Emitter::tagged_indirect_call`] is: the calling block `x`'s
-    /// memos and id in spill slots; then on to `S_TARGET`.
+    /// [`Emitter::tagged_indirect_call_stub`] (`Tagged::inline_indirect_call`),
+    /// reached from its lookup once it found the target's translation (in
+    /// `S_TARGET`, the client's RAX and RCX in their slots): the calling
+    /// block `x`'s memos and id in spill slots; then on to `S_TARGET`.
     pub fn tagged_indirect_call_site(&mut self, x: u32, stubs: TaggedStubs) {
         self.site_args(x, x);
         self.call(stubs.indirect_call);
         self.after_stub_exit();
     }
 
-    /// The shared code of inline indirect calls (one copy per chunk), as
-    /// [`Emitter::tagged_indirect_call`] with what its site
+    /// The shared code of inline indirect calls (one copy per chunk): the
+    /// call the calling block's memo knows (with its target), else the
+    /// target's (the last indirect call into it), from what its site
     /// ([`Emitter::tagged_indirect_call_site`]) put in spill slots.
     pub fn tagged_indirect_call_stub(&mut self, recs: u32) {
         let out = self.new_label();
         op!(self, Lea_r64_m, RSP, MemoryOperand::with_base_displ(RSP, 8));
-        self.indirect_call_body(SiteArgs::Slots, recs, out);
+        self.indirect_call_body(recs, out);
         self.bind(out);
         self.restore_registers(KEPT_AFTER_LOOKUP);
         self.stub_return(8);
@@ -759,9 +633,9 @@ impl Emitter {
         self.insn(Instruction::with1(Code::Jmp_rm64, gs(layout::S_TARGET)));
     }
 
-    /// [`Emitter::tagged_indirect_call`]'s work, on to `out` done or not,
-    /// with [`KEPT_AFTER_LOOKUP`] kept.
-    fn indirect_call_body(&mut self, args: SiteArgs, recs: u32, out: Label) {
+    /// An indirect call's work, on to `out` done or not, with
+    /// [`KEPT_AFTER_LOOKUP`] kept.
+    fn indirect_call_body(&mut self, recs: u32, out: Label) {
         self.keep_registers(KEPT_AFTER_LOOKUP);
         // The target (not skipped code): its function and id.
         op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
@@ -772,13 +646,13 @@ impl Emitter {
             2
         );
         self.jcc_label(JNE, out);
-        self.indirect_commit(args, recs, out);
+        self.indirect_commit(recs, out);
     }
 
     /// The call of an inline indirect call into the target whose header is
     /// at RCX (not skipped code): the call its memo knows from the block
-    /// `args` names; else to `out`.
-    fn indirect_commit(&mut self, args: SiteArgs, recs: u32, out: Label) {
+    /// its site names; else to `out`.
+    fn indirect_commit(&mut self, recs: u32, out: Label) {
         op!(
             self,
             Mov_r32_rm32,
@@ -794,8 +668,8 @@ impl Emitter {
         // The calling block's memo, else the callee's (its id again from
         // its header).
         let (callee_memo, commit) = (self.new_label(), self.new_label());
-        let memos = self.site_memos(args);
-        self.call_memo_arc(memos, true, callee_memo);
+        op!(self, Mov_r64_rm64, R11, gs(layout::S_TAGGED_BLOCK));
+        self.call_memo_arc(R11, true, callee_memo);
         self.jmp_label(commit);
         self.bind(callee_memo);
         op!(self, Mov_r64_rm64, R11, gs(layout::S_TARGET));
@@ -810,63 +684,21 @@ impl Emitter {
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm32_r32, memo_at_high(R11, M_IN_KEY), R10D);
         self.jcc_label(JNE, out);
-        match args {
-            SiteArgs::Known { x, .. } => {
-                op!(self, Cmp_rm64_imm32, memo_at(R11, M_IN_FROM), x as i32);
-            }
-            SiteArgs::Slots => {
-                op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_FUNCTION));
-                op!(self, Cmp_rm64_r64, memo_at(R11, M_IN_FROM), RCX);
-            }
-        }
+        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_FUNCTION));
+        op!(self, Cmp_rm64_r64, memo_at(R11, M_IN_FROM), RCX);
         self.jcc_label(JNE, out);
         op!(self, Mov_r64_rm64, R11, memo_at(R11, M_IN_ARC));
         self.bind(commit);
-        let ret_addr = match args {
-            SiteArgs::Known { ret_addr, .. } => RetAddr::Known(ret_addr),
-            SiteArgs::Slots => RetAddr::Pushed,
-        };
-        self.commit_call(FrameSp::Client, ret_addr);
+        self.commit_call(FrameSp::Client, RetAddr::Pushed);
         self.inline_done(true);
         self.skip_target_entry();
     }
 
-    /// The calling block's memos, as `args` gives them (R11 loaded with
-    /// them from `S_TAGGED_BLOCK`).
-    fn site_memos(&mut self, args: SiteArgs) -> MemosOf {
-        match args {
-            SiteArgs::Known { x, .. } => MemosOf::Block(x),
-            SiteArgs::Slots => {
-                op!(self, Mov_r64_rm64, R11, gs(layout::S_TAGGED_BLOCK));
-                MemosOf::At(R11)
-            }
-        }
-    }
-
-    /// An inline indirect jump from block `x`, code of `domain`, reached
-    /// from its lookup once it found the target's translation (as
-    /// [`Emitter::tagged_return`]), whose header
-    /// (`translate::tagged_header`) says what the target is: one that
-    /// keeps the context (`Tagged::inline_jump`), or a tail call the
-    /// target's memo knows (`Tagged::inline_indirect_jump_call`; `recs`
-    /// `--separate-recs`, `None` for none inline).
-    pub fn tagged_jump(&mut self, x: u32, domain: u32, recs: Option<u32>) {
-        let out = self.new_label();
-        let word = crate::translate::header_word(domain, false, false);
-        let args = SiteArgs::Known {
-            x,
-            ret_addr: word.into(),
-        };
-        self.jump_body(args, recs, out);
-        self.bind(out);
-        self.after_lookup_exit();
-    }
-
-    /// An indirect jump's site over the chunk's shared
-    /// [`Emitter::tagged_jump_stub`] (`calls`: the one that may call),
-    /// reached from its lookup as [`Emitter::tagged_jump`] is: over the
-    /// red zone (the jumping function may still have data there), then on
-    /// to `S_TARGET`.
+    /// An indirect jump's site (block `x`, code of `domain`) over the
+    /// chunk's shared [`Emitter::tagged_jump_stub`] (`calls`: the one that
+    /// may call), reached from its lookup once it found the target's
+    /// translation: over the red zone (the jumping function may still have
+    /// data there), then on to `S_TARGET`.
     pub fn tagged_jump_site(&mut self, x: u32, domain: u32, calls: bool, stubs: TaggedStubs) {
         self.site_args(x, crate::translate::header_word(domain, false, false));
         op!(
@@ -885,10 +717,12 @@ impl Emitter {
         self.after_stub_exit();
     }
 
-    /// The shared code of inline indirect jumps (one copy per chunk, and
-    /// `recs` `Some` for the one that may call), as
-    /// [`Emitter::tagged_jump`] with what its site
-    /// ([`Emitter::tagged_jump_site`]) put in spill slots.
+    /// The shared code of inline indirect jumps (one copy per chunk), from
+    /// what its site ([`Emitter::tagged_jump_site`]) put in spill slots:
+    /// the target's header (`translate::tagged_header`) says what it is:
+    /// one that keeps the context (`Tagged::inline_jump`), or a tail call
+    /// the jumping block's memo knows (`Tagged::inline_indirect_jump_call`;
+    /// `recs` `--separate-recs`, `None` in the stub that does none).
     pub fn tagged_jump_stub(&mut self, recs: Option<u32>) {
         let out = self.new_label();
         let over = 8 + RED_ZONE;
@@ -898,16 +732,15 @@ impl Emitter {
             RSP,
             MemoryOperand::with_base_displ(RSP, i64::from(over))
         );
-        self.jump_body(SiteArgs::Slots, recs, out);
+        self.jump_body(recs, out);
         self.bind(out);
         self.restore_registers(KEPT_AFTER_LOOKUP);
         self.stub_return(over);
     }
 
-    /// [`Emitter::tagged_jump`]'s work, on to `out` done or not, with
-    /// [`KEPT_AFTER_LOOKUP`] kept; `args`' word the header word of the
-    /// jumping block's domain.
-    fn jump_body(&mut self, args: SiteArgs, recs: Option<u32>, out: Label) {
+    /// An indirect jump's work, on to `out` done or not, with
+    /// [`KEPT_AFTER_LOOKUP`] kept.
+    fn jump_body(&mut self, recs: Option<u32>, out: Label) {
         let call = self.new_label();
         self.keep_registers(KEPT_AFTER_LOOKUP);
         // Not a function's start nor another domain (skipped or not): the
@@ -916,14 +749,8 @@ impl Emitter {
         let flags = MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FLAGS));
         op!(self, Mov_r32_rm32, R10D, flags);
         op!(self, And_rm32_imm8, R10D, !2);
-        match args {
-            SiteArgs::Known { ret_addr: word, .. } => {
-                op!(self, Cmp_rm32_imm32, R10D, word as u32);
-            }
-            SiteArgs::Slots => {
-                op!(self, Cmp_r32_rm32, R10D, gs(layout::S_TAGGED_FUNCTION));
-            }
-        }
+        // (The jumping block's domain's header word, from its site.)
+        op!(self, Cmp_r32_rm32, R10D, gs(layout::S_TAGGED_FUNCTION));
         self.jcc_label(JNE, call);
         self.fail_in_handler(out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
@@ -952,9 +779,9 @@ impl Emitter {
             self.caller_or_fail(RDX, out);
             self.room_or_fail(RCX, R10, out);
             self.callee_tag(recs, out);
-            let memos = self.site_memos(args);
-            self.call_memo_arc(memos, true, out);
-            self.commit_call(FrameSp::TopOrClient, RetAddr::Known(0));
+            op!(self, Mov_r64_rm64, R11, gs(layout::S_TAGGED_BLOCK));
+            self.call_memo_arc(R11, true, out);
+            self.commit_call(FrameSp::TopOrClient, RetAddr::Emulated);
             self.inline_done(true);
             self.skip_target_entry();
         }
@@ -1014,33 +841,21 @@ impl Emitter {
         op!(self, Cmp_rm64_r64, memo_at(R11, M_PLT_TARGET), RDX);
         self.jcc_label(JNE, out);
         op!(self, Mov_r64_rm64, R11, memo_at(R11, M_PLT_ARC));
-        self.commit_call(FrameSp::Top, RetAddr::Known(0));
+        self.commit_call(FrameSp::Top, RetAddr::Emulated);
         self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
         self.after_lookup_exit();
     }
 
-    /// An inline return (`Tagged::inline_return`), reached from a
-    /// return's lookup once it found the target's translation (its
-    /// context entry in `S_TARGET`, the client's RAX and RCX in their
-    /// slots, the stack pointer past the return): when done, the target is
-    /// entered past its context entry; else nothing changed and its context
-    /// entry decides. Ends by jumping to `S_TARGET` with the client's
-    /// registers and flags back.
-    pub fn tagged_return(&mut self) {
-        let out = self.new_label();
-        self.tagged_return_body(out);
-        self.bind(out);
-        self.after_lookup_exit();
-    }
-
-    /// The shared code of inline returns ([`Emitter::tagged_return`]'s
-    /// work, one copy per chunk: a return site calls it, so that the
-    /// code cache holds one, not one per return): called right after the
-    /// lookup (the return's stack slot and those under it are dead, so the
-    /// call may push there); returns with every register and flag the
-    /// site's, `S_TARGET` past the context entry if it was done.
+    /// The shared code of inline returns (`Tagged::inline_return`), one
+    /// copy per chunk that a return site calls right after its lookup
+    /// found the target's translation (its context entry in `S_TARGET`,
+    /// the client's RAX and RCX in their slots; the return's stack slot
+    /// and those under it are dead, so the call may push there): when
+    /// done, `S_TARGET` is past the context entry; else nothing changed
+    /// and the context entry decides. Returns with every register and
+    /// flag the site's.
     pub fn tagged_return_stub(&mut self) {
         let out = self.new_label();
         // The client's stack pointer while it works.
@@ -1058,7 +873,7 @@ impl Emitter {
         self.after_stub_exit();
     }
 
-    /// [`Emitter::tagged_return`]'s work, on to `out` done or not, with
+    /// An inline return's work, on to `out` done or not, with
     /// [`KEPT_AFTER_LOOKUP`] kept.
     fn tagged_return_body(&mut self, out: Label) {
         let popped = self.new_label();

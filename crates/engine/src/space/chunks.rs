@@ -332,6 +332,13 @@ impl CodeCache {
         if let Some(s) = self.chunks[ci].tagged_stubs {
             return (s, None);
         }
+        // (Sites call the stubs that compute a callee's tag only where it
+        // can be computed: `emit::inline_recs`.)
+        let recs = if crate::emit::inline_recs(recs) {
+            recs
+        } else {
+            1
+        };
         // Laid out together (the aux area grows down): one quiet range.
         let stub =
             |jump, skip| move |e: &mut Emitter| e.tagged_call_stub(CallKind { jump, skip }, recs);
