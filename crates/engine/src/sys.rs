@@ -168,6 +168,14 @@ pub fn single_step(pid: i32, sig: i32) -> io::Result<()> {
     ptrace(libc::PTRACE_SINGLESTEP, pid, 0, sig as usize).map(drop)
 }
 
+/// Sets debug register `n` of a stopped task: 0-3 an address to break
+/// at, 6 the status, 7 the control word (the kernel checks what it is
+/// given, and fails where the processor has none to give).
+pub fn set_debug_reg(pid: i32, n: usize, value: u64) -> io::Result<()> {
+    let offset = std::mem::offset_of!(libc::user, u_debugreg) + 8 * n;
+    ptrace(libc::PTRACE_POKEUSER, pid, offset, value as usize).map(drop)
+}
+
 /// Resumes a stopped task until the next syscall entry/exit.
 pub fn cont_syscall(pid: i32, sig: i32) -> io::Result<()> {
     ptrace(libc::PTRACE_SYSCALL, pid, 0, sig as usize).map(drop)

@@ -105,10 +105,17 @@ impl Contexts {
     /// Whether host address `host` lies in an inline call or return of
     /// tagged counting, which a thread is stepped out of before a signal.
     pub fn in_quiet(&self, host: u64) -> bool {
+        self.quiet_range(host).is_some()
+    }
+
+    /// The inline call or return of tagged counting holding host address
+    /// `host`.
+    fn quiet_range(&self, host: u64) -> Option<std::ops::Range<u64>> {
         self.quiet
             .range(..=host)
             .next_back()
-            .is_some_and(|(_, &end)| host < end)
+            .filter(|(_, &end)| host < end)
+            .map(|(&start, &end)| start..end)
     }
 
     /// `--separate-recs`.
@@ -131,6 +138,20 @@ impl Contexts {
 }
 
 impl Space {
+    /// Tagged counting: where a thread at `host`, inside an inline call or
+    /// return, can next leave them (`quiet::exits`); `None` if it cannot
+    /// be told (outside them, or code that cannot be followed).
+    pub fn quiet_exits(&mut self, host: u64) -> Option<Vec<u64>> {
+        let c = self.contexts.as_ref()?;
+        c.quiet_range(host)?;
+        let mem = &mut *self.mem;
+        super::quiet::exits(
+            host,
+            |a| c.quiet_range(a),
+            |r| mem.read(r.start, (r.end - r.start) as usize).ok(),
+        )
+    }
+
     /// Contexts mode from now on (a new process image).
     pub fn set_contexts(&mut self, contexts: Contexts) {
         self.contexts = Some(contexts);

@@ -32,6 +32,7 @@ mod invalidate;
 mod links;
 mod lookups;
 mod modules;
+pub(crate) mod quiet;
 mod sites;
 mod trace;
 

@@ -65,6 +65,9 @@ struct Tracer<'a> {
     /// Reports taken from the kernel and not handled yet, oldest first
     /// (see [`Tracer::queue_reports`]).
     reports: std::collections::VecDeque<WaitStatus>,
+    /// Whether the kernel refused a hardware breakpoint once (threads are
+    /// single-stepped out of quiet code instead: `Tracer::leave_quiet`).
+    no_breakpoints: bool,
 }
 
 /// Entry point behind [`crate::run`].
@@ -84,6 +87,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
         native_calls: HashMap::new(),
         reports: std::collections::VecDeque::new(),
+        no_breakpoints: false,
     };
     let started = tracer.take_over_exec(pid);
     let result = started.and_then(|()| tracer.event_loop());

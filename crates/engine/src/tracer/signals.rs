@@ -47,7 +47,8 @@ const SI_KERNEL: i32 = 0x80;
 /// Most instructions an asynchronous signal's thread is stepped through
 /// to reach a clean point (an indirect branch's lookup and probe take a
 /// dozen or two, a handler's trampoline forty, tagged counting's inline
-/// return of six frames two hundred).
+/// return of six frames two hundred), or, out of quiet code, resumes to a
+/// breakpoint and steps.
 const MAX_STEPS: u32 = 256;
 
 impl Tracer<'_> {
@@ -149,7 +150,7 @@ impl Tracer<'_> {
         let info = sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?;
         let mut steps = 0;
         while space.borrow().in_context_exit(regs.rip) && steps < MAX_STEPS {
-            if !self.step_towards_delivery(tid, sig)? {
+            if !self.leave_quiet(tid, sig, regs.rip)? {
                 return Ok(true);
             }
             steps += 1;
@@ -307,6 +308,49 @@ impl Tracer<'_> {
         }
     }
 
+    /// Moves `tid`, at `rip` in a context stub's exit window or in tagged
+    /// counting's quiet code, on towards a way out on the way to
+    /// delivering `sig` (withheld meanwhile): in quiet code that can be
+    /// followed, it runs to the next breakpoint out of it
+    /// (`Space::quiet_exits`; standing at one, an indirect transfer, it is
+    /// stepped over it); elsewhere it is stepped one instruction. As
+    /// [`Tracer::step_towards_delivery`], `false` when the signal was
+    /// taken care of otherwise.
+    fn leave_quiet(&mut self, tid: i32, sig: i32, rip: u64) -> Result<bool, EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let exits = match self.no_breakpoints {
+            true => None,
+            false => space.borrow_mut().quiet_exits(rip),
+        };
+        let Some(exits) = exits.filter(|e| e.len() <= 4 && !e.contains(&rip)) else {
+            return self.step_towards_delivery(tid, sig);
+        };
+        if let Err(e) = set_breakpoints(tid, &exits) {
+            if debug_enabled() {
+                eprintln!("cachescope: no hardware breakpoints ({e}): quiet code is stepped");
+            }
+            self.no_breakpoints = true;
+            clear_breakpoints(tid);
+            return self.step_towards_delivery(tid, sig);
+        }
+        let held = hold_signals(tid);
+        let run = self.resume_held(tid, Resume::Continue);
+        release_signals(tid, held);
+        if !matches!(run, Ok(Step::Gone)) {
+            clear_breakpoints(tid);
+        }
+        match run? {
+            Step::Done => Ok(true),
+            Step::Gone => Ok(false),
+            Step::Raised(other) => {
+                let tgid = self.tasks[&tid].tgid;
+                self.requeue.push((tgid, tid, sig));
+                self.on_signal(tid, other)?;
+                Ok(false)
+            }
+        }
+    }
+
     /// Steps `tid` one instruction on the way to delivering `sig`
     /// (withheld meanwhile). `false` when the signal was taken care of
     /// otherwise: the thread exited, or the stepped instruction (an
@@ -346,31 +390,36 @@ impl Tracer<'_> {
     /// sent again later.
     fn step(&mut self, tid: i32) -> Result<Step, EngineError> {
         let held = hold_signals(tid);
-        let step = self.step_held(tid);
+        let step = self.resume_held(tid, Resume::Step);
         release_signals(tid, held);
         step
     }
 
-    /// [`Tracer::step`] with the asynchronous signals held.
-    fn step_held(&mut self, tid: i32) -> Result<Step, EngineError> {
+    /// Resumes `tid` (asynchronous signals held) until its next SIGTRAP:
+    /// after one instruction, or at a breakpoint.
+    fn resume_held(&mut self, tid: i32, how: Resume) -> Result<Step, EngineError> {
         let tgid = self.tasks[&tid].tgid;
-        sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+        let go = |tid| match how {
+            Resume::Step => sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e)),
+            Resume::Continue => sys::cont(tid, 0).map_err(|e| os_err("PTRACE_CONT", e)),
+        };
+        go(tid)?;
         loop {
             match wait_for(tid)? {
                 WaitStatus::Stopped(_, libc::SIGTRAP) => return Ok(Step::Done),
                 WaitStatus::Stopped(_, sg) if is_synchronous(sg) => return Ok(Step::Raised(sg)),
                 WaitStatus::Stopped(_, sg) => {
                     // Another signal came first: deliver it later, and
-                    // step on.
+                    // go on.
                     self.requeue.push((tgid, tid, sg));
-                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                    go(tid)?;
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                     self.on_thread_exit(tid);
                     return Ok(Step::Gone);
                 }
                 WaitStatus::Event(..) | WaitStatus::EventStop(..) | WaitStatus::Syscall(_) => {
-                    sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
+                    go(tid)?;
                 }
             }
         }
@@ -720,6 +769,33 @@ impl Tracer<'_> {
 }
 
 /// How a single step ended.
+/// How [`Tracer::resume_held`] runs a thread.
+#[derive(Clone, Copy)]
+enum Resume {
+    /// One instruction.
+    Step,
+    /// Until a breakpoint.
+    Continue,
+}
+
+/// Sets `tid`'s hardware breakpoints (up to four) at `addrs`, enabled.
+fn set_breakpoints(tid: i32, addrs: &[u64]) -> std::io::Result<()> {
+    let mut control = 0;
+    for (i, &a) in addrs.iter().enumerate() {
+        sys::set_debug_reg(tid, i, a)?;
+        // Local enable; break on execution, length 1 (zero bits).
+        control |= 1 << (2 * i);
+    }
+    sys::set_debug_reg(tid, 7, control)
+}
+
+/// Disables `tid`'s hardware breakpoints and clears their status.
+fn clear_breakpoints(tid: i32) {
+    // A thread that vanished meanwhile needs none.
+    let _ = sys::set_debug_reg(tid, 7, 0);
+    let _ = sys::set_debug_reg(tid, 6, 0);
+}
+
 enum Step {
     /// At the next instruction (a SIGTRAP stop).
     Done,
