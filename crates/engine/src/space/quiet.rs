@@ -57,15 +57,21 @@ pub fn exits(
         if insn.is_invalid() {
             return None;
         }
+        // (A `syscall` is a call without a target: not followed.)
+        let near =
+            insn.is_jmp_short_or_near() || insn.is_call_near() || insn.is_jcc_short_or_near();
         match insn.flow_control() {
             FlowControl::Next => todo.push(insn.next_ip()),
-            FlowControl::UnconditionalBranch | FlowControl::Call => {
+            FlowControl::UnconditionalBranch | FlowControl::Call if near => {
                 todo.push(insn.near_branch_target())
             }
-            FlowControl::ConditionalBranch => {
+            FlowControl::ConditionalBranch if near => {
                 todo.push(insn.near_branch_target());
                 todo.push(insn.next_ip());
             }
+            FlowControl::UnconditionalBranch
+            | FlowControl::Call
+            | FlowControl::ConditionalBranch => return None,
             FlowControl::IndirectBranch | FlowControl::IndirectCall | FlowControl::Return => {
                 out.push(at)
             }
@@ -153,5 +159,7 @@ mod tests {
         assert_eq!(exits_in(&looped, 0x1000), Some(vec![0x5000]));
         let trap = [quiet(0x1000, &[0x90, 0x0f, 0x0b])]; // nop; ud2
         assert_eq!(exits_in(&trap, 0x1000), None);
+        let syscall = [quiet(0x1000, &[0x90, 0x0f, 0x05])];
+        assert_eq!(exits_in(&syscall, 0x1000), None);
     }
 }
