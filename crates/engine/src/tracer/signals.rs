@@ -339,16 +339,7 @@ impl Tracer<'_> {
         if !matches!(run, Ok(Step::Gone)) {
             clear_breakpoints(tid);
         }
-        match run? {
-            Step::Done => Ok(true),
-            Step::Gone => Ok(false),
-            Step::Raised(other) => {
-                let tgid = self.tasks[&tid].tgid;
-                self.requeue.push((tgid, tid, sig));
-                self.on_signal(tid, other)?;
-                Ok(false)
-            }
-        }
+        self.after_step(tid, sig, run?)
     }
 
     /// Steps `tid` one instruction on the way to delivering `sig`
@@ -358,7 +349,14 @@ impl Tracer<'_> {
     /// delivered now, as at the guest instruction, with `sig` sent again
     /// after it.
     fn step_towards_delivery(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
-        match self.step(tid)? {
+        let step = self.step(tid)?;
+        self.after_step(tid, sig, step)
+    }
+
+    /// What a step or run towards delivering `sig` came to (see
+    /// [`Tracer::step_towards_delivery`]).
+    fn after_step(&mut self, tid: i32, sig: i32, step: Step) -> Result<bool, EngineError> {
+        match step {
             Step::Done => Ok(true),
             Step::Gone => Ok(false),
             Step::Raised(other) => {
