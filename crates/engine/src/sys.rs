@@ -224,6 +224,24 @@ pub fn tgkill(tgid: i32, tid: i32, sig: i32) {
     }
 }
 
+/// Sends `sig` to thread `tid` of process `tgid` again, with `info`, the
+/// siginfo it first came with, where the kernel lets another process
+/// send that kind (negative codes but `SI_TKILL`: a POSIX timer's, with
+/// its `sigev_value`, or `sigqueue`'s); else (a `kill`, a `tgkill`, the
+/// kernel's) as `tgkill` does.
+pub fn resend_signal(tgid: i32, tid: i32, sig: i32, info: Option<&SigInfo>) {
+    if let Some(info) = info.filter(|i| i.code() < 0 && i.code() != libc::SI_TKILL) {
+        // SAFETY: `info` is a whole siginfo_t (128 bytes) the kernel only
+        // reads.
+        let sent =
+            unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, tgid, tid, sig, info.0.as_ptr()) };
+        if sent == 0 {
+            return;
+        }
+    }
+    tgkill(tgid, tid, sig);
+}
+
 /// Sends SIGKILL to a process.
 pub fn kill(pid: i32) {
     // SAFETY: plain syscall with integer arguments.

@@ -28,8 +28,8 @@ pub(super) struct Injection {
     /// The thread's registers to run the gadget with (RIP and the
     /// syscall's registers replaced).
     pub(super) base: Regs,
-    /// Signals that arrived meanwhile.
-    signals: Vec<i32>,
+    /// Signals that arrived meanwhile, with their siginfo.
+    signals: Vec<(i32, Option<sys::SigInfo>)>,
 }
 
 impl Injection {
@@ -117,7 +117,7 @@ impl Injection {
             match status {
                 WaitStatus::Event(_, libc::PTRACE_EVENT_SECCOMP) => break,
                 WaitStatus::Stopped(_, sig) => {
-                    self.signals.push(sig);
+                    self.signals.push((sig, sys::get_siginfo(tid).ok()));
                     cont(tid)?;
                 }
                 // Killed while running the gadget (another thread's
@@ -154,8 +154,8 @@ impl Tracer<'_> {
     /// Queues the signals held back during `inj` (a thread of process
     /// `tgid`) for the next resume.
     pub(super) fn requeue_signals(&mut self, tgid: i32, inj: Injection) {
-        for sig in inj.signals {
-            self.requeue.push((tgid, inj.tid, sig));
+        for (sig, info) in inj.signals {
+            self.requeue.push((tgid, inj.tid, sig, info));
         }
     }
 }

@@ -53,9 +53,10 @@ struct Tracer<'a> {
     /// RDI and RSI of a vfork rewritten into a fork, by the task (parent,
     /// then child) that gets them back at its next stop.
     vfork_args: HashMap<i32, (u64, u64)>,
-    /// Signals that arrived during an injection, re-sent afterwards
-    /// as (tgid, tid, signal).
-    requeue: Vec<(i32, i32, i32)>,
+    /// Signals taken from a thread meanwhile (during an injection, a
+    /// step), re-sent at the next resume as (tgid, tid, signal, the
+    /// siginfo they came with).
+    requeue: Vec<(i32, i32, i32, Option<sys::SigInfo>)>,
     outcome: Option<Outcome>,
     /// Trace mode's consumer thread (when a tool is given).
     consumer: Option<Consumer>,
@@ -240,8 +241,8 @@ impl Tracer<'_> {
         // A task that vanished (killed by a sibling's exit_group) is fine.
         let _ = sys::cont(tid, sig);
         let requeue = std::mem::take(&mut self.requeue);
-        for (tgid, t, s) in requeue {
-            sys::tgkill(tgid, t, s);
+        for (tgid, t, s, info) in requeue {
+            sys::resend_signal(tgid, t, s, info.as_ref());
         }
         Ok(())
     }

@@ -60,7 +60,8 @@ impl Tracer<'_> {
             match wait_for(tid)? {
                 WaitStatus::Syscall(_) => return Ok(true),
                 WaitStatus::Stopped(_, sg) => {
-                    self.requeue.push((tgid, tid, sg));
+                    self.requeue
+                        .push((tgid, tid, sg, sys::get_siginfo(tid).ok()));
                     cont_syscall(tid)?;
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
@@ -150,7 +151,7 @@ impl Tracer<'_> {
         let info = sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?;
         let mut steps = 0;
         while space.borrow().in_context_exit(regs.rip) && steps < MAX_STEPS {
-            if !self.leave_quiet(tid, sig, regs.rip)? {
+            if !self.leave_quiet(tid, (sig, &info), regs.rip)? {
                 return Ok(true);
             }
             steps += 1;
@@ -201,8 +202,8 @@ impl Tracer<'_> {
         }
         set_regs(tid, &regs)?;
         let (sig, info) = waiting.next().expect("a waiting signal");
-        for (other, _) in waiting {
-            self.requeue.push((tgid, tid, other));
+        for (other, info) in waiting {
+            self.requeue.push((tgid, tid, other, Some(info)));
         }
         sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
         self.deliver_to_handler(tid, sig)?;
@@ -286,10 +287,12 @@ impl Tracer<'_> {
                     PointKind::Clean | PointKind::Rep { .. } => {}
                 }
             } else if steps < MAX_STEPS && self.steppable(&space, regs.rip) {
-                if info.is_none() {
-                    info = Some(sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?);
-                }
-                if !self.step_towards_delivery(tid, sig)? {
+                let held = match info {
+                    Some(i) => i,
+                    None => sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?,
+                };
+                info = Some(held);
+                if !self.step_towards_delivery(tid, (sig, &held))? {
                     return Ok(false);
                 }
                 steps += 1;
@@ -316,14 +319,19 @@ impl Tracer<'_> {
     /// stepped over it); elsewhere it is stepped one instruction. As
     /// [`Tracer::step_towards_delivery`], `false` when the signal was
     /// taken care of otherwise.
-    fn leave_quiet(&mut self, tid: i32, sig: i32, rip: u64) -> Result<bool, EngineError> {
+    fn leave_quiet(
+        &mut self,
+        tid: i32,
+        signal: (i32, &sys::SigInfo),
+        rip: u64,
+    ) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let exits = match self.no_breakpoints {
             true => None,
             false => space.borrow_mut().quiet_exits(rip),
         };
         let Some(exits) = exits.filter(|e| e.len() <= 4 && !e.contains(&rip)) else {
-            return self.step_towards_delivery(tid, sig);
+            return self.step_towards_delivery(tid, signal);
         };
         if let Err(e) = set_breakpoints(tid, &exits) {
             if debug_enabled() {
@@ -331,7 +339,7 @@ impl Tracer<'_> {
             }
             self.no_breakpoints = true;
             clear_breakpoints(tid);
-            return self.step_towards_delivery(tid, sig);
+            return self.step_towards_delivery(tid, signal);
         }
         let held = hold_signals(tid);
         let run = self.resume_held(tid, Resume::Continue);
@@ -339,7 +347,7 @@ impl Tracer<'_> {
         if !matches!(run, Ok(Step::Gone)) {
             clear_breakpoints(tid);
         }
-        self.after_step(tid, sig, run?)
+        self.after_step(tid, signal, run?)
     }
 
     /// Steps `tid` one instruction on the way to delivering `sig`
@@ -348,20 +356,29 @@ impl Tracer<'_> {
     /// indirect branch's target load) faulted, and that signal is
     /// delivered now, as at the guest instruction, with `sig` sent again
     /// after it.
-    fn step_towards_delivery(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
+    fn step_towards_delivery(
+        &mut self,
+        tid: i32,
+        signal: (i32, &sys::SigInfo),
+    ) -> Result<bool, EngineError> {
         let step = self.step(tid)?;
-        self.after_step(tid, sig, step)
+        self.after_step(tid, signal, step)
     }
 
     /// What a step or run towards delivering `sig` came to (see
     /// [`Tracer::step_towards_delivery`]).
-    fn after_step(&mut self, tid: i32, sig: i32, step: Step) -> Result<bool, EngineError> {
+    fn after_step(
+        &mut self,
+        tid: i32,
+        (sig, info): (i32, &sys::SigInfo),
+        step: Step,
+    ) -> Result<bool, EngineError> {
         match step {
             Step::Done => Ok(true),
             Step::Gone => Ok(false),
             Step::Raised(other) => {
                 let tgid = self.tasks[&tid].tgid;
-                self.requeue.push((tgid, tid, sig));
+                self.requeue.push((tgid, tid, sig, Some(*info)));
                 self.on_signal(tid, other)?;
                 Ok(false)
             }
@@ -409,7 +426,8 @@ impl Tracer<'_> {
                 WaitStatus::Stopped(_, sg) => {
                     // Another signal came first: deliver it later, and
                     // go on.
-                    self.requeue.push((tgid, tid, sg));
+                    self.requeue
+                        .push((tgid, tid, sg, sys::get_siginfo(tid).ok()));
                     go(tid)?;
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
@@ -722,7 +740,8 @@ impl Tracer<'_> {
                 WaitStatus::Stopped(_, libc::SIGTRAP) => return self.resume(tid, 0),
                 WaitStatus::Stopped(_, other) => {
                     // Another signal first: sent again after this one.
-                    self.requeue.push((tgid, tid, other));
+                    self.requeue
+                        .push((tgid, tid, other, sys::get_siginfo(tid).ok()));
                     sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
