@@ -60,8 +60,7 @@ impl Tracer<'_> {
             match wait_for(tid)? {
                 WaitStatus::Syscall(_) => return Ok(true),
                 WaitStatus::Stopped(_, sg) => {
-                    self.requeue
-                        .push((tgid, tid, sg, sys::get_siginfo(tid).ok()));
+                    self.take_for_later(tgid, tid, sg);
                     cont_syscall(tid)?;
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
@@ -289,9 +288,9 @@ impl Tracer<'_> {
             } else if steps < MAX_STEPS && self.steppable(&space, regs.rip) {
                 let held = match info {
                     Some(i) => i,
-                    None => sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?,
+                    None => *info
+                        .insert(sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?),
                 };
-                info = Some(held);
                 if !self.step_towards_delivery(tid, (sig, &held))? {
                     return Ok(false);
                 }
@@ -330,7 +329,8 @@ impl Tracer<'_> {
             true => None,
             false => space.borrow_mut().quiet_exits(rip),
         };
-        let Some(exits) = exits.filter(|e| e.len() <= 4 && !e.contains(&rip)) else {
+        let usable = |e: &Vec<u64>| e.len() <= BREAKPOINTS && !e.contains(&rip);
+        let Some(exits) = exits.filter(usable) else {
             return self.step_towards_delivery(tid, signal);
         };
         if let Err(e) = set_breakpoints(tid, &exits) {
@@ -341,9 +341,7 @@ impl Tracer<'_> {
             clear_breakpoints(tid);
             return self.step_towards_delivery(tid, signal);
         }
-        let held = hold_signals(tid);
-        let run = self.resume_held(tid, Resume::Continue);
-        release_signals(tid, held);
+        let run = self.resume_holding(tid, Resume::Continue);
         if !matches!(run, Ok(Step::Gone)) {
             clear_breakpoints(tid);
         }
@@ -361,7 +359,7 @@ impl Tracer<'_> {
         tid: i32,
         signal: (i32, &sys::SigInfo),
     ) -> Result<bool, EngineError> {
-        let step = self.step(tid)?;
+        let step = self.resume_holding(tid, Resume::Step)?;
         self.after_step(tid, signal, step)
     }
 
@@ -401,13 +399,21 @@ impl Tracer<'_> {
     }
 
     /// Runs `tid` (at a signal-delivery stop, whose signal is withheld)
-    /// for one instruction. Asynchronous signals that arrive meanwhile are
-    /// sent again later.
-    fn step(&mut self, tid: i32) -> Result<Step, EngineError> {
+    /// for one instruction or to a breakpoint, its asynchronous signals
+    /// held (they stay pending).
+    fn resume_holding(&mut self, tid: i32, how: Resume) -> Result<Step, EngineError> {
         let held = hold_signals(tid);
-        let step = self.resume_held(tid, Resume::Step);
+        let step = self.resume_held(tid, how);
         release_signals(tid, held);
         step
+    }
+
+    /// `tid`, stopped at the delivery of `sig` (of process `tgid`), which
+    /// the tracer keeps from it for now: sent again, with its siginfo, at
+    /// the thread's next resume.
+    fn take_for_later(&mut self, tgid: i32, tid: i32, sig: i32) {
+        let info = sys::get_siginfo(tid).ok();
+        self.requeue.push((tgid, tid, sig, info));
     }
 
     /// Resumes `tid` (asynchronous signals held) until its next SIGTRAP:
@@ -426,8 +432,7 @@ impl Tracer<'_> {
                 WaitStatus::Stopped(_, sg) => {
                     // Another signal came first: deliver it later, and
                     // go on.
-                    self.requeue
-                        .push((tgid, tid, sg, sys::get_siginfo(tid).ok()));
+                    self.take_for_later(tgid, tid, sg);
                     go(tid)?;
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
@@ -740,8 +745,7 @@ impl Tracer<'_> {
                 WaitStatus::Stopped(_, libc::SIGTRAP) => return self.resume(tid, 0),
                 WaitStatus::Stopped(_, other) => {
                     // Another signal first: sent again after this one.
-                    self.requeue
-                        .push((tgid, tid, other, sys::get_siginfo(tid).ok()));
+                    self.take_for_later(tgid, tid, other);
                     sys::single_step(tid, 0).map_err(|e| os_err("PTRACE_SINGLESTEP", e))?;
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
@@ -785,7 +789,6 @@ impl Tracer<'_> {
     }
 }
 
-/// How a single step ended.
 /// How [`Tracer::resume_held`] runs a thread.
 #[derive(Clone, Copy)]
 enum Resume {
@@ -795,7 +798,11 @@ enum Resume {
     Continue,
 }
 
-/// Sets `tid`'s hardware breakpoints (up to four) at `addrs`, enabled.
+/// Hardware breakpoints an x86-64 thread has (debug registers 0 to 3).
+const BREAKPOINTS: usize = 4;
+
+/// Sets `tid`'s hardware breakpoints (up to [`BREAKPOINTS`]) at `addrs`,
+/// enabled.
 fn set_breakpoints(tid: i32, addrs: &[u64]) -> std::io::Result<()> {
     let mut control = 0;
     for (i, &a) in addrs.iter().enumerate() {
@@ -813,8 +820,9 @@ fn clear_breakpoints(tid: i32) {
     let _ = sys::set_debug_reg(tid, 6, 0);
 }
 
+/// How a step or a run to a breakpoint ended.
 enum Step {
-    /// At the next instruction (a SIGTRAP stop).
+    /// At the next instruction or the breakpoint (a SIGTRAP stop).
     Done,
     /// The thread exited (its exit is handled).
     Gone,
