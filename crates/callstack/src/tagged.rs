@@ -10,7 +10,7 @@ use crate::tool::{CallOptions, CallTool};
 use crate::tree::{FnId, NodeId, Tree, NO_NODE};
 use crate::Classify;
 use ctxrt::tagged::{
-    context_of_tag, Tagged, TaggedArena, NO_TAG, SINK_TAGS, SKIP_TAGS, SLOT_WORDS,
+    context_of_tag, slot_counts, Tagged, TaggedArena, NO_TAG, SINK_TAGS, SKIP_TAGS,
 };
 use ctxrt::{hot, NumberedBlock};
 use events::{BlockId, BlockInfo, Tool};
@@ -24,7 +24,7 @@ pub struct TaggedThread<'a> {
     /// Its arena's used words (the calls still running are ended in
     /// them, in place).
     pub arena: &'a mut [u64],
-    /// Its blocks' slots ([`SLOT_WORDS`] per block id).
+    /// Its blocks' slots ([`SLOT_WORDS`](ctxrt::tagged::SLOT_WORDS) per block id).
     pub slots: &'a [u64],
 }
 
@@ -126,12 +126,7 @@ pub fn fold(
         Ok(tree.child(NO_NODE, f, level, thread))
     };
     let mut runs_folded = 0;
-    let slot_counts = slots
-        .chunks_exact(SLOT_WORDS)
-        .enumerate()
-        .flat_map(|(b, s)| s.chunks(2).map(move |h| (h[0], b as u64, h[1])))
-        .filter(|&(_, _, ir)| ir != 0);
-    for (tag, b, ir) in slot_counts.chain(arena.counts()) {
+    for (tag, b, ir) in slot_counts(slots).chain(arena.counts()) {
         let mut tag = tag;
         if tag >= SINK_TAGS {
             // A sink no entry named is a thread that never entered a

@@ -95,6 +95,16 @@ pub const M_IN_ARC: usize = 11;
 /// address).
 pub const MEMOS_BYTES: u64 = (MAX_BLOCKS * MEMO_WORDS * 8) as u64;
 
+/// The counts a thread's slots hold, as (tag, block id, Ir), each half
+/// that counted any Ir.
+pub fn slot_counts(slots: &[u64]) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+    slots
+        .chunks_exact(SLOT_WORDS)
+        .enumerate()
+        .flat_map(|(b, s)| s.chunks(2).map(move |h| (h[0], b as u64, h[1])))
+        .filter(|&(_, _, ir)| ir != 0)
+}
+
 /// [`hot::NS_SKIP`] for the tag `tag`: its skip record's number, or
 /// [`NONE`] for a context's or a sink's.
 #[inline(always)]
@@ -1407,11 +1417,7 @@ mod tests {
         fn counts(&mut self) -> Vec<(u64, u64, u64)> {
             self.rt().finish();
             let mut all: Vec<_> = TaggedArena::new(&self.arena).counts().collect();
-            for (b, s) in self.slots.chunks(SLOT_WORDS).enumerate() {
-                for half in s.chunks(2).filter(|h| h[1] != 0) {
-                    all.push((half[0], b as u64, half[1]));
-                }
-            }
+            all.extend(slot_counts(&self.slots));
             all.sort();
             all
         }

@@ -129,22 +129,13 @@ impl Space {
 /// which count in their call site's record, only where they also ran
 /// outside it).
 fn tagged_blocks_ran(c: &crate::ContextsProfile) -> u64 {
-    use ctxrt::tagged::{TaggedArena, SLOT_WORDS};
+    use ctxrt::tagged::{slot_counts, TaggedArena};
     let mut ran = vec![false; c.blocks.len()];
-    let mut mark = |b: usize| {
-        if let Some(r) = ran.get_mut(b) {
-            *r = true;
-        }
-    };
     for t in &c.threads {
-        for (b, slot) in t.slots.chunks_exact(SLOT_WORDS).enumerate() {
-            if slot[1] != 0 || slot[3] != 0 {
-                mark(b);
-            }
-        }
-        for (_, b, ir) in TaggedArena::new(&t.arena).counts() {
-            if ir != 0 {
-                mark(b as usize);
+        let arena = TaggedArena::new(&t.arena);
+        for (_, b, ir) in slot_counts(&t.slots).chain(arena.counts()) {
+            if let Some(r) = ran.get_mut(b as usize).filter(|_| ir != 0) {
+                *r = true;
             }
         }
     }
