@@ -599,12 +599,25 @@ impl Emitter {
     /// target's (the last indirect call into it), from what its site
     /// ([`Emitter::tagged_indirect_call_site`]) put in spill slots.
     pub fn tagged_indirect_call_stub(&mut self, recs: u32) {
+        self.after_lookup_stub(8, |e, out| e.indirect_call_body(recs, out));
+    }
+
+    /// A shared stub a site calls after its lookup: `body` works with the
+    /// client's stack pointer (`over` bytes above the stub's) and goes on
+    /// to `out`, done or not; then the site's registers and flags back and
+    /// the return to it.
+    fn after_lookup_stub(&mut self, over: i32, body: impl FnOnce(&mut Emitter, Label)) {
         let out = self.new_label();
-        op!(self, Lea_r64_m, RSP, MemoryOperand::with_base_displ(RSP, 8));
-        self.indirect_call_body(recs, out);
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, i64::from(over))
+        );
+        body(self, out);
         self.bind(out);
         self.restore_registers(KEPT_AFTER_LOOKUP);
-        self.stub_return(8);
+        self.stub_return(over);
     }
 
     /// `S_TAGGED_BLOCK` = block `x`'s memos, `S_TAGGED_FUNCTION` = `word`:
@@ -724,18 +737,8 @@ impl Emitter {
     /// the jumping block's memo knows (`Tagged::inline_indirect_jump_call`;
     /// `recs` `--separate-recs`, `None` in the stub that does none).
     pub fn tagged_jump_stub(&mut self, recs: Option<u32>) {
-        let out = self.new_label();
-        let over = 8 + RED_ZONE;
-        op!(
-            self,
-            Lea_r64_m,
-            RSP,
-            MemoryOperand::with_base_displ(RSP, i64::from(over))
-        );
-        self.jump_body(recs, out);
-        self.bind(out);
-        self.restore_registers(KEPT_AFTER_LOOKUP);
-        self.stub_return(over);
+        // (Its site stepped over the red zone.)
+        self.after_lookup_stub(8 + RED_ZONE, |e, out| e.jump_body(recs, out));
     }
 
     /// An indirect jump's work, on to `out` done or not, with
@@ -857,13 +860,7 @@ impl Emitter {
     /// and the context entry decides. Returns with every register and
     /// flag the site's.
     pub fn tagged_return_stub(&mut self) {
-        let out = self.new_label();
-        // The client's stack pointer while it works.
-        op!(self, Lea_r64_m, RSP, MemoryOperand::with_base_displ(RSP, 8));
-        self.tagged_return_body(out);
-        self.bind(out);
-        self.restore_registers(KEPT_AFTER_LOOKUP);
-        self.stub_return(8);
+        self.after_lookup_stub(8, Emitter::tagged_return_body);
     }
 
     /// A return site over the shared [`Emitter::tagged_return_stub`] at
