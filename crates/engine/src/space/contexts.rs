@@ -270,7 +270,12 @@ impl Space {
     }
 
     /// Contexts mode: what the process's threads kept, for its profile.
-    pub(super) fn contexts_profile(&mut self, live: &[(u64, u32)]) -> Option<ContextsProfile> {
+    /// (`last`: as [`Space::collect`]'s.)
+    pub(super) fn contexts_profile(
+        &mut self,
+        live: &[(u64, u32)],
+        last: bool,
+    ) -> Option<ContextsProfile> {
         self.contexts.as_ref()?;
         let mut threads: Vec<ThreadContexts> = live
             .iter()
@@ -281,7 +286,10 @@ impl Space {
         threads.sort_by_key(|t| t.thread);
         Some(ContextsProfile {
             threads,
-            blocks: c.blocks.clone(),
+            blocks: match last {
+                true => std::mem::take(&mut c.blocks),
+                false => c.blocks.clone(),
+            },
             tagged: c.tagged,
         })
     }

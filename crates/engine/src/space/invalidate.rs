@@ -195,7 +195,7 @@ mod tests {
         // The program's block is untouched.
         assert!(sp.blocks.contains(CODE));
         // Its counts stay, with the module they ran from.
-        let p = sp.collect(1);
+        let p = sp.collect(1, true);
         assert!(!p.instr_counts.contains_key(&LIB));
         assert_eq!(p.unmapped.len(), 1);
         let u = &p.unmapped[0];
@@ -223,7 +223,7 @@ mod tests {
         sp.publish(LIB);
         assert_eq!(published(&fake, LIB), Some(new));
         // Two modules recorded at the same place: the old counts keep theirs.
-        let p = sp.collect(1);
+        let p = sp.collect(1, true);
         assert_eq!(p.modules.len(), 3);
         assert_eq!(p.unmapped[0].instr_counts[&LIB], 5);
     }
@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(published(&fake, LIB), Some(new));
         assert_eq!(insns_at(&fake, new, 1)[0], "add rax,1");
         // The counts made while instrumented stay.
-        assert_eq!(sp.collect(1).unmapped[0].instr_counts[&LIB], 5);
+        assert_eq!(sp.collect(1, true).unmapped[0].instr_counts[&LIB], 5);
     }
 
     #[test]

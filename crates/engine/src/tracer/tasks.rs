@@ -256,10 +256,11 @@ impl Tracer<'_> {
             return;
         }
         let proc = self.procs.remove(&task.tgid).expect("present");
-        let profile = proc.space.borrow_mut().collect(task.tgid);
         // Unless another process shares the address space (a clone with
         // CLONE_VM but not CLONE_THREAD), nothing runs its code again.
-        if std::rc::Rc::strong_count(&proc.space) == 1 {
+        let last = std::rc::Rc::strong_count(&proc.space) == 1;
+        let profile = proc.space.borrow_mut().collect(task.tgid, last);
+        if last {
             proc.space.borrow_mut().discard_shared();
         }
         self.sink.process_finished(profile);
