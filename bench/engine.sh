@@ -48,7 +48,11 @@
 #        BENCH_SIM="..."  the simulation options both tools get instead of
 #                         --cache-sim=no (bench/sim.sh sets it).
 #        BENCH_TOOL=callgrind  run --tool=callgrind under both instead of
-#                         cachegrind (bench/sim.sh's last passes).
+#                         cachegrind (bench/sim.sh's last passes); cachescope
+#                         then also runs its counting mode (--tool=cachegrind
+#                         --cache-sim=no) in the same interleaved sequence,
+#                         and the table shows Callgrind's time over it (issue
+#                         11's bound: at most 2x).
 #        BENCH_CS_OPTS="..."  options cachescope alone gets (bench/sim.sh:
 #                         --client-contexts=yes).
 #        BENCH_RESULTS=path  also write the rows (tab-separated: workload,
@@ -363,8 +367,9 @@ wl_xz_t2() {
 # ---------------------------------------------------------------------------
 # The runner.
 
-# run_once RUNNER DIR: runs $cmd once under RUNNER (native, valgrind or
-# cachescope) in a fresh DIR/RUNNER; sets t (s), m (KB) and rc.
+# run_once RUNNER DIR: runs $cmd once under RUNNER (native, valgrind,
+# cachescope, or counting: cachescope --tool=cachegrind --cache-sim=no) in a
+# fresh DIR/RUNNER; sets t (s), m (KB) and rc.
 run_once() {
     local runner=$1 dir=$2/$1
     rm -rf "$dir" "$dir.prof"
@@ -381,6 +386,9 @@ run_once() {
             local -a cs_opts
             read -r -a cs_opts <<<"${BENCH_CS_OPTS:-}"
             tool=("$cachescope" "--tool=$name" "${tool_opts[@]}" "${cs_opts[@]}") ;;
+        counting)
+            tool=("$cachescope" --tool=cachegrind -q --cache-sim=no "--trace-children=$trace"
+                  "--cachegrind-out-file=$dir.prof/cachegrind.out.%p") ;;
     esac
     rc=0
     (cd "$dir" && MEASURE_PEAK=$sample_peak exec "$python" "$measure" "$dir.time" \
@@ -430,10 +438,15 @@ ir_total() {
         awk '/^summary:/ { s += $2; n++ } END { printf "%.0f %d\n", s, n }'
 }
 
-failed_row() { printf '%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n' "$1" "$2" >>"$work/results"; }
+failed_row() { printf '%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t-\n' "$1" "$2" >>"$work/results"; }
+
+# Runners of each workload, in the order they run.
+runners=(native valgrind cachescope)
+[[ ${BENCH_TOOL:-cachegrind} != callgrind ]] || runners+=(counting)
 
 # run_workload NAME: one row of $work/results (tab-separated): name, best
-# wall time and first-run peak memory per runner, Ir totals and profile counts, status.
+# wall time and first-run peak memory per runner, Ir totals and profile
+# counts, status, and the counting runner's best wall time ("-" without it).
 run_workload() {
     local name=$1 dir=$work/$1
     mkdir -p "$dir/in"
@@ -445,7 +458,7 @@ run_workload() {
     for ((i = 1; i <= runs; i++)); do
         # Memory from the first run, times from all (see the top).
         sample_peak=$([[ $i == 1 ]] && echo yes || echo no)
-        for runner in native valgrind cachescope; do
+        for runner in "${runners[@]}"; do
             run_once "$runner" "$dir"
             if [[ $runner == native ]]; then
                 native_rc=$rc
@@ -464,7 +477,8 @@ run_workload() {
             [[ $sample_peak == no ]] || best_m[$runner]=$m
         done
         echo "  $name run $i: native ${best_t[native]} s, valgrind ${best_t[valgrind]} s," \
-            "cachescope ${best_t[cachescope]} s (best so far)"
+            "cachescope ${best_t[cachescope]} s${best_t[counting]:+, counting ${best_t[counting]} s}" \
+            "(best so far)"
     done
 
     local status=ok ir_vg n_vg ir_cs n_cs
@@ -474,7 +488,7 @@ run_workload() {
     printf '%s\t' "$name" "${best_t[native]}" "${best_t[valgrind]}" "${best_t[cachescope]}" \
         "${best_m[native]}" "${best_m[valgrind]}" "${best_m[cachescope]}" \
         "$ir_vg" "$n_vg" "$ir_cs" "$n_cs" >>"$work/results"
-    echo "$status" >>"$work/results"
+    printf '%s\t%s\n' "$status" "${best_t[counting]:--}" >>"$work/results"
 
     if [[ $stats == yes ]]; then
         local out=$keep/stats.$name.txt
@@ -506,7 +520,7 @@ for w in "${selected[@]}"; do
 done
 
 echo
-awk -F'\t' '
+awk -F'\t' -v counting="${runners[3]:-}" '
 function ratio(a, b) { if (a == "-" || b == "-") return "-"; return sprintf("%.1fx", a / (b > 0 ? b : 0.01)) }
 function mb(k) { return k == "-" ? "-" : sprintf("%.0f", k / 1024) }
 function ir(v, n,   s) {
@@ -515,21 +529,26 @@ function ir(v, n,   s) {
     return v s " (" n ")"
 }
 function dir(v, c) { return (v == "-" || v == 0) ? "-" : sprintf("%+.2f%%", 100 * (c - v) / v) }
-function row(a, b, c, d, e, f, g, h, i, j, k,   s) {
-    s = sprintf("%-13s %8s %9s %8s %7s %7s  %-14s %19s %19s %8s  %s", a, b, c, d, e, f, g, h, i, j, k)
+function bound(c, n) { return (c == "-" || n == "-") ? "-" : ratio(c, n) (c <= 2 * n ? " ok" : " NO") }
+function row(a, b, c, d, e, f, g, h, i, j, k, l, m,   s) {
+    s = sprintf("%-13s %8s %9s %8s %7s %7s  %-14s %19s %19s %8s", a, b, c, d, e, f, g, h, i, j)
+    if (counting != "") s = s sprintf(" %8s %9s", l, m)
+    s = s "  " k
     sub(/ +$/, "", s)
     print s
 }
 BEGIN {
-    row("", "wall s", "", "", "cs/", "vg/", "peak mem MB", "Ir", "Ir", "Ir", "")
+    row("", "wall s", "", "", "cs/", "vg/", "peak mem MB", "Ir", "Ir", "Ir", "", "counting", "cs/")
     row("workload", "native", "valgrind", "cachesc.", "native", "cs", "nat/vg/cs", "valgrind", "cachescope",
-        "cs-vg", "status")
+        "cs-vg", "status", "wall s", "counting")
 }
 {
     row($1, $2, $3, $4, ratio($4, $2), ratio($3, $4), mb($5) "/" mb($6) "/" mb($7), ir($8, $9),
-        ir($10, $11), dir($8, $10), $12)
+        ir($10, $11), dir($8, $10), $12, $13, bound($4, $13))
 }' "$work/results"
 echo "(Ir: summed over all profiles of the last run, number of profiles in brackets)"
+[[ -z ${runners[3]:-} ]] ||
+    echo "(counting: cachescope --tool=cachegrind --cache-sim=no, interleaved with the others; cs/counting: issue 11's bound is 2x)"
 [[ -z ${BENCH_RESULTS:-} ]] || cp "$work/results" "$BENCH_RESULTS"
 
 if awk -F'\t' '$12 != "ok" { bad = 1 } END { exit !bad }' "$work/results"; then
