@@ -128,7 +128,10 @@ pub trait ContextClassifier: Send {
     /// missing when only the code at its start is asked about; its origin
     /// is there when the code is a file's), and its counter group: the
     /// blocks a context counts side by side (one function by name, whatever
-    /// source file each block starts in; `ctxrt::Facts::group`).
+    /// source file each block starts in; `ctxrt::Facts::group`). Asked
+    /// again about code it was asked about, it answers as it did the
+    /// first time (its function's facts then; the engine keeps no copy of
+    /// the answers and asks about code each time it needs to know).
     fn classify(&mut self, info: &events::BlockInfo) -> (callrules::Flow, u32);
     /// A copy for a forked child.
     fn fork(&self) -> Box<dyn ContextClassifier>;

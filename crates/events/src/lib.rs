@@ -172,6 +172,21 @@ impl BlockInfo {
         self.mem.extend_from_slice(mem);
     }
 
+    /// The same block without its memory operands, its lists no longer
+    /// than they need be: what a tool that keeps every block's
+    /// description for the run's end, but simulates no caches, holds.
+    pub fn without_mem_operands(&self) -> BlockInfo {
+        let mut instrs = Vec::with_capacity(self.instrs.len());
+        instrs.extend(self.instrs.iter().map(|i| InstrInfo { mem_start: 0, ..*i }));
+        BlockInfo {
+            start: self.start,
+            instrs,
+            mem: Vec::new(),
+            terminator: self.terminator,
+            origin: self.origin.clone(),
+        }
+    }
+
     /// Address of the first instruction.
     pub fn start(&self) -> u64 {
         self.start
@@ -1161,6 +1176,22 @@ mod tests {
         assert_eq!(b.terminator(), Terminator::CondJump { target: 0x1000 });
         let empty = BlockInfo::new(0x2000, Terminator::FallThrough);
         assert_eq!(empty.end(), 0x2000);
+    }
+
+    #[test]
+    fn a_block_without_its_memory_operands_keeps_the_rest() {
+        let b = sample_block();
+        let c = b.without_mem_operands();
+        assert_eq!(
+            (c.start(), c.end(), c.terminator()),
+            (b.start(), b.end(), b.terminator())
+        );
+        let at = |x: &BlockInfo| -> Vec<(u64, u8)> {
+            x.instrs().iter().map(|i| (i.addr, i.len)).collect()
+        };
+        assert_eq!(at(&c), at(&b));
+        assert_eq!(c.mem_count(), 0);
+        assert!((0..4).all(|i| c.mem_operands(i).is_empty()));
     }
 
     /// Records stay small: a batch of them is the whole per-event cost.

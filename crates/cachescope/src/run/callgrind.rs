@@ -60,8 +60,45 @@ struct Naming {
     /// Classes by origin (its address, kept in `objects`) and code
     /// address, for classifiers that remember: contexts mode classifies
     /// code as it is translated and its blocks again when the call tool
-    /// is built at the process's end, on this thread.
-    classes: FastMap<(usize, u64), CodeClass>,
+    /// is built at the process's end, on this thread. By their number in
+    /// `distinct`: most blocks of a function have the same class, and cc1
+    /// asks about 365,000 addresses.
+    classes: FastMap<(usize, u64), u32>,
+    /// Each class once, numbered.
+    distinct: Interned<CodeClass>,
+}
+
+/// Values kept once each, by number.
+struct Interned<T> {
+    list: Vec<T>,
+    numbers: FastMap<T, u32>,
+}
+
+impl<T> Default for Interned<T> {
+    fn default() -> Self {
+        Interned {
+            list: Vec::new(),
+            numbers: FastMap::default(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + std::hash::Hash> Interned<T> {
+    /// The number of `value`, numbered now if it is new.
+    fn number(&mut self, value: &T) -> u32 {
+        if let Some(&n) = self.numbers.get(value) {
+            return n;
+        }
+        let n = self.list.len() as u32;
+        self.list.push(value.clone());
+        self.numbers.insert(value.clone(), n);
+        n
+    }
+
+    /// The value numbered `n`.
+    fn get(&self, n: u32) -> &T {
+        &self.list[n as usize]
+    }
 }
 
 impl Naming {
@@ -215,13 +252,14 @@ impl Classify for SymbolClassifier {
             let n = &mut *n.borrow_mut();
             let key = (Arc::as_ptr(origin) as usize, addr);
             if self.remember {
-                if let Some(c) = n.classes.get(&key) {
-                    return c.clone();
+                if let Some(&c) = n.classes.get(&key) {
+                    return n.distinct.get(c).clone();
                 }
             }
             let class = self.class_at(n, origin, addr);
             if self.remember {
-                n.classes.insert(key, class.clone());
+                let c = n.distinct.number(&class);
+                n.classes.insert(key, c);
             }
             class
         })

@@ -30,8 +30,6 @@ pub struct Contexts {
     blocks: Vec<Option<NumberedBlock<BlockInfo>>>,
     /// The next number in each counter group.
     next_index: HashMap<u32, u32>,
-    /// Classifications (flow facts, counter group) by code address.
-    classes: HashMap<u64, (Flow, u32)>,
     /// The block being translated: its id, number, flow and group, and
     /// whether its call memo follows its counter.
     current: Option<(u32, u32, Flow, u32, bool)>,
@@ -69,7 +67,6 @@ impl Contexts {
             facts_at,
             blocks: Vec::new(),
             next_index: HashMap::default(),
-            classes: HashMap::default(),
             current: None,
             origins: Vec::new(),
             ended: Vec::new(),
@@ -84,7 +81,6 @@ impl Contexts {
             facts_at: self.facts_at,
             blocks: self.blocks.clone(),
             next_index: self.next_index.clone(),
-            classes: self.classes.clone(),
             current: None,
             origins: self.origins.clone(),
             ended: Vec::new(),
@@ -295,19 +291,15 @@ impl Space {
     }
 }
 
-/// The classification of the code at `addr` (of module record `module`,
-/// whose origin is `origin`), cached.
+/// The classification of the code at `addr` (whose origin is `origin`).
+/// (The classifier keeps its answers: cc1's 351,000 of them were kept
+/// here as well.)
 fn classify(c: &mut Contexts, addr: u64, origin: Option<Arc<CodeOrigin>>) -> (Flow, u32) {
-    if let Some(f) = c.classes.get(&addr) {
-        return *f;
-    }
     let mut info = BlockInfo::new(addr, Terminator::FallThrough);
     if let Some(o) = origin {
         info.set_origin(o);
     }
-    let f = c.classifier.classify(&info);
-    c.classes.insert(addr, f);
-    f
+    c.classifier.classify(&info)
 }
 
 /// What the translator asks of contexts mode, through the space's
@@ -422,7 +414,7 @@ impl Space {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let at = c.facts_at + (id as usize * FACT_WORDS * 8) as u64;
         c.blocks[id as usize] = Some(NumberedBlock {
-            info,
+            info: info.without_mem_operands(),
             function: flow.function,
             group,
             index,
