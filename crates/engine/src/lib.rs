@@ -481,6 +481,13 @@ pub trait ProfileSink {
         let _ = module;
     }
 
+    /// The client is about to map the file at `path` executable (its code
+    /// has not run yet; a sink that names code as it is translated can
+    /// start reading the object). By default, nothing.
+    fn executable_file_mapped(&mut self, path: &std::path::Path) {
+        let _ = path;
+    }
+
     /// With `trace_children`, whether to follow a process into the program
     /// it just exec'd: `exe` is the file name it gave `execve` (as given,
     /// like Valgrind's `--trace-children-skip` sees it) and `argv` the new

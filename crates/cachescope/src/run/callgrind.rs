@@ -143,6 +143,18 @@ impl Naming {
     }
 }
 
+/// Starts reading the object at `path` for the naming thread's
+/// symbolizer (this thread's: contexts mode names code on the tracer's
+/// thread), which shows names under `names`.
+pub(super) fn preload_for_naming(path: &std::path::Path, names: NameOptions) {
+    NAMING.with(|n| {
+        n.borrow_mut()
+            .symbols
+            .get_or_insert_with(|| Symbolizer::with_names(names))
+            .preload(path)
+    });
+}
+
 /// Names blocks' functions as Callgrind does (`fn.c`): the debug name,
 /// else the code's offset in its object (`0x%016x`, ` [PLT]` in the PLT);
 /// and matches Callgrind's per-function options against the name (globs)

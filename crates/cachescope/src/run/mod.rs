@@ -115,6 +115,7 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         log,
         trace,
         preload_symbols: false,
+        preload_naming: false,
     };
     // Valgrind prints nothing but the error for a program it cannot start.
     if let Err(e) = engine::find_program(&opts.program) {
@@ -149,6 +150,8 @@ fn run(opts: &RunOptions, name: &str, started: std::time::Instant) -> ExitCode {
         }
     };
     sink.preload_symbols = tool.is_none();
+    sink.preload_naming = matches!(&opts.tool,
+        RunTool::Callgrind(cg) if callgrind::contexts_config(opts, cg).is_some());
     let requests = match &opts.tool {
         RunTool::Callgrind(cg) => engine::RequestConfig {
             tool: engine::RequestTool::Callgrind,
@@ -271,6 +274,9 @@ struct CgSink<'a> {
     /// Whether to read objects' symbols while the client runs (see
     /// [`ProfileSink::module_seen`]).
     preload_symbols: bool,
+    /// Whether the tracer's thread names code as it is translated
+    /// (Callgrind's contexts in the client), reading objects first.
+    preload_naming: bool,
 }
 
 impl CgSink<'_> {
@@ -350,6 +356,15 @@ impl ProfileSink for CgSink<'_> {
         // tracer's 78).
         if self.preload_symbols && !module.path.as_os_str().is_empty() {
             self.symbols.preload(&module.path);
+        }
+    }
+
+    fn executable_file_mapped(&mut self, path: &std::path::Path) {
+        // Contexts mode names a block's function before translating it, on
+        // this thread: reading the object while ld.so relocates (and the
+        // other core is idle) takes that read off the client's way.
+        if self.preload_naming {
+            callgrind::preload_for_naming(path, self.opts.names);
         }
     }
 

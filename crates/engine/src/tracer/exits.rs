@@ -53,6 +53,7 @@ impl Tracer<'_> {
                 syscalls::VFORK | syscalls::CLONE | syscalls::CLONE3 => {
                     return self.on_fork_syscall(tid, regs, sysno)
                 }
+                syscalls::MMAP => self.executable_file_mapped(tid, &regs),
                 _ => {}
             }
         }
@@ -87,6 +88,22 @@ impl Tracer<'_> {
         // A flush's records are read while the thread runs on.
         space.borrow_mut().hand_over_pending();
         Ok(())
+    }
+}
+
+impl Tracer<'_> {
+    /// A guest `mmap` about to map a file executable: the sink hears of
+    /// the file now, before any of its code runs (ld.so maps a library,
+    /// relocates every library, and only then runs their code), so that
+    /// it can start reading the object while the client goes on.
+    fn executable_file_mapped(&mut self, tid: i32, regs: &Regs) {
+        let (prot, fd) = (regs.rdx, regs.r8 as i32);
+        if prot & libc::PROT_EXEC as u64 == 0 || fd < 0 {
+            return;
+        }
+        if let Ok(path) = std::fs::read_link(format!("/proc/{tid}/fd/{fd}")) {
+            self.sink.executable_file_mapped(&path);
+        }
     }
 }
 
