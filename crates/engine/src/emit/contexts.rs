@@ -210,8 +210,8 @@ impl Emitter {
         let ir = gs(hot_word(hot::IR));
         match value {
             Err(n) => {
-                self.insn(Instruction::with2(Code::Add_rm64_imm32, counter, n as i32));
-                self.insn(Instruction::with2(Code::Add_rm64_imm32, ir, n as i32));
+                self.add_count(counter, n);
+                self.add_count(ir, n);
             }
             Ok(v) => {
                 self.insn(Instruction::with2(Code::Add_rm64_r64, counter, v));
@@ -219,6 +219,17 @@ impl Emitter {
             }
         }
         grow
+    }
+
+    /// `add qword [to], n`, with a one-byte immediate when `n` fits one
+    /// (a block's instruction count nearly always does: three bytes less
+    /// per add, and tagged counting makes two in every block).
+    fn add_count(&mut self, to: MemoryOperand, n: u32) {
+        let code = match i8::try_from(n) {
+            Ok(_) => Code::Add_rm64_imm8,
+            Err(_) => Code::Add_rm64_imm32,
+        };
+        self.insn(Instruction::with2(code, to, n as i32));
     }
 
     /// Tagged counting's count (flags dead, through `r`): `mov r,
@@ -235,7 +246,7 @@ impl Emitter {
         value: Result<Register, u32>,
     ) -> (Label, Label, u32) {
         let add = |e: &mut Emitter, to: MemoryOperand| match value {
-            Err(n) => e.insn(Instruction::with2(Code::Add_rm64_imm32, to, n as i32)),
+            Err(n) => e.add_count(to, n),
             Ok(v) => e.insn(Instruction::with2(Code::Add_rm64_r64, to, v)),
         };
         let done = self.new_label();
@@ -294,7 +305,7 @@ impl Emitter {
         self.jcc_label(5, retag); // jne
         let to = gs(h.slot + 24);
         match h.value {
-            Err(n) => self.insn(Instruction::with2(Code::Add_rm64_imm32, to, n as i32)),
+            Err(n) => self.add_count(to, n),
             Ok(v) => self.insn(Instruction::with2(Code::Add_rm64_r64, to, v)),
         }
         self.jmp_label(h.done);
