@@ -175,16 +175,13 @@ impl BlockInfo {
     /// The same block without its memory operands, its lists no longer
     /// than they need be: what a tool that keeps every block's
     /// description for the run's end, but simulates no caches, holds.
-    pub fn without_mem_operands(&self) -> BlockInfo {
-        let mut instrs = Vec::with_capacity(self.instrs.len());
-        instrs.extend(self.instrs.iter().map(|i| InstrInfo { mem_start: 0, ..*i }));
-        BlockInfo {
-            start: self.start,
-            instrs,
-            mem: Vec::new(),
-            terminator: self.terminator,
-            origin: self.origin.clone(),
+    pub fn without_mem_operands(mut self) -> BlockInfo {
+        for i in &mut self.instrs {
+            i.mem_start = 0;
         }
+        self.instrs.shrink_to_fit();
+        self.mem = Vec::new();
+        self
     }
 
     /// Address of the first instruction.
@@ -1181,7 +1178,7 @@ mod tests {
     #[test]
     fn a_block_without_its_memory_operands_keeps_the_rest() {
         let b = sample_block();
-        let c = b.without_mem_operands();
+        let c = b.clone().without_mem_operands();
         assert_eq!(
             (c.start(), c.end(), c.terminator()),
             (b.start(), b.end(), b.terminator())

@@ -102,6 +102,12 @@ impl<T: Clone + Eq + std::hash::Hash> Interned<T> {
 }
 
 impl Naming {
+    /// The symbolizer, made on first use showing names under `names`.
+    fn symbolizer(&mut self, names: NameOptions) -> &mut Symbolizer {
+        self.symbols
+            .get_or_insert_with(|| Symbolizer::with_names(names))
+    }
+
     fn unknown(&mut self) -> Arc<str> {
         self.unknown
             .get_or_insert_with(|| Arc::from(UNKNOWN))
@@ -131,8 +137,7 @@ impl Naming {
             file_offset: origin.file_offset,
         };
         let object = self
-            .symbols
-            .get_or_insert_with(|| Symbolizer::with_names(names))
+            .symbolizer(names)
             .mapped_object(&mapping)
             .map(|(obj, bias)| {
                 let name = Arc::from(obj.path().to_string_lossy().as_ref());
@@ -147,12 +152,7 @@ impl Naming {
 /// symbolizer (this thread's: contexts mode names code on the tracer's
 /// thread), which shows names under `names`.
 pub(super) fn preload_for_naming(path: &std::path::Path, names: NameOptions) {
-    NAMING.with(|n| {
-        n.borrow_mut()
-            .symbols
-            .get_or_insert_with(|| Symbolizer::with_names(names))
-            .preload(path)
-    });
+    NAMING.with(|n| n.borrow_mut().symbolizer(names).preload(path));
 }
 
 /// Names blocks' functions as Callgrind does (`fn.c`): the debug name,

@@ -208,28 +208,24 @@ impl Emitter {
         self.bind(back);
         let counter = MemoryOperand::with_base_displ(r, 8 * i64::from(index));
         let ir = gs(hot_word(hot::IR));
-        match value {
-            Err(n) => {
-                self.add_count(counter, n);
-                self.add_count(ir, n);
-            }
-            Ok(v) => {
-                self.insn(Instruction::with2(Code::Add_rm64_r64, counter, v));
-                self.insn(Instruction::with2(Code::Add_rm64_r64, ir, v));
-            }
-        }
+        self.add_value(counter, value);
+        self.add_value(ir, value);
         grow
     }
 
-    /// `add qword [to], n`, with a one-byte immediate when `n` fits one
-    /// (a block's instruction count nearly always does: three bytes less
-    /// per add, and tagged counting makes two in every block).
-    fn add_count(&mut self, to: MemoryOperand, n: u32) {
-        let code = match i8::try_from(n) {
-            Ok(_) => Code::Add_rm64_imm8,
-            Err(_) => Code::Add_rm64_imm32,
+    /// `add qword [to], value`: a register (a rep string instruction's
+    /// count) or a number, with a one-byte immediate when it fits one (a
+    /// block's instruction count nearly always does: three bytes less per
+    /// add, and tagged counting makes two in every block).
+    fn add_value(&mut self, to: MemoryOperand, value: Result<Register, u32>) {
+        let add = match value {
+            Ok(v) => Instruction::with2(Code::Add_rm64_r64, to, v),
+            Err(n) if i8::try_from(n).is_ok() => {
+                Instruction::with2(Code::Add_rm64_imm8, to, n as i32)
+            }
+            Err(n) => Instruction::with2(Code::Add_rm64_imm32, to, n as i32),
         };
-        self.insn(Instruction::with2(code, to, n as i32));
+        self.insn(add);
     }
 
     /// Tagged counting's count (flags dead, through `r`): `mov r,
@@ -245,10 +241,6 @@ impl Emitter {
         cb: ContextBlock,
         value: Result<Register, u32>,
     ) -> (Label, Label, u32) {
-        let add = |e: &mut Emitter, to: MemoryOperand| match value {
-            Err(n) => e.add_count(to, n),
-            Ok(v) => e.insn(Instruction::with2(Code::Add_rm64_r64, to, v)),
-        };
         let done = self.new_label();
         if cb.skip {
             let (slot, start) = (self.new_label(), self.here());
@@ -263,7 +255,7 @@ impl Emitter {
             let skips = layout::AREA_TAGGED_ARENA as u32 + 8 * ctxrt::tagged::head::SKIPS as u32;
             self.insn(Instruction::with2(Code::Add_r64_rm64, r, gs(skips)));
             let ir = layout::AREA_TAGGED_ARENA as i32 + 8 * ctxrt::tagged::SKIP_IR as i32;
-            add(self, gs_indexed(r, ir as u32));
+            self.add_value(gs_indexed(r, ir as u32), value);
             // (A handler run between the record's address and the add
             // could move the records: the thread is stepped out first.)
             self.quiet.push(start..self.here());
@@ -277,9 +269,9 @@ impl Emitter {
         self.jcc_label(5, miss); // jne
         let back = self.new_label();
         self.bind(back);
-        add(self, gs(slot + 8));
+        self.add_value(gs(slot + 8), value);
         self.bind(done);
-        add(self, gs(hot_word(hot::ir_word(cb.id))));
+        self.add_value(gs(hot_word(hot::ir_word(cb.id))), value);
         // The slot's second half, out of line (`Emitter::context_grow`).
         self.second_halves.push(SecondHalf {
             miss,
@@ -303,11 +295,7 @@ impl Emitter {
         self.bind(miss);
         self.insn(Instruction::with2(Code::Cmp_rm64_r64, gs(h.slot + 16), r));
         self.jcc_label(5, retag); // jne
-        let to = gs(h.slot + 24);
-        match h.value {
-            Err(n) => self.add_count(to, n),
-            Ok(v) => self.insn(Instruction::with2(Code::Add_rm64_r64, to, v)),
-        }
+        self.add_value(gs(h.slot + 24), h.value);
         self.jmp_label(h.done);
     }
 

@@ -89,9 +89,7 @@ impl Tracer<'_> {
         space.borrow_mut().hand_over_pending();
         Ok(())
     }
-}
 
-impl Tracer<'_> {
     /// A guest `mmap` about to map a file executable: the sink hears of
     /// the file now, before any of its code runs (ld.so maps a library,
     /// relocates every library, and only then runs their code), so that
