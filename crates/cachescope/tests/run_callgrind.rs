@@ -12,7 +12,7 @@
 mod run_support;
 
 use callgrind::{Item, Profile};
-use run_support::{callgrind_fixture, require, under_cachescope, TempDir, NOW};
+use run_support::{callgrind_fixture, require, under_cachescope_env, TempDir, NOW};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -95,10 +95,21 @@ fn both_with(src: &str, flags: &[&str], options: &[&str]) -> (TempDir, PathBuf, 
 /// Runs `exe` under `--tool=callgrind` with `options`, its file at `out`;
 /// the run must succeed. Returns its stdout.
 fn ours_into(dir: &TempDir, exe: &Path, out: &Path, options: &[&str]) -> String {
+    ours_into_env(dir, exe, out, options, &[])
+}
+
+/// [`ours_into`] with variables `env` set.
+fn ours_into_env(
+    dir: &TempDir,
+    exe: &Path,
+    out: &Path,
+    options: &[&str],
+    env: &[(&str, &str)],
+) -> String {
     let file = format!("--callgrind-out-file={}", out.display());
     let mut args = vec!["--tool=callgrind", "-q", &file];
     args.extend_from_slice(options);
-    let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
+    let run = under_cachescope_env(&dir.0, &args, exe.as_os_str(), &[], None, env);
     assert!(
         matches!(run.end, run_support::End::Code(0)),
         "{}",
@@ -599,13 +610,23 @@ fn asynchronous_timer_signals() {
     // The default, tagged counting (a signal landing inside one of its
     // inline calls or returns waits for the thread to step out), then the
     // stream path and contexts mode.
+    // The stream path runs again with 8 KiB trace buffers: a flush every
+    // few hundred blocks, so that handlers often flush while the block
+    // they interrupted has its record open (which had corrupted the
+    // buffer: a signal now waits for the block to finish its record).
     let mut files = vec![("tagged counting", ours)];
-    for (mode, flag) in [
-        ("stream path", "--client-contexts=no"),
-        ("contexts mode", "--client-contexts=yes"),
+    let small = [("CACHESCOPE_ENGINE_TRACE_BYTES", "8192")];
+    for (mode, flag, env) in [
+        ("stream path", "--client-contexts=no", &[][..]),
+        (
+            "stream path, small buffers",
+            "--client-contexts=no",
+            &small[..],
+        ),
+        ("contexts mode", "--client-contexts=yes", &[][..]),
     ] {
-        let file = dir.join(&format!("{}.out", flag.replace('=', "-")));
-        let stdout = ours_into(&dir, &dir.join("timer"), &file, &[flag]);
+        let file = dir.join(&format!("{}-{}.out", flag.replace('=', "-"), env.len()));
+        let stdout = ours_into_env(&dir, &dir.join("timer"), &file, &[flag], env);
         assert!(stdout.ends_with(" ticked\n"), "{mode}: {stdout}");
         files.push((mode, file));
     }

@@ -31,7 +31,7 @@ pub use contexts::{header_word, ContextBlock};
 
 #[cfg(test)]
 pub(crate) use traced::RepString;
-pub use traced::{filter_geometry, BlockMeta, FlushSite, TraceMode, REP_WORDS};
+pub use traced::{filter_geometry, BlockMeta, FlushSite, RecordSpan, TraceMode, REP_WORDS};
 
 use crate::emit::{Emitter, TaggedStubs, GPR64};
 use crate::layout::{self, MAX_BLOCK_INSNS};
@@ -298,6 +298,8 @@ pub struct Translation {
     pub meta: Option<BlockMeta>,
     /// Trace mode: where its buffer checks resume after a flush.
     pub flush_sites: Vec<FlushSite>,
+    /// Trace mode: where the block's record is open (see [`RecordSpan`]).
+    pub record: Option<RecordSpan>,
     /// Contexts mode: the rel32 fields of exits whose transfer keeps the
     /// context, linked past their target's context entry.
     pub plain_exits: Vec<u64>,

@@ -138,8 +138,21 @@ pub fn under_cachescope(
     args: &[&str],
     stdin: Option<&Path>,
 ) -> Run {
+    under_cachescope_env(cwd, opts, prog, args, stdin, &[])
+}
+
+/// [`under_cachescope`] with variables `env` set (the engine's debugging
+/// knobs).
+pub fn under_cachescope_env(
+    cwd: &Path,
+    opts: &[&str],
+    prog: &OsStr,
+    args: &[&str],
+    stdin: Option<&Path>,
+    env: &[(&str, &str)],
+) -> Run {
     let mut c = Command::new(cachescope());
-    c.args(opts).arg(prog).args(args);
+    c.args(opts).arg(prog).args(args).envs(env.iter().copied());
     let run = run_cmd(c, cwd, stdin);
     // The detached tracer's stderr is the client's: a panic there (after
     // the client ended as natively, say) shows only in this text. Our

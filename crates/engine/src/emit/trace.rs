@@ -198,8 +198,9 @@ impl KeptForm {
 impl Emitter {
     /// Block entry in trace mode: borrows `r` (and `a`), reserves `words`
     /// 8-byte words in the buffer and writes the block's `id` in the first.
-    /// `r` then holds the record's address.
-    pub fn trace_enter(&mut self, r: Register, a: Option<Register>, id: u32, words: u32) {
+    /// `r` then holds the record's address. Returns where the record is
+    /// reserved (past the write pointer's store).
+    pub fn trace_enter(&mut self, r: Register, a: Option<Register>, id: u32, words: u32) -> u64 {
         self.store_gs(r, layout::S_BORROW_R);
         if let Some(a) = a {
             self.store_gs(a, layout::S_BORROW_A);
@@ -215,19 +216,22 @@ impl Emitter {
             id,
         ));
         let size = (words * 8) as i32;
-        match a {
+        let reserved = match a {
             Some(a) => {
                 self.lea(a, based(r, size));
                 self.store_gs(a, layout::S_TRACE_PTR);
-                self.counter_updates.push((load, self.here()));
+                self.here()
             }
             None => {
                 self.lea(r, based(r, size));
                 self.store_gs(r, layout::S_TRACE_PTR);
-                self.counter_updates.push((load, self.here()));
+                let reserved = self.here();
                 self.lea(r, based(r, -size));
+                reserved
             }
-        }
+        };
+        self.counter_updates.push((load, reserved));
+        reserved
     }
 
     /// Block entry in filtered trace mode with counted executions: borrows

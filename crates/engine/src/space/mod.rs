@@ -36,7 +36,7 @@ pub(crate) mod quiet;
 mod sites;
 mod trace;
 
-pub(crate) use trace::{Tracing, MARK_SIGNAL, MARK_SIGRETURN};
+pub(crate) use trace::{RecordDelivery, Tracing, MARK_SIGNAL, MARK_SIGRETURN};
 
 use crate::client_mem::ClientMemory;
 use crate::emit::{self, Emitter};
@@ -707,6 +707,10 @@ impl Space {
         );
         self.sites
             .insert_counter_updates(host, t.code.len() as u64, &t.counter_updates);
+        if let Some(span) = t.record {
+            self.sites
+                .insert_record_span(host, t.code.len() as u64, span);
+        }
         if let Some(tr) = &mut self.tracing {
             for site in &t.flush_sites {
                 let n = site.id as usize;

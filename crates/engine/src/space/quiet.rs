@@ -1,9 +1,10 @@
-//! Where a thread inside tagged counting's quiet ranges (inline calls and
-//! returns, their shared stubs: `Contexts::in_quiet`) can next leave them:
-//! the breakpoints that let an asynchronous signal wait for it with one
-//! resume instead of a single step per instruction (a ptrace stop costs
-//! tens of microseconds; a quiet sequence is up to a few hundred
-//! instructions).
+//! Where a thread inside code that an asynchronous signal waits out can
+//! next leave it: tagged counting's quiet ranges (inline calls and
+//! returns, their shared stubs: `Contexts::in_quiet`), or a trace-mode
+//! block's open record (`translate::RecordSpan`). The breakpoints let the
+//! signal wait with one resume instead of a single step per instruction
+//! (a ptrace stop costs tens of microseconds; a quiet sequence or a block
+//! is up to a few hundred instructions).
 //!
 //! The code is followed statically from the thread's RIP: straight on,
 //! both ways at a conditional branch, into a direct call's target (its
@@ -58,8 +59,12 @@ pub fn exits(
             return None;
         }
         // (A `syscall` is a call without a target: not followed.)
-        let near =
-            insn.is_jmp_short_or_near() || insn.is_call_near() || insn.is_jcc_short_or_near();
+        let near = insn.is_jmp_short_or_near()
+            || insn.is_call_near()
+            || insn.is_jcc_short_or_near()
+            || insn.is_loop()
+            || insn.is_loopcc()
+            || insn.is_jcx_short();
         match insn.flow_control() {
             FlowControl::Next => todo.push(insn.next_ip()),
             FlowControl::UnconditionalBranch | FlowControl::Call if near => {
@@ -159,6 +164,16 @@ mod tests {
         assert_eq!(exits_in(&looped, 0x1000), Some(vec![0x5000]));
         let trap = [quiet(0x1000, &[0x90, 0x0f, 0x0b])]; // nop; ud2
         assert_eq!(exits_in(&trap, 0x1000), None);
+        // (`loop` and `jrcxz` are followed both ways, as a `jcc`.)
+        let counted = [quiet(
+            0x1000,
+            &[
+                0xe2, 0xfe, // loop 0x1000
+                0xe3, 0x02, // jrcxz 0x1006
+                0xeb, 0xfa, // jmp 0x1000
+            ],
+        )];
+        assert_eq!(exits_in(&counted, 0x1000), Some(vec![0x1006]));
         let syscall = [quiet(0x1000, &[0x90, 0x0f, 0x05])];
         assert_eq!(exits_in(&syscall, 0x1000), None);
     }

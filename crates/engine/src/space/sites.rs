@@ -15,7 +15,7 @@
 //! hands out counters, ids and literals as it goes. Six bytes per guest
 //! instruction, less than the block table holds for its counts.
 
-use crate::translate::{CleanPoint, GuestSite, PointKind, SiteRegs};
+use crate::translate::{CleanPoint, GuestSite, PointKind, RecordSpan, SiteRegs};
 use iced_x86::Register;
 use std::collections::BTreeMap;
 
@@ -78,6 +78,9 @@ struct BlockSites {
     /// Where its counter updates are in [`HostSites::counter_updates`].
     first_update: u32,
     updates: u32,
+    /// Trace mode: where its record is open (`translate::RecordSpan`), as
+    /// offsets: from `[0]` to `[1]`, and from `[2]` to the code's end.
+    record: Option<[u32; 3]>,
 }
 
 /// A clean point (see `translate::CleanPoint`) of some translation.
@@ -291,15 +294,48 @@ impl HostSites {
         if updates == 0 {
             return;
         }
-        // A translation with no sites or clean points has an entry for
-        // its updates alone (no guest instruction maps there).
-        let b = self.by_host.entry(host).or_insert(BlockSites {
+        let b = self.entry(host, host_len);
+        b.first_update = first_update;
+        b.updates = updates;
+    }
+
+    /// The entry of the translation at `host`, `host_len` bytes long: one
+    /// with no sites or clean points has an entry for its counter updates
+    /// or record alone (no guest instruction maps there).
+    fn entry(&mut self, host: u64, host_len: u32) -> &mut BlockSites {
+        self.by_host.entry(host).or_insert(BlockSites {
             host_len,
             borrowed: [NO_REG; 2],
             ..BlockSites::default()
-        });
-        b.first_update = first_update;
-        b.updates = updates;
+        })
+    }
+
+    /// Records where the record of the trace-mode translation at `host`,
+    /// `host_len` bytes long, is open (after [`HostSites::insert`] for
+    /// it). Addresses past the code (its dropped tail) are its end.
+    pub fn insert_record_span(&mut self, host: u64, host_len: u64, span: RecordSpan) {
+        let Ok(len) = u32::try_from(host_len) else {
+            return;
+        };
+        let offset = |a: u64| a.saturating_sub(host).min(host_len) as u32;
+        let record = [offset(span.opens), offset(span.closes), offset(span.paths)];
+        self.entry(host, len).record = Some(record);
+    }
+
+    /// The open part of a trace-mode block's record (see
+    /// `translate::RecordSpan`) that holds `host`, if any.
+    pub fn open_record(&self, host: u64) -> Option<std::ops::Range<u64>> {
+        let (&start, b) = self.by_host.range(..=host).next_back()?;
+        let off = u32::try_from(host - start).ok()?;
+        let [opens, closes, paths] = b.record?;
+        let span = if (opens..closes).contains(&off) {
+            opens..closes
+        } else if (paths..b.host_len).contains(&off) {
+            paths..b.host_len
+        } else {
+            return None;
+        };
+        Some(start + u64::from(span.start)..start + u64::from(span.end))
     }
 
     /// Where a thread interrupted at `host` should resume instead: the
@@ -399,6 +435,32 @@ mod tests {
         assert_eq!((p.guest, p.regs), (0x2000, SiteRegs::Guest));
         assert_eq!(m.lookup(0x5050), None, "past the last translation");
         assert_eq!(m.lookup(0x4fff), None);
+    }
+
+    #[test]
+    fn a_record_is_open_up_to_its_close_and_in_the_paths_after_the_exits() {
+        let mut m = HostSites::default();
+        m.insert(0x5000, 0x40, 0x1000, 0x1009, &[], &[]);
+        let span = RecordSpan {
+            opens: 0x5008,
+            closes: 0x5020,
+            paths: 0x5030,
+        };
+        m.insert_record_span(0x5000, 0x40, span);
+        assert_eq!(m.open_record(0x5007), None, "not reserved yet");
+        assert_eq!(m.open_record(0x5008), Some(0x5008..0x5020));
+        assert_eq!(m.open_record(0x501f), Some(0x5008..0x5020));
+        assert_eq!(m.open_record(0x5020), None, "closed: the exits");
+        assert_eq!(m.open_record(0x502f), None);
+        assert_eq!(m.open_record(0x5030), Some(0x5030..0x5040), "a path");
+        assert_eq!(m.open_record(0x5040), None, "past the code");
+        // A dropped tail: the paths start at the code's end.
+        let tail = RecordSpan {
+            paths: 0x5050,
+            ..span
+        };
+        m.insert_record_span(0x5000, 0x40, tail);
+        assert_eq!(m.open_record(0x503f), None);
     }
 
     #[test]

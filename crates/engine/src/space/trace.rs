@@ -16,6 +16,25 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// What the delivery of an asynchronous signal waits for in trace mode
+/// (see [`Space::record_delivery`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordDelivery {
+    /// Nothing: the thread has no open record.
+    Now,
+    /// The thread is in a flush stub, its block's record open: the flush
+    /// is done first, as the stub's exit would (RAX is in its spill slot
+    /// already if `rax_spilled`).
+    Flush {
+        /// Whether the stub has spilled RAX and overwritten it.
+        rax_spilled: bool,
+    },
+    /// The thread is inside a block whose record is open: it runs on to
+    /// one of these breakpoints out of it (`None`: the code cannot be
+    /// followed, and it is stepped).
+    Leave(Option<Vec<u64>>),
+}
+
 /// What an address space in trace mode keeps.
 #[derive(Clone)]
 pub(crate) struct Tracing {
@@ -48,6 +67,20 @@ pub(crate) struct Tracing {
     /// Per thread area, which buffer its thread writes and what of it the
     /// consumer has.
     pub areas: FxHashMap<u64, TraceArea>,
+    /// Bytes of records a buffer takes before its checks flush it:
+    /// `layout::TRACE_BYTES`, or fewer with `CACHESCOPE_ENGINE_TRACE_BYTES`
+    /// (tests make flushes frequent with it).
+    pub bytes: u64,
+}
+
+/// The bytes of records a trace buffer takes (see [`Tracing::bytes`]):
+/// `CACHESCOPE_ENGINE_TRACE_BYTES` if set, rounded down to words and kept
+/// from 4 KiB to `layout::TRACE_BYTES`.
+fn trace_bytes() -> u64 {
+    std::env::var("CACHESCOPE_ENGINE_TRACE_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(TRACE_BYTES, |b| b.clamp(4096, TRACE_BYTES) & !7)
 }
 
 /// What a thread hands over: its records from `from` to `to` and its
@@ -86,13 +119,14 @@ pub(crate) struct TraceArea {
 
 impl TraceArea {
     /// The thread of `area` about to write buffer `buffer` from its start,
-    /// which is all its own (nothing handed over yet).
-    fn at(area: u64, buffer: usize) -> TraceArea {
+    /// which is all its own (nothing handed over yet), its checks flushing
+    /// past `bytes` of records.
+    fn at(area: u64, buffer: usize, bytes: u64) -> TraceArea {
         let start = area + AREA_TRACE + buffer as u64 * TRACE_BUFFER;
         TraceArea {
             buffer,
             from: start,
-            down_to: start + TRACE_BUFFER,
+            down_to: start + bytes + TRACE_SLACK,
             shared: None,
         }
     }
@@ -113,6 +147,7 @@ impl Tracing {
             counted: Vec::new(),
             pending: None,
             areas: FxHashMap::default(),
+            bytes: trace_bytes(),
         }
     }
 
@@ -195,7 +230,7 @@ impl Space {
                 let a = t
                     .areas
                     .entry(area)
-                    .or_insert_with(|| TraceArea::at(area, 0));
+                    .or_insert_with(|| TraceArea::at(area, 0, t.bytes));
                 a.shared = Some(SharedBuffers {
                     map,
                     gate: Gate::new(),
@@ -241,18 +276,19 @@ impl Space {
     fn write_from(&mut self, area: u64, buffer: usize, skip: u64) {
         let Some(t) = &mut self.tracing else { return };
         let start = area + AREA_TRACE + buffer as u64 * TRACE_BUFFER;
+        let bytes = t.bytes;
         let a = t
             .areas
             .entry(area)
-            .or_insert_with(|| TraceArea::at(area, buffer));
+            .or_insert_with(|| TraceArea::at(area, buffer, bytes));
         if let Some(shared) = &a.shared {
             t.stats.wait_time += shared.gate.wait_free(buffer);
         }
         a.buffer = buffer;
         a.from = start;
-        a.down_to = start + TRACE_BUFFER;
+        a.down_to = start + bytes + TRACE_SLACK;
         let mut b = (start + skip).to_le_bytes().to_vec();
-        b.extend_from_slice(&(start + TRACE_BYTES).to_le_bytes());
+        b.extend_from_slice(&(start + bytes).to_le_bytes());
         const _: () = assert!(S_TRACE_LIMIT == S_TRACE_PTR + 8);
         self.mem.write(area + u64::from(S_TRACE_PTR), &b);
     }
@@ -288,6 +324,39 @@ impl Space {
         self.tracing.as_ref()?.sites.get(site as usize).copied()
     }
 
+    /// What the delivery of an asynchronous signal to a thread at host
+    /// `host` waits for in trace mode: nothing, the flush of the flush
+    /// stub the thread is in, or the thread's leaving the open record it
+    /// is in (`translate::RecordSpan`).
+    pub fn record_delivery(&mut self, host: u64) -> RecordDelivery {
+        if self.tracing.is_none() {
+            return RecordDelivery::Now;
+        }
+        let stub = crate::emit::Emitter::exit_stub_code(crate::layout::MAGIC_FLUSH).len() as u64;
+        let in_stub = self
+            .cache
+            .chunks()
+            .iter()
+            .find_map(|c| host.checked_sub(c.flush_stub).filter(|&o| o < stub));
+        if let Some(offset) = in_stub {
+            // The stub spills RAX, RCX and R11, then `mov eax, nr`; at its
+            // `syscall` (two bytes) RAX is the exit's number.
+            return RecordDelivery::Flush {
+                rax_spilled: offset >= stub - 2,
+            };
+        }
+        if self.sites.open_record(host).is_none() {
+            return RecordDelivery::Now;
+        }
+        let sites = &self.sites;
+        let mem = &mut *self.mem;
+        RecordDelivery::Leave(super::quiet::exits(
+            host,
+            |a| sites.open_record(a),
+            |r| mem.read(r.start, (r.end - r.start) as usize).ok(),
+        ))
+    }
+
     /// The buffer the thread of `area` writes (its number) and what it
     /// would hand over now: its records not yet handed over, up to its
     /// write pointer, and its branch words, down to its limit's.
@@ -297,10 +366,11 @@ impl Space {
         let word = |i: usize| u64::from_le_bytes(slots[i..i + 8].try_into().expect("8 bytes"));
         let (ptr, down) = (word(0), word(8).wrapping_add(TRACE_SLACK));
         let fresh;
-        let a = match self.tracing.as_ref().and_then(|t| t.areas.get(&area)) {
+        let t = self.tracing.as_ref();
+        let a = match t.and_then(|t| t.areas.get(&area)) {
             Some(a) => a,
             None => {
-                fresh = TraceArea::at(area, 0);
+                fresh = TraceArea::at(area, 0, t.map_or(TRACE_BYTES, |t| t.bytes));
                 &fresh
             }
         };

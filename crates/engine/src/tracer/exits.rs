@@ -167,30 +167,11 @@ fn answer_exit(
             Ok(())
         }
         layout::MAGIC_SYSCALL => on_syscall(sp, regs, spills.rax),
-        layout::MAGIC_FLUSH if spills.target & FLUSH_AT != 0 => {
-            // An append's own check (a counted block without one on
-            // entry): everything below the write pointer is complete; the
-            // thread goes on at the append's load, in the next buffer.
-            enter_block(regs, spills.target & !FLUSH_AT, spills);
-            sp.flush_whole_trace(regs.gs_base)?;
-            Ok(())
-        }
         layout::MAGIC_FLUSH => {
-            let site = sp.flush_site(spills.target as u32).ok_or_else(|| {
-                EngineError(format!("unknown trace flush site {}", spills.target))
-            })?;
             // RAX, RCX and R11 first: the syscall clobbered the last two,
             // and the record's register may be one of them.
-            enter_block(regs, site.resume, spills);
-            if site.kept {
-                // The register holds the write pointer, read again after.
-                sp.flush_trace(regs.gs_base, None)?;
-            } else {
-                let record = *gpr(regs, site.record_reg);
-                let moved = sp.flush_trace(regs.gs_base, Some(record))?;
-                *gpr(regs, site.record_reg) = moved;
-            }
-            Ok(())
+            enter_block(regs, regs.rip, spills);
+            flush(sp, regs, spills.target)
         }
         layout::MAGIC_RUNTIME => Err(EngineError(match spills.target {
             1 => "the calling-context runtime's arena is full (a thread has more \
@@ -237,6 +218,34 @@ pub(super) fn enter_block(regs: &mut Regs, body: u64, spills: &Spills) {
     regs.rcx = spills.rcx;
     regs.r11 = spills.r11;
     regs.orig_rax = u64::MAX;
+}
+
+/// A buffer check's flush, `target` what the check left in `S_TARGET`, for
+/// a thread whose registers (`regs`) are the block's: the thread goes on
+/// where the check resumes, in its next buffer (at its flush stub's exit,
+/// or where a signal found it on the way there: `Tracer::close_record`).
+pub(super) fn flush(sp: &mut Space, regs: &mut Regs, target: u64) -> Result<(), EngineError> {
+    if target & FLUSH_AT != 0 {
+        // An append's own check (a counted block without one on entry):
+        // everything below the write pointer is complete; the thread goes
+        // on at the append's load.
+        regs.rip = target & !FLUSH_AT;
+        sp.flush_whole_trace(regs.gs_base)?;
+        return Ok(());
+    }
+    let site = sp
+        .flush_site(target as u32)
+        .ok_or_else(|| EngineError(format!("unknown trace flush site {target}")))?;
+    regs.rip = site.resume;
+    if site.kept {
+        // The register holds the write pointer, read again after.
+        sp.flush_trace(regs.gs_base, None)?;
+    } else {
+        let record = *gpr(regs, site.record_reg);
+        let moved = sp.flush_trace(regs.gs_base, Some(record))?;
+        *gpr(regs, site.record_reg) = moved;
+    }
+    Ok(())
 }
 
 /// An intercepted guest syscall (other than the signal ones): answered here

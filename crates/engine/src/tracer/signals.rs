@@ -25,7 +25,9 @@
 //! likewise delivered at the guest instruction the thread was about to run
 //! (counting mode): at a clean point of the translation, stepped to the
 //! next one if it stopped inside the engine's own code
-//! (`place_interrupted`), with the block's counts cut there.
+//! (`place_interrupted`), with the block's counts cut there. In trace mode
+//! it is delivered where the thread is, but only once the block it is in
+//! has finished its record (`close_record`).
 //!
 //! Signals sent to the client (by `timeout`, `kill`, a terminal) reach it
 //! directly: the caller's process is the client, and the tracer, in a
@@ -35,7 +37,7 @@ use super::exits::gpr;
 use super::inject::Injection;
 use super::{cont_syscall, debug_enabled, get_regs, os_err, set_regs, syscalls, wait_for, Tracer};
 use crate::layout;
-use crate::space::{MARK_SIGNAL, MARK_SIGRETURN};
+use crate::space::{RecordDelivery, MARK_SIGNAL, MARK_SIGRETURN};
 use crate::sys::{self, Regs, WaitStatus};
 use crate::translate::{PointKind, SiteRegs};
 use crate::EngineError;
@@ -260,11 +262,16 @@ impl Tracer<'_> {
     /// a few instructions on; where that fails (a `syscall` first, or too
     /// far) it stays where it is, a counter update it stopped inside
     /// rewound to its load, so that the update runs whole after the handler
-    /// and keeps the counts the handler adds meanwhile. Returns whether the
+    /// and keeps the counts the handler adds meanwhile. In trace mode the
+    /// thread first runs on to the end of its block's record
+    /// ([`Tracer::close_record`]). Returns whether the
     /// thread still stands at the signal's delivery stop (not when it exited,
     /// or a fault of a stepped instruction was delivered instead).
     fn place_interrupted(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
+        if space.borrow().is_tracing() && !self.close_record(tid, sig)? {
+            return Ok(false);
+        }
         let mut regs = get_regs(tid)?;
         let mut steps = 0;
         let mut info = None;
@@ -329,6 +336,71 @@ impl Tracer<'_> {
             true => None,
             false => space.borrow_mut().quiet_exits(rip),
         };
+        self.run_to_exits(tid, signal, rip, exits)
+    }
+
+    /// Trace mode: `tid`, stopped at the delivery of `sig` (whose handler
+    /// runs) inside a block whose record is open (`translate::RecordSpan`),
+    /// runs on, the signal withheld, until it has left the record: to a
+    /// breakpoint out of it, or stepped. A flush stub on the way is
+    /// answered here, as its exit would be, so that the handler starts
+    /// with every record before it complete. Otherwise the handler's
+    /// records could fill the buffer and flush it, and the interrupted
+    /// block would finish its record in a buffer handed over already.
+    /// Returns as [`Tracer::step_towards_delivery`].
+    fn close_record(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
+        let space = self.space_of(tid).expect("known task");
+        let mut info = None;
+        for _ in 0..MAX_STEPS {
+            let mut regs = get_regs(tid)?;
+            let delivery = space.borrow_mut().record_delivery(regs.rip);
+            match delivery {
+                RecordDelivery::Now => break,
+                RecordDelivery::Flush { rax_spilled } => {
+                    let mut sp = space.borrow_mut();
+                    let slot = |s: u32| regs.gs_base + u64::from(s);
+                    let target = sp.mem().read_u64(slot(layout::S_TARGET))?;
+                    if rax_spilled {
+                        regs.rax = sp.mem().read_u64(slot(layout::S_RAX))?;
+                    }
+                    super::exits::flush(&mut sp, &mut regs, target)?;
+                    sp.hand_over_pending();
+                    drop(sp);
+                    set_regs(tid, &regs)?;
+                }
+                RecordDelivery::Leave(exits) => {
+                    let held = match info {
+                        Some(i) => i,
+                        None => *info.insert(
+                            sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?,
+                        ),
+                    };
+                    let exits = exits.filter(|_| !self.no_breakpoints);
+                    if !self.run_to_exits(tid, (sig, &held), regs.rip, exits)? {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        if let Some(info) = info {
+            // Stopped by a SIGTRAP: the signal is delivered instead, with
+            // its own siginfo.
+            sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
+        }
+        Ok(true)
+    }
+
+    /// Runs `tid` (at `rip`, stopped at a delivery of `signal`, withheld)
+    /// to the first of the breakpoints `exits`, or steps it one
+    /// instruction where there are none (or too many, or one at `rip`, or
+    /// no hardware breakpoints). As [`Tracer::step_towards_delivery`].
+    fn run_to_exits(
+        &mut self,
+        tid: i32,
+        signal: (i32, &sys::SigInfo),
+        rip: u64,
+        exits: Option<Vec<u64>>,
+    ) -> Result<bool, EngineError> {
         let usable = |e: &Vec<u64>| e.len() <= BREAKPOINTS && !e.contains(&rip);
         let Some(exits) = exits.filter(usable) else {
             return self.step_towards_delivery(tid, signal);

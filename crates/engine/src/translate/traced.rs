@@ -126,6 +126,26 @@ pub struct FlushSite {
     pub kept: bool,
 }
 
+/// Where a trace-mode block's record is open: from its reservation (or,
+/// with counted executions, the end of the entry) up to where the block
+/// gives its borrowed registers back, and again in its out-of-line paths
+/// after its exits (they jump back into the block). A handler must not run
+/// there: its records could fill the buffer and flush it while the
+/// interrupted record is half-written, and the interrupted block would go
+/// on writing into a buffer handed over already. An asynchronous signal is
+/// delivered once the thread has left the span (`Space::record_delivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSpan {
+    /// Host address where the record opens.
+    pub opens: u64,
+    /// Host address where the borrowed registers are back (the block's
+    /// exits follow).
+    pub closes: u64,
+    /// Host address where the out-of-line paths start (the code's end if
+    /// there are none).
+    pub paths: u64,
+}
+
 /// How the outcome of conditional branch `i` (in `code`, at `guest`) is
 /// found for its branch word.
 fn taken_by<'a>(i: &Instruction, code: &'a [u8], guest: u64) -> Taken<'a> {
@@ -643,10 +663,13 @@ pub(super) fn translate_traced(
     }
     // (A filtered record starts as a plain one of one word: the id; its
     // kept accesses are appended after it.)
-    match counted {
-        Some(_) => b.e.counted_enter(r, a_reg),
+    let opens = match counted {
+        Some(_) => {
+            b.e.counted_enter(r, a_reg);
+            b.e.here()
+        }
         None => b.e.trace_enter(r, a, id, words),
-    }
+    };
     b.regs = SiteRegs::Borrowed(r, a);
     let flags_dead = match kept {
         Some(_) => {
@@ -721,6 +744,8 @@ pub(super) fn translate_traced(
     // Whether the borrowed registers are given back already (a client
     // request exits with the client's own registers).
     let mut left = false;
+    // Where they are first given back: the record is complete there.
+    let mut closes: Option<u64> = None;
     let mut next_fetch = fetch_checks
         .iter()
         .skip(usize::from(entry_fetch.is_some()))
@@ -747,6 +772,7 @@ pub(super) fn translate_traced(
                 b.t.counted.push(*ip);
                 end = ip + 19;
                 b.e.trace_leave(r, a);
+                closes.get_or_insert(b.e.here());
                 b.regs = SiteRegs::Guest;
                 left = true;
                 b.client_request(end);
@@ -757,6 +783,7 @@ pub(super) fn translate_traced(
                 b.t.counted.push(*ip);
                 end = ip + u64::from(*len);
                 b.e.trace_leave(r, a);
+                closes.get_or_insert(b.e.here());
                 b.regs = SiteRegs::Guest;
                 b.illegal(*ip);
             }
@@ -831,6 +858,7 @@ pub(super) fn translate_traced(
                         b.e.cond_branch_word(r, a_reg, id, taken_by(i, code, guest));
                     }
                     b.e.trace_leave(r, a);
+                    closes.get_or_insert(b.e.here());
                     b.regs = SiteRegs::Guest;
                     b.terminator(i, code, guest)?;
                 }
@@ -841,9 +869,11 @@ pub(super) fn translate_traced(
         end_keep(&mut b, &mut keeping, r, a);
         if !left {
             b.e.trace_leave(r, a);
+            closes.get_or_insert(b.e.here());
         }
         b.exit_jmp(next);
     }
+    let paths_at = b.e.here();
     if let Some(d1) = kept {
         let straddles = b.e.new_label();
         for p in &paths {
@@ -856,6 +886,11 @@ pub(super) fn translate_traced(
     }
     b.seal(end);
     b.t.flush_sites = flush_sites;
+    b.t.record = Some(RecordSpan {
+        opens,
+        closes: closes.unwrap_or(paths_at),
+        paths: paths_at,
+    });
     // One iteration's accesses (none without data tracing) say which
     // pointer each operand follows; the element size is the operand size.
     let rep = rep.map(|i| RepString {
