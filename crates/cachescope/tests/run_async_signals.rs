@@ -15,7 +15,8 @@ use std::path::Path;
 use std::process::Command;
 
 use run_support::{
-    calls_and_functions, compile, counted_runs, native, require, under_cachescope, End, TempDir,
+    calls_and_functions, compile, counted_runs, native, require, under_cachescope,
+    under_cachescope_env, End, TempDir,
 };
 
 /// Builds the fixture in `dir`.
@@ -181,6 +182,39 @@ fn held_signals_keep_their_siginfo() {
                 r.stderr_text()
             );
             assert_eq!(r.stdout, nat.stdout, "{args:?} run {run}");
+        }
+    }
+}
+
+/// Signals sent with `kill` and `tgkill` (`fixtures/engine/siginfo_kill.c`)
+/// reach the handler with their sender's `si_pid`, `si_uid` and `si_code`,
+/// also when the tool held one back and sent it again: the kernel lets it
+/// send those only as its own `tgkill`, so their siginfo is given back at
+/// their delivery. `CACHESCOPE_ENGINE_RESEND_SIGNALS` makes every one go
+/// that way (otherwise a few per run do); without the siginfo given back,
+/// every one of them came from the tool's pid.
+#[test]
+fn resent_signals_keep_their_sender() {
+    require("gcc");
+    let dir = TempDir::new("siginfo-kill");
+    let exe = dir.join("siginfo_kill");
+    compile("gcc", &["-O1", "-g", "-pthread"], "siginfo_kill.c", &exe);
+    let nat = native(dir.path(), exe.as_os_str(), &[], None);
+    assert_eq!(nat.end, End::Code(0));
+    assert_eq!(String::from_utf8_lossy(&nat.stdout), "wrong 0 of 2000\n");
+    let counting = ["-q", "--cachegrind-out-file=/dev/null"];
+    let callgrind = ["-q", "--tool=callgrind", "--callgrind-out-file=/dev/null"];
+    let stream = [&callgrind[..], &["--client-contexts=no"]].concat();
+    let resend = [("CACHESCOPE_ENGINE_RESEND_SIGNALS", "1")];
+    for args in [&counting[..], &callgrind[..], &stream[..]] {
+        for env in [&[][..], &resend[..]] {
+            let r = under_cachescope_env(dir.path(), args, exe.as_os_str(), &[], None, env);
+            assert_eq!(r.end, End::Code(0), "{args:?} {env:?}: {}", r.stderr_text());
+            assert_eq!(
+                String::from_utf8_lossy(&r.stdout),
+                "wrong 0 of 2000\n",
+                "{args:?} {env:?}"
+            );
         }
     }
 }

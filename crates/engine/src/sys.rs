@@ -228,18 +228,20 @@ pub fn tgkill(tgid: i32, tid: i32, sig: i32) {
 /// siginfo it first came with, where the kernel lets another process
 /// send that kind (negative codes but `SI_TKILL`: a POSIX timer's, with
 /// its `sigev_value`, or `sigqueue`'s); else (a `kill`, a `tgkill`, the
-/// kernel's) as `tgkill` does.
-pub fn resend_signal(tgid: i32, tid: i32, sig: i32, info: Option<&SigInfo>) {
+/// kernel's) as `tgkill` does. Returns whether it went with `info`; if
+/// not, it arrives as this process's `tgkill` (`SI_TKILL`, our pid).
+pub fn resend_signal(tgid: i32, tid: i32, sig: i32, info: Option<&SigInfo>) -> bool {
     if let Some(info) = info.filter(|i| i.code() < 0 && i.code() != libc::SI_TKILL) {
         // SAFETY: `info` is a whole siginfo_t (128 bytes) the kernel only
         // reads.
         let sent =
             unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, tgid, tid, sig, info.0.as_ptr()) };
         if sent == 0 {
-            return;
+            return true;
         }
     }
     tgkill(tgid, tid, sig);
+    false
 }
 
 /// Sends SIGKILL to a process.

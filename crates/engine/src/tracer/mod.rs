@@ -57,6 +57,12 @@ struct Tracer<'a> {
     /// step), re-sent at the next resume as (tgid, tid, signal, the
     /// siginfo they came with).
     requeue: Vec<(i32, i32, i32, Option<sys::SigInfo>)>,
+    /// Signals re-sent as our own `tgkill` (the kernel lets no process
+    /// forge another's `kill`, `tgkill` or kernel siginfo), oldest first,
+    /// as (tid, signal, the siginfo they first came with): given back at
+    /// their delivery stop (`Tracer::restore_resent`), so that a handler
+    /// sees its sender as natively.
+    resent: Vec<(i32, i32, sys::SigInfo)>,
     outcome: Option<Outcome>,
     /// Trace mode's consumer thread (when a tool is given).
     consumer: Option<Consumer>,
@@ -84,6 +90,7 @@ pub fn run(cfg: &LaunchConfig, sink: &mut dyn ProfileSink) -> Result<Outcome, En
         early: HashSet::new(),
         vfork_args: HashMap::new(),
         requeue: Vec::new(),
+        resent: Vec::new(),
         outcome: None,
         consumer: cfg.tool.as_ref().map(|_| Consumer::start()),
         native_calls: HashMap::new(),
@@ -242,7 +249,11 @@ impl Tracer<'_> {
         let _ = sys::cont(tid, sig);
         let requeue = std::mem::take(&mut self.requeue);
         for (tgid, t, s, info) in requeue {
-            sys::resend_signal(tgid, t, s, info.as_ref());
+            if !sys::resend_signal(tgid, t, s, info.as_ref()) {
+                if let Some(info) = info {
+                    self.resent.push((t, s, info));
+                }
+            }
         }
         Ok(())
     }

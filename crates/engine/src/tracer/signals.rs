@@ -89,6 +89,13 @@ impl Tracer<'_> {
         if !self.tasks.contains_key(&tid) {
             return self.resume(tid, sig);
         }
+        if !self.restore_resent(tid, sig) && !is_synchronous(sig) && self.forces_resend(tid, sig) {
+            // (Debugging knob: every such signal goes the way of one that
+            // arrived while the tool held the thread.)
+            let tgid = self.tasks[&tid].tgid;
+            self.take_for_later(tgid, tid, sig);
+            return self.resume(tid, 0);
+        }
         if sig == libc::SIGTRAP && self.left_retired_entry(tid)? {
             return self.resume(tid, 0);
         }
@@ -114,6 +121,49 @@ impl Tracer<'_> {
         // No handler: the default action (or ignoring) happens as natively.
         self.resume(tid, sig)?;
         Ok(())
+    }
+
+    /// Whether the delivery stop of `sig` to `tid` is that of a signal the
+    /// tool re-sent as its own `tgkill` ([`Tracer::resume`]); if so the
+    /// siginfo it first came with is given back, to be delivered instead
+    /// (the sender's pid and uid, `SI_USER` for a `kill`, a kernel code).
+    fn restore_resent(&mut self, tid: i32, sig: i32) -> bool {
+        let Some(at) = self
+            .resent
+            .iter()
+            .position(|&(t, s, _)| t == tid && s == sig)
+        else {
+            return false;
+        };
+        let Ok(now) = sys::get_siginfo(tid) else {
+            return false;
+        };
+        // (A signal of the same number sent meanwhile by someone else comes
+        // first: ours is still pending.)
+        if now.code() != libc::SI_TKILL || now.pid() != std::process::id() as i32 {
+            return false;
+        }
+        let (_, _, info) = self.resent.remove(at);
+        sys::set_siginfo(tid, &info).is_ok()
+    }
+
+    /// Whether the asynchronous signal `sig` of `tid`, whose handler the
+    /// client installed, is to be taken and sent again before its delivery
+    /// (`CACHESCOPE_ENGINE_RESEND_SIGNALS`, for tests: that happens
+    /// otherwise only to a signal arriving while the tool holds the
+    /// thread, a few times a run). Only those re-sent as the tool's own
+    /// `tgkill`, whose siginfo is given back at their delivery.
+    fn forces_resend(&self, tid: i32, sig: i32) -> bool {
+        static KNOB: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*KNOB.get_or_init(|| std::env::var_os("CACHESCOPE_ENGINE_RESEND_SIGNALS").is_some()) {
+            return false;
+        }
+        let handled = self
+            .tasks
+            .get(&tid)
+            .and_then(|t| self.procs.get(&t.tgid))
+            .is_some_and(|p| p.handlers.contains_key(&sig));
+        handled && sys::get_siginfo(tid).is_ok_and(|i| i.code() >= 0 || i.code() == libc::SI_TKILL)
     }
 
     /// `tid`, stopped at the delivery of `sig` whose handler runs (with

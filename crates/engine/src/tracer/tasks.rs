@@ -243,6 +243,7 @@ impl Tracer<'_> {
     /// profile is reported if it was the last one.
     pub(super) fn on_thread_exit(&mut self, tid: i32) {
         self.native_calls.remove(&tid);
+        self.resent.retain(|&(t, ..)| t != tid);
         let Some(task) = self.tasks.remove(&tid) else {
             return;
         };
