@@ -332,7 +332,10 @@ impl Space {
         if self.tracing.is_none() {
             return RecordDelivery::Now;
         }
-        let stub = crate::emit::Emitter::exit_stub_code(crate::layout::MAGIC_FLUSH).len() as u64;
+        static STUB: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let stub = *STUB.get_or_init(|| {
+            crate::emit::Emitter::exit_stub_code(crate::layout::MAGIC_FLUSH).len() as u64
+        });
         let in_stub = self
             .cache
             .chunks()
