@@ -319,10 +319,13 @@ impl Tracer<'_> {
     /// or a fault of a stepped instruction was delivered instead).
     fn place_interrupted(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
         let space = self.space_of(tid).expect("known task");
-        if space.borrow().is_tracing() && !self.close_record(tid, sig)? {
-            return Ok(false);
-        }
         let mut regs = get_regs(tid)?;
+        if space.borrow().is_tracing() {
+            match self.close_record(tid, sig, regs)? {
+                Some(r) => regs = r,
+                None => return Ok(false),
+            }
+        }
         let mut steps = 0;
         let mut info = None;
         loop {
@@ -397,12 +400,21 @@ impl Tracer<'_> {
     /// with every record before it complete. Otherwise the handler's
     /// records could fill the buffer and flush it, and the interrupted
     /// block would finish its record in a buffer handed over already.
-    /// Returns as [`Tracer::step_towards_delivery`].
-    fn close_record(&mut self, tid: i32, sig: i32) -> Result<bool, EngineError> {
+    /// Returns the thread's registers where it stands then (`regs` if it
+    /// did not move), or `None` as [`Tracer::step_towards_delivery`]
+    /// returns `false`.
+    fn close_record(
+        &mut self,
+        tid: i32,
+        sig: i32,
+        mut regs: Regs,
+    ) -> Result<Option<Regs>, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let mut info = None;
-        for _ in 0..MAX_STEPS {
-            let mut regs = get_regs(tid)?;
+        for step in 0..MAX_STEPS {
+            if step > 0 {
+                regs = get_regs(tid)?;
+            }
             let delivery = space.borrow_mut().record_delivery(regs.rip);
             match delivery {
                 RecordDelivery::Now => break,
@@ -427,7 +439,7 @@ impl Tracer<'_> {
                     };
                     let exits = exits.filter(|_| !self.no_breakpoints);
                     if !self.run_to_exits(tid, (sig, &held), regs.rip, exits)? {
-                        return Ok(false);
+                        return Ok(None);
                     }
                 }
             }
@@ -437,7 +449,7 @@ impl Tracer<'_> {
             // its own siginfo.
             sys::set_siginfo(tid, &info).map_err(|e| os_err("PTRACE_SETSIGINFO", e))?;
         }
-        Ok(true)
+        Ok(Some(regs))
     }
 
     /// Runs `tid` (at `rip`, stopped at a delivery of `signal`, withheld)
