@@ -251,7 +251,14 @@ impl Tracer<'_> {
         for (tgid, t, s, info) in requeue {
             if !sys::resend_signal(tgid, t, s, info.as_ref()) {
                 if let Some(info) = info {
-                    self.resent.push((t, s, info));
+                    // A standard signal sent while one is pending merges
+                    // with it (one delivery, the first one's siginfo): its
+                    // entry is kept once.
+                    let merged = s < libc::SIGRTMIN()
+                        && self.resent.iter().any(|&(u, r, _)| (u, r) == (t, s));
+                    if !merged {
+                        self.resent.push((t, s, info));
+                    }
                 }
             }
         }
