@@ -108,6 +108,10 @@ pub struct Emitter {
     /// `space::sites`), or a handler running the same block would lose its
     /// counts to the store of the stale value.
     pub counter_updates: Vec<(u64, u64)>,
+    /// Trace mode: where the code first gave the borrowed registers back
+    /// ([`Emitter::trace_leave`]): the block's record is complete there
+    /// (`translate::RecordSpan`).
+    pub left_borrowed: Option<u64>,
     /// Host ranges a signal must not interrupt (tagged counting's
     /// sequences whose words a handler may change meanwhile): the thread
     /// is stepped out of them first (`Translation::quiet`).
@@ -200,6 +204,7 @@ impl Emitter {
             labels: Vec::new(),
             fixups: Vec::new(),
             counter_updates: Vec::new(),
+            left_borrowed: None,
             quiet: Vec::new(),
             second_halves: Vec::new(),
             counter_end: None,

@@ -977,12 +977,14 @@ impl Emitter {
     }
 
     /// Gives the borrowed registers back (before the block's last
-    /// instruction).
+    /// instruction), the first time noted in [`Emitter::left_borrowed`].
     pub fn trace_leave(&mut self, r: Register, a: Option<Register>) {
         self.load_gs(r, layout::S_BORROW_R);
         if let Some(a) = a {
             self.load_gs(a, layout::S_BORROW_A);
         }
+        let here = self.here();
+        self.left_borrowed.get_or_insert(here);
     }
 
     /// The chunk's flush stub: an exit to the tool with the site in

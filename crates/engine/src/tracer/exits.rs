@@ -110,11 +110,12 @@ pub(super) struct Spills {
     pub(super) rax: u64,
     rcx: u64,
     r11: u64,
-    target: u64,
+    pub(super) target: u64,
 }
 
 impl Spills {
-    fn read(sp: &mut Space, area: u64) -> Result<Spills, EngineError> {
+    /// The slots of the thread whose area is `area`, in one read.
+    pub(super) fn read(sp: &mut Space, area: u64) -> Result<Spills, EngineError> {
         const _: () = assert!(
             layout::S_RAX == 0
                 && layout::S_RCX == 8

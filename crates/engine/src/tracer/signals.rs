@@ -33,7 +33,7 @@
 //! directly: the caller's process is the client, and the tracer, in a
 //! session of its own, receives none of them.
 
-use super::exits::gpr;
+use super::exits::{gpr, Spills};
 use super::inject::Injection;
 use super::{cont_syscall, debug_enabled, get_regs, os_err, set_regs, syscalls, wait_for, Tracer};
 use crate::layout;
@@ -346,11 +346,7 @@ impl Tracer<'_> {
                     PointKind::Clean | PointKind::Rep { .. } => {}
                 }
             } else if steps < MAX_STEPS && self.steppable(&space, regs.rip) {
-                let held = match info {
-                    Some(i) => i,
-                    None => *info
-                        .insert(sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?),
-                };
+                let held = withheld(tid, &mut info)?;
                 if !self.step_towards_delivery(tid, (sig, &held))? {
                     return Ok(false);
                 }
@@ -411,36 +407,34 @@ impl Tracer<'_> {
     ) -> Result<Option<Regs>, EngineError> {
         let space = self.space_of(tid).expect("known task");
         let mut info = None;
-        for step in 0..MAX_STEPS {
-            if step > 0 {
+        // Whether `regs` are the thread's (not after it ran on).
+        let mut current = true;
+        for _ in 0..MAX_STEPS {
+            if !current {
                 regs = get_regs(tid)?;
+                current = true;
             }
             let delivery = space.borrow_mut().record_delivery(regs.rip);
             match delivery {
                 RecordDelivery::Now => break,
                 RecordDelivery::Flush { rax_spilled } => {
                     let mut sp = space.borrow_mut();
-                    let slot = |s: u32| regs.gs_base + u64::from(s);
-                    let target = sp.mem().read_u64(slot(layout::S_TARGET))?;
+                    let spills = Spills::read(&mut sp, regs.gs_base)?;
                     if rax_spilled {
-                        regs.rax = sp.mem().read_u64(slot(layout::S_RAX))?;
+                        regs.rax = spills.rax;
                     }
-                    super::exits::flush(&mut sp, &mut regs, target)?;
+                    super::exits::flush(&mut sp, &mut regs, spills.target)?;
                     sp.hand_over_pending();
                     drop(sp);
                     set_regs(tid, &regs)?;
                 }
                 RecordDelivery::Leave(exits) => {
-                    let held = match info {
-                        Some(i) => i,
-                        None => *info.insert(
-                            sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?,
-                        ),
-                    };
+                    let held = withheld(tid, &mut info)?;
                     let exits = exits.filter(|_| !self.no_breakpoints);
                     if !self.run_to_exits(tid, (sig, &held), regs.rip, exits)? {
                         return Ok(None);
                     }
+                    current = false;
                 }
             }
         }
@@ -1021,6 +1015,19 @@ fn kept_flags(eflags: u64, rax: u64) -> u64 {
 }
 
 /// Signals the processor raises for the instruction that is running.
+/// The siginfo of the signal `tid` stands at the delivery stop of, read
+/// once into `info` (the stops of steps and breakpoints on the way are
+/// SIGTRAP's, and the signal is delivered with this one after them).
+fn withheld(tid: i32, info: &mut Option<sys::SigInfo>) -> Result<sys::SigInfo, EngineError> {
+    match info {
+        Some(i) => Ok(*i),
+        None => {
+            let read = sys::get_siginfo(tid).map_err(|e| os_err("PTRACE_GETSIGINFO", e))?;
+            Ok(*info.insert(read))
+        }
+    }
+}
+
 fn is_synchronous(sig: i32) -> bool {
     matches!(
         sig,

@@ -744,8 +744,6 @@ pub(super) fn translate_traced(
     // Whether the borrowed registers are given back already (a client
     // request exits with the client's own registers).
     let mut left = false;
-    // Where they are first given back: the record is complete there.
-    let mut closes: Option<u64> = None;
     let mut next_fetch = fetch_checks
         .iter()
         .skip(usize::from(entry_fetch.is_some()))
@@ -772,7 +770,6 @@ pub(super) fn translate_traced(
                 b.t.counted.push(*ip);
                 end = ip + 19;
                 b.e.trace_leave(r, a);
-                closes.get_or_insert(b.e.here());
                 b.regs = SiteRegs::Guest;
                 left = true;
                 b.client_request(end);
@@ -783,7 +780,6 @@ pub(super) fn translate_traced(
                 b.t.counted.push(*ip);
                 end = ip + u64::from(*len);
                 b.e.trace_leave(r, a);
-                closes.get_or_insert(b.e.here());
                 b.regs = SiteRegs::Guest;
                 b.illegal(*ip);
             }
@@ -858,7 +854,6 @@ pub(super) fn translate_traced(
                         b.e.cond_branch_word(r, a_reg, id, taken_by(i, code, guest));
                     }
                     b.e.trace_leave(r, a);
-                    closes.get_or_insert(b.e.here());
                     b.regs = SiteRegs::Guest;
                     b.terminator(i, code, guest)?;
                 }
@@ -869,7 +864,6 @@ pub(super) fn translate_traced(
         end_keep(&mut b, &mut keeping, r, a);
         if !left {
             b.e.trace_leave(r, a);
-            closes.get_or_insert(b.e.here());
         }
         b.exit_jmp(next);
     }
@@ -888,7 +882,7 @@ pub(super) fn translate_traced(
     b.t.flush_sites = flush_sites;
     b.t.record = Some(RecordSpan {
         opens,
-        closes: closes.unwrap_or(paths_at),
+        closes: b.e.left_borrowed.take().unwrap_or(paths_at),
         paths: paths_at,
     });
     // One iteration's accesses (none without data tracing) say which
