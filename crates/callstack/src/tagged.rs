@@ -235,7 +235,8 @@ mod tests {
                         call && !y.flow.skip && rt.inline_skipped_call(f, y.flow.start, sp)
                     }
                     Terminator::IndirectJump if y.flow.entry || xf.flow.domain != y.flow.domain => {
-                        !y.flow.skip && rt.inline_indirect_jump_call(x as u64, y.flow.start, f, sp)
+                        !y.flow.skip
+                            && rt.inline_indirect_jump_call(x as u64, b as u64, y.flow.start, f, sp)
                     }
                     Terminator::IndirectJump => {
                         rt.inline_jump(xf.flow.domain, y.flow.domain, y.flow.entry, sp)

@@ -63,7 +63,8 @@ pub const SLOTS_BYTES: u64 = (MAX_BLOCKS * SLOT_WORDS * 8) as u64;
 ///   a recursive function's call sites run at two levels by turns;
 /// * [`M_PLT_KEY`], [`M_PLT_ARC`], [`M_PLT_TARGET`]: the last call that
 ///   skipped code the block called made (the PLT's jump into its
-///   function), its arc and its target;
+///   function), its arc and its target; the one before it under another
+///   key [`M_PLT2`] words on;
 /// * [`M_IN_KEY`], [`M_IN_FROM`], [`M_IN_ARC`]: the last call into the
 ///   block (its tags, the calling block and the arc), for indirect calls
 ///   whose targets vary more than their call site's two calls keep (an
@@ -90,6 +91,11 @@ pub const M_IN_KEY: usize = 9;
 pub const M_IN_FROM: usize = 10;
 /// See [`MEMO_WORDS`].
 pub const M_IN_ARC: usize = 11;
+/// Where the skipped code's second call out is: [`M_PLT_KEY`] +
+/// `M_PLT2` and so on (a recursive function's call sites into the PLT run
+/// at two levels by turns, each with its own skip record).
+pub const M_PLT2: usize = 6;
+const _: () = assert!(M_PLT_KEY + M_PLT2 + 3 <= MEMO_WORDS && M_PLT2 >= 3);
 /// Bytes of a thread's memos, which lie right before its arena (the
 /// runtime finds them, and the slots before them, from the arena's
 /// address).
@@ -188,8 +194,11 @@ pub mod head {
 }
 
 /// Most frames an inline return leaves (more: the runtime's entry; the
-/// bound keeps the sequence within the steps a signal waits for).
-pub const INLINE_POPS: usize = 6;
+/// bound keeps the sequence within the steps a signal waits for). GCC's
+/// split functions (`f` and `f.cold`, jumps between them taken for calls)
+/// leave chains of frames that one return pops: sqlite's returns of 7 to
+/// 16 frames were 402,000 of its 567,000 runtime entries with six.
+pub const INLINE_POPS: usize = 16;
 
 /// Words of a frame: the stack pointer after the call, the address it
 /// returns to (0: an emulated call), the caller's tag (low half) and the
@@ -411,14 +420,14 @@ impl Tagged<'_> {
                 // both tags).
                 let key = caller | callee << 32;
                 self.memo_call(last, [key, arc, yf.flow.start]);
-                if real_call {
-                    self.memo(y, M_IN_KEY, [key, last, arc]);
-                }
+                // (Through a pointer, a call site or a tail call site may
+                // reach more functions than its memo's two calls keep.)
+                self.memo(y, M_IN_KEY, [key, last, arc]);
             } else if xf.is_some_and(|x| x.flow.skip) && ns_before != NO_TAG && ns_block != NONE {
                 // Skipped code (the PLT) calling out, for the block that
                 // called it.
                 let key = ns_before | callee << 32;
-                self.memo(ns_block, M_PLT_KEY, [key, arc, yf.flow.start]);
+                self.memo_plt(ns_block, [key, arc, yf.flow.start]);
             }
         }
         if push {
@@ -476,6 +485,19 @@ impl Tagged<'_> {
                 m.copy_within(M_CALL_KEY..M_CALL2, M_CALL2);
             }
             m[..M_CALL2].copy_from_slice(&call);
+        }
+    }
+
+    /// The call out of skipped code that block `b` called (key, arc,
+    /// target) becomes its memo's first, the first its second if its key
+    /// differs.
+    fn memo_plt(&mut self, b: u64, call: [u64; 3]) {
+        let i = b as usize * MEMO_WORDS + M_PLT_KEY;
+        if let Some(m) = self.memos.get_mut(i..i + M_PLT2 + 3) {
+            if m[0] != call[0] {
+                m.copy_within(0..3, M_PLT2);
+            }
+            m[..3].copy_from_slice(&call);
         }
     }
 
@@ -742,13 +764,16 @@ impl Tagged<'_> {
             return false;
         }
         let memo = x as usize * MEMO_WORDS;
-        let key = self.memos[memo + M_CALL_KEY];
         if let Some(site) = skip_site {
             // Into skipped code: a frame without an arc, counting for the
-            // call site's skip record.
-            if key & 0xffff_ffff != caller || key >> 32 < SKIP_TAGS {
+            // call site's skip record (either of the memo's calls).
+            let Some(key) = [0, M_CALL2]
+                .map(|k| self.memos[memo + k + M_CALL_KEY])
+                .into_iter()
+                .find(|&key| key & 0xffff_ffff == caller && key >> 32 >= SKIP_TAGS)
+            else {
                 return false;
-            }
+            };
             let frame = [
                 frame_sp,
                 ret_addr,
@@ -799,14 +824,15 @@ impl Tagged<'_> {
             return false;
         };
         let memo = x as usize * MEMO_WORDS;
-        if self.memos[memo + M_PLT_KEY] != ns | callee << 32
-            || self.memos[memo + M_PLT_TARGET] != target
-        {
+        let Some(k) = [0, M_PLT2].into_iter().find(|&k| {
+            self.memos[memo + k + M_PLT_KEY] == ns | callee << 32
+                && self.memos[memo + k + M_PLT_TARGET] == target
+        }) else {
             return false;
-        }
+        };
         // An emulated call: the frame has the skip frame's stack pointer.
         let frame_sp = self.arena[self.frame_from_top(0)];
-        let arc = self.memos[memo + M_PLT_ARC];
+        let arc = self.memos[memo + k + M_PLT_ARC];
         self.push_call(f, callee, arc, frame_sp, 0);
         self.inline_done(Some(sp))
     }
@@ -831,12 +857,19 @@ impl Tagged<'_> {
     /// What translated code does inline at an indirect jump from block `x`
     /// that Callgrind takes for a call (a tail call through a pointer:
     /// into function `f`'s block at `target`, its first block or another
-    /// domain's, not skipped), with the stack pointer `sp` there: the call
-    /// `x`'s memo knows (a tail call site calls few functions, a function
-    /// is tail-called from many), its frame at the top frame's stack
-    /// pointer (or `sp` without one). Returns whether it did; if not,
-    /// nothing changed.
-    pub fn inline_indirect_jump_call(&mut self, x: u64, target: u64, f: u32, sp: u64) -> bool {
+    /// domain's, not skipped; block `y`), with the stack pointer `sp`
+    /// there: the call `x`'s memo knows, or `y`'s (the last call into it,
+    /// if from `x`: a dispatcher's tail call site reaches many
+    /// functions), its frame at the top frame's stack pointer (or `sp`
+    /// without one). Returns whether it did; if not, nothing changed.
+    pub fn inline_indirect_jump_call(
+        &mut self,
+        x: u64,
+        y: u64,
+        target: u64,
+        f: u32,
+        sp: u64,
+    ) -> bool {
         let depth = self.arena[head::DEPTH];
         let caller = self.arena[head::CTX];
         if !self.inline_ok()
@@ -849,7 +882,7 @@ impl Tagged<'_> {
         let Some(callee) = self.called_tag(f) else {
             return false;
         };
-        let Some(arc) = self.memo_arc(x, caller | callee << 32, Some(target)) else {
+        let Some(arc) = self.call_or_callee_memo(x, y, caller | callee << 32, target) else {
             return false;
         };
         let frame_sp = match depth {
@@ -858,6 +891,17 @@ impl Tagged<'_> {
         };
         self.push_call(f, callee, arc, frame_sp, 0);
         self.inline_done(Some(sp))
+    }
+
+    /// The arc of a call through a pointer from block `x` into block `y`
+    /// at `target` under `key`: the one `x`'s memo knows, else `y`'s if
+    /// its last call in came from `x`.
+    fn call_or_callee_memo(&self, x: u64, y: u64, key: u64, target: u64) -> Option<u64> {
+        let memo = y as usize * MEMO_WORDS;
+        self.memo_arc(x, key, Some(target)).or_else(|| {
+            (self.memos[memo + M_IN_KEY] == key && self.memos[memo + M_IN_FROM] == x)
+                .then(|| self.memos[memo + M_IN_ARC])
+        })
     }
 
     /// The call of [`Tagged::inline_indirect_call`].
@@ -882,14 +926,8 @@ impl Tagged<'_> {
         let Some(callee) = self.called_tag(f) else {
             return false;
         };
-        let key = caller | callee << 32;
-        let memo = y as usize * MEMO_WORDS;
-        let arc = match self.memo_arc(x, key, Some(target)) {
-            Some(arc) => arc,
-            None if self.memos[memo + M_IN_KEY] == key && self.memos[memo + M_IN_FROM] == x => {
-                self.memos[memo + M_IN_ARC]
-            }
-            None => return false,
+        let Some(arc) = self.call_or_callee_memo(x, y, caller | callee << 32, target) else {
+            return false;
         };
         self.push_call(f, callee, arc, sp, ret_addr);
         self.inline_done(Some(sp))

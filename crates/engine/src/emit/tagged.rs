@@ -20,7 +20,7 @@ use ctxrt::hot;
 use ctxrt::tagged::{head, FRAME_WORDS, INLINE_POPS, MEMO_WORDS, SKIP_TAGS};
 use ctxrt::tagged::{M_CALL2, M_CALL_ARC, M_CALL_KEY, M_CALL_TARGET};
 use ctxrt::tagged::{M_IN_ARC, M_IN_FROM, M_IN_KEY};
-use ctxrt::tagged::{M_PLT_ARC, M_PLT_KEY, M_PLT_TARGET};
+use ctxrt::tagged::{M_PLT2, M_PLT_ARC, M_PLT_KEY, M_PLT_TARGET};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use Register::{ECX, EDX, R10, R10D, R11, R9, R9D, R9L, RAX, RCX, RDX, RSP};
 
@@ -528,13 +528,24 @@ impl Emitter {
             self.inline_done(!kind.jump);
             return;
         }
-        // Into skipped code: the memo names the skip record.
+        // Into skipped code: either of the memo's calls names the skip
+        // record.
         self.caller_memos();
-        op!(self, Cmp_rm32_r32, memo_at(RCX, M_CALL_KEY), EDX);
-        self.jcc_label(JNE, failed);
-        op!(self, Mov_r32_rm32, R10D, memo_at_high(RCX, M_CALL_KEY));
-        op!(self, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
-        self.jcc_label(JB, failed);
+        let (second, found) = (self.new_label(), self.new_label());
+        for (k, next) in [(0, second), (M_CALL2, failed)] {
+            if k != 0 {
+                self.bind(second);
+            }
+            op!(self, Cmp_rm32_r32, memo_at(RCX, k + M_CALL_KEY), EDX);
+            self.jcc_label(JNE, next);
+            op!(self, Mov_r32_rm32, R10D, memo_at_high(RCX, k + M_CALL_KEY));
+            op!(self, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
+            self.jcc_label(JB, next);
+            if k == 0 {
+                self.jmp_label(found);
+            }
+        }
+        self.bind(found);
         // The frame (no arc), at STACK + depth*8.
         op!(self, Lea_r64_m, RCX, frame_index(R11, 0));
         op!(self, Add_r64_rm64, RCX, arena(head::STACK));
@@ -680,10 +691,27 @@ impl Emitter {
         self.callee_tag(recs, out);
         // The calling block's memo, else the callee's (its id again from
         // its header).
-        let (callee_memo, commit) = (self.new_label(), self.new_label());
+        // (The site gave the calling block's id in S_TAGGED_FUNCTION.)
+        self.call_or_callee_memo_arc(out, |e| {
+            op!(e, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_FUNCTION));
+        });
+        self.commit_call(FrameSp::Client, RetAddr::Pushed);
+        self.inline_done(true);
+        self.skip_target_entry();
+    }
+
+    /// R11 = the arc of a call through a pointer
+    /// (`Tagged::call_or_callee_memo`) under the key of the caller's tag
+    /// in EDX and the callee's in R10D: the one the calling block's memo
+    /// knows (with the guest target in `S_TAGGED_TARGET`), else the
+    /// target's (its header at `S_TARGET`) if its last call in came from
+    /// the calling block, whose id `from` puts in RCX; else to `out`. RCX
+    /// changes.
+    fn call_or_callee_memo_arc(&mut self, out: Label, from: impl FnOnce(&mut Emitter)) {
+        let (callee_memo, found) = (self.new_label(), self.new_label());
         op!(self, Mov_r64_rm64, R11, gs(layout::S_TAGGED_BLOCK));
         self.call_memo_arc(R11, true, callee_memo);
-        self.jmp_label(commit);
+        self.jmp_label(found);
         self.bind(callee_memo);
         op!(self, Mov_r64_rm64, R11, gs(layout::S_TARGET));
         op!(
@@ -697,14 +725,11 @@ impl Emitter {
         self.jcc_label(JNE, out);
         op!(self, Cmp_rm32_r32, memo_at_high(R11, M_IN_KEY), R10D);
         self.jcc_label(JNE, out);
-        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_FUNCTION));
+        from(self);
         op!(self, Cmp_rm64_r64, memo_at(R11, M_IN_FROM), RCX);
         self.jcc_label(JNE, out);
         op!(self, Mov_r64_rm64, R11, memo_at(R11, M_IN_ARC));
-        self.bind(commit);
-        self.commit_call(FrameSp::Client, RetAddr::Pushed);
-        self.inline_done(true);
-        self.skip_target_entry();
+        self.bind(found);
     }
 
     /// An indirect jump's site (block `x`, code of `domain`) over the
@@ -734,7 +759,8 @@ impl Emitter {
     /// what its site ([`Emitter::tagged_jump_site`]) put in spill slots:
     /// the target's header (`translate::tagged_header`) says what it is:
     /// one that keeps the context (`Tagged::inline_jump`), or a tail call
-    /// the jumping block's memo knows (`Tagged::inline_indirect_jump_call`;
+    /// the jumping block's memo or the target's knows
+    /// (`Tagged::inline_indirect_jump_call`;
     /// `recs` `--separate-recs`, `None` in the stub that does none).
     pub fn tagged_jump_stub(&mut self, recs: Option<u32>) {
         // (Its site stepped over the red zone.)
@@ -782,8 +808,12 @@ impl Emitter {
             self.caller_or_fail(RDX, out);
             self.room_or_fail(RCX, R10, out);
             self.callee_tag(recs, out);
-            op!(self, Mov_r64_rm64, R11, gs(layout::S_TAGGED_BLOCK));
-            self.call_memo_arc(R11, true, out);
+            // (The site gave the jumping block's memos in S_TAGGED_BLOCK:
+            // its id times MEMO_WORDS.)
+            self.call_or_callee_memo_arc(out, |e| {
+                op!(e, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
+                op!(e, Shr_rm64_imm8, RCX, MEMO_SHIFT);
+            });
             self.commit_call(FrameSp::TopOrClient, RetAddr::Emulated);
             self.inline_done(true);
             self.skip_target_entry();
@@ -836,14 +866,25 @@ impl Emitter {
         self.room_or_fail(RCX, R10, out);
         self.callee_tag(recs, out);
         op!(self, Shl_rm64_imm8, R11, MEMO_SHIFT);
-        op!(self, Cmp_rm32_r32, memo_at(R11, M_PLT_KEY), EDX);
-        self.jcc_label(JNE, out);
-        op!(self, Cmp_rm32_r32, memo_at_high(R11, M_PLT_KEY), R10D);
-        self.jcc_label(JNE, out);
-        op!(self, Mov_r64_rm64, RDX, gs(layout::S_TAGGED_TARGET));
-        op!(self, Cmp_rm64_r64, memo_at(R11, M_PLT_TARGET), RDX);
-        self.jcc_label(JNE, out);
-        op!(self, Mov_r64_rm64, R11, memo_at(R11, M_PLT_ARC));
+        // Either of the two calls out the memo keeps.
+        let (second, found) = (self.new_label(), self.new_label());
+        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_TARGET));
+        for (k, next) in [(0, second), (M_PLT2, out)] {
+            if k != 0 {
+                self.bind(second);
+            }
+            op!(self, Cmp_rm32_r32, memo_at(R11, k + M_PLT_KEY), EDX);
+            self.jcc_label(JNE, next);
+            op!(self, Cmp_rm32_r32, memo_at_high(R11, k + M_PLT_KEY), R10D);
+            self.jcc_label(JNE, next);
+            op!(self, Cmp_rm64_r64, memo_at(R11, k + M_PLT_TARGET), RCX);
+            self.jcc_label(JNE, next);
+            op!(self, Mov_r64_rm64, R11, memo_at(R11, k + M_PLT_ARC));
+            if k == 0 {
+                self.jmp_label(found);
+            }
+        }
+        self.bind(found);
         self.commit_call(FrameSp::Top, RetAddr::Emulated);
         self.inline_done(true);
         self.skip_target_entry();

@@ -49,9 +49,10 @@ const SI_KERNEL: i32 = 0x80;
 /// Most instructions an asynchronous signal's thread is stepped through
 /// to reach a clean point (an indirect branch's lookup and probe take a
 /// dozen or two, a handler's trampoline forty, tagged counting's inline
-/// return of six frames two hundred), or, out of quiet code, resumes to a
-/// breakpoint and steps.
-const MAX_STEPS: u32 = 256;
+/// return of sixteen frames (`ctxrt::tagged::INLINE_POPS`) about three
+/// hundred and fifty), or, out of quiet code, resumes to a breakpoint and
+/// steps.
+const MAX_STEPS: u32 = 512;
 
 impl Tracer<'_> {
     /// Waits for the next syscall stop of `tid` (of process `tgid`), which
