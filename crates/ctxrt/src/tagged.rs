@@ -851,7 +851,11 @@ impl Tagged<'_> {
         sp: u64,
         ret_addr: u64,
     ) -> bool {
-        self.indirect_call(x, y, target, f, sp, ret_addr)
+        let Some((callee, arc)) = self.indirect_arc(x, y, target, f, sp) else {
+            return false;
+        };
+        self.push_call(f, callee, arc, sp, ret_addr);
+        self.inline_done(Some(sp))
     }
 
     /// What translated code does inline at an indirect jump from block `x`
@@ -870,22 +874,10 @@ impl Tagged<'_> {
         f: u32,
         sp: u64,
     ) -> bool {
-        let depth = self.arena[head::DEPTH];
-        let caller = self.arena[head::CTX];
-        if !self.inline_ok()
-            || self.arena[head::NS_CTX] != NO_TAG
-            || depth >= self.arena[head::STACK_CAP]
-            || !self.no_frame_left(sp)
-        {
-            return false;
-        }
-        let Some(callee) = self.called_tag(f) else {
+        let Some((callee, arc)) = self.indirect_arc(x, y, target, f, sp) else {
             return false;
         };
-        let Some(arc) = self.call_or_callee_memo(x, y, caller | callee << 32, target) else {
-            return false;
-        };
-        let frame_sp = match depth {
+        let frame_sp = match self.arena[head::DEPTH] {
             0 => sp,
             _ => self.arena[self.frame_from_top(0)],
         };
@@ -893,44 +885,26 @@ impl Tagged<'_> {
         self.inline_done(Some(sp))
     }
 
-    /// The arc of a call through a pointer from block `x` into block `y`
-    /// at `target` under `key`: the one `x`'s memo knows, else `y`'s if
-    /// its last call in came from `x`.
-    fn call_or_callee_memo(&self, x: u64, y: u64, key: u64, target: u64) -> Option<u64> {
-        let memo = y as usize * MEMO_WORDS;
-        self.memo_arc(x, key, Some(target)).or_else(|| {
-            (self.memos[memo + M_IN_KEY] == key && self.memos[memo + M_IN_FROM] == x)
-                .then(|| self.memos[memo + M_IN_ARC])
-        })
-    }
-
-    /// The call of [`Tagged::inline_indirect_call`].
-    fn indirect_call(
-        &mut self,
-        x: u64,
-        y: u64,
-        target: u64,
-        f: u32,
-        sp: u64,
-        ret_addr: u64,
-    ) -> bool {
-        let depth = self.arena[head::DEPTH];
-        let caller = self.arena[head::CTX];
+    /// The callee's tag and the arc of a call through a pointer from
+    /// block `x` into block `y` at `target`, of function `f`, with the
+    /// stack pointer `sp`, where one can be done inline: the arc `x`'s
+    /// memo knows, else `y`'s if its last call in came from `x`.
+    fn indirect_arc(&self, x: u64, y: u64, target: u64, f: u32, sp: u64) -> Option<(u64, u64)> {
         if !self.inline_ok()
             || self.arena[head::NS_CTX] != NO_TAG
-            || depth >= self.arena[head::STACK_CAP]
+            || self.arena[head::DEPTH] >= self.arena[head::STACK_CAP]
             || !self.no_frame_left(sp)
         {
-            return false;
+            return None;
         }
-        let Some(callee) = self.called_tag(f) else {
-            return false;
-        };
-        let Some(arc) = self.call_or_callee_memo(x, y, caller | callee << 32, target) else {
-            return false;
-        };
-        self.push_call(f, callee, arc, sp, ret_addr);
-        self.inline_done(Some(sp))
+        let callee = self.called_tag(f)?;
+        let key = self.arena[head::CTX] | callee << 32;
+        let memo = y as usize * MEMO_WORDS;
+        let arc = self.memo_arc(x, key, Some(target)).or_else(|| {
+            (self.memos[memo + M_IN_KEY] == key && self.memos[memo + M_IN_FROM] == x)
+                .then(|| self.memos[memo + M_IN_ARC])
+        })?;
+        Some((callee, arc))
     }
 
     /// The thread ended (or the process): every call still running

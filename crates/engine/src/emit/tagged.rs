@@ -350,28 +350,49 @@ impl Emitter {
     /// if `target`); else to `miss`. RCX changes.
     fn call_memo_arc(&mut self, x: Register, target: bool, miss: Label) {
         debug_assert!(!(target && x == RCX));
-        let (second, hit) = (self.new_label(), self.new_label());
         if target {
             op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_TARGET));
         }
-        for (k, next) in [(0, second), (M_CALL2, miss)] {
-            if k != 0 {
-                self.bind(second);
-            }
-            op!(self, Cmp_rm32_r32, memo_at(x, k + M_CALL_KEY), EDX);
-            self.jcc_label(JNE, next);
-            op!(self, Cmp_rm32_r32, memo_at_high(x, k + M_CALL_KEY), R10D);
-            self.jcc_label(JNE, next);
-            if target {
-                op!(self, Cmp_rm64_r64, memo_at(x, k + M_CALL_TARGET), RCX);
-                self.jcc_label(JNE, next);
-            }
-            op!(self, Mov_r64_rm64, R11, memo_at(x, k + M_CALL_ARC));
-            if k == 0 {
-                self.jmp_label(hit);
-            }
-        }
+        self.either_memo_entry([M_CALL_KEY, M_CALL_KEY + M_CALL2], miss, |e, key, next| {
+            e.memo_entry_arc(x, key, target, next);
+        });
+    }
+
+    /// A memo's two entries, the first at word `keys[0]`, the second at
+    /// `keys[1]`: `entry` (given the entry's key word and the label to
+    /// go to when it does not match) tries each in turn; to `miss` if
+    /// neither matches.
+    fn either_memo_entry(
+        &mut self,
+        keys: [usize; 2],
+        miss: Label,
+        mut entry: impl FnMut(&mut Emitter, usize, Label),
+    ) {
+        let (second, hit) = (self.new_label(), self.new_label());
+        entry(self, keys[0], second);
+        self.jmp_label(hit);
+        self.bind(second);
+        entry(self, keys[1], miss);
         self.bind(hit);
+    }
+
+    /// R11 = the arc of the memo entry of `x` (a block's memos, its id
+    /// times [`MEMO_WORDS`]) whose key is at word `key` (its arc and
+    /// target the next two) if the key is the caller's tag in EDX and the
+    /// callee's in R10D, and, if `target`, its target the guest target in
+    /// RCX; else to `next`.
+    fn memo_entry_arc(&mut self, x: Register, key: usize, target: bool, next: Label) {
+        const _: () = assert!(M_CALL_ARC == M_CALL_KEY + 1 && M_CALL_TARGET == M_CALL_KEY + 2);
+        const _: () = assert!(M_PLT_ARC == M_PLT_KEY + 1 && M_PLT_TARGET == M_PLT_KEY + 2);
+        op!(self, Cmp_rm32_r32, memo_at(x, key), EDX);
+        self.jcc_label(JNE, next);
+        op!(self, Cmp_rm32_r32, memo_at_high(x, key), R10D);
+        self.jcc_label(JNE, next);
+        if target {
+            op!(self, Cmp_rm64_r64, memo_at(x, key + 2), RCX);
+            self.jcc_label(JNE, next);
+        }
+        op!(self, Mov_r64_rm64, R11, memo_at(x, key + 1));
     }
 
     /// The end of every inline transition (`Tagged::inline_done`): the
@@ -531,21 +552,17 @@ impl Emitter {
         // Into skipped code: either of the memo's calls names the skip
         // record.
         self.caller_memos();
-        let (second, found) = (self.new_label(), self.new_label());
-        for (k, next) in [(0, second), (M_CALL2, failed)] {
-            if k != 0 {
-                self.bind(second);
-            }
-            op!(self, Cmp_rm32_r32, memo_at(RCX, k + M_CALL_KEY), EDX);
-            self.jcc_label(JNE, next);
-            op!(self, Mov_r32_rm32, R10D, memo_at_high(RCX, k + M_CALL_KEY));
-            op!(self, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
-            self.jcc_label(JB, next);
-            if k == 0 {
-                self.jmp_label(found);
-            }
-        }
-        self.bind(found);
+        self.either_memo_entry(
+            [M_CALL_KEY, M_CALL_KEY + M_CALL2],
+            failed,
+            |e, key, next| {
+                op!(e, Cmp_rm32_r32, memo_at(RCX, key), EDX);
+                e.jcc_label(JNE, next);
+                op!(e, Mov_r32_rm32, R10D, memo_at_high(RCX, key));
+                op!(e, Cmp_rm32_imm32, R10D, SKIP_TAGS as u32);
+                e.jcc_label(JB, next);
+            },
+        );
         // The frame (no arc), at STACK + depth*8.
         op!(self, Lea_r64_m, RCX, frame_index(R11, 0));
         op!(self, Add_r64_rm64, RCX, arena(head::STACK));
@@ -866,25 +883,12 @@ impl Emitter {
         self.room_or_fail(RCX, R10, out);
         self.callee_tag(recs, out);
         op!(self, Shl_rm64_imm8, R11, MEMO_SHIFT);
-        // Either of the two calls out the memo keeps.
-        let (second, found) = (self.new_label(), self.new_label());
+        // Either of the two calls out the memo keeps (R11 is its memos
+        // until an entry matches).
         op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_TARGET));
-        for (k, next) in [(0, second), (M_PLT2, out)] {
-            if k != 0 {
-                self.bind(second);
-            }
-            op!(self, Cmp_rm32_r32, memo_at(R11, k + M_PLT_KEY), EDX);
-            self.jcc_label(JNE, next);
-            op!(self, Cmp_rm32_r32, memo_at_high(R11, k + M_PLT_KEY), R10D);
-            self.jcc_label(JNE, next);
-            op!(self, Cmp_rm64_r64, memo_at(R11, k + M_PLT_TARGET), RCX);
-            self.jcc_label(JNE, next);
-            op!(self, Mov_r64_rm64, R11, memo_at(R11, k + M_PLT_ARC));
-            if k == 0 {
-                self.jmp_label(found);
-            }
-        }
-        self.bind(found);
+        self.either_memo_entry([M_PLT_KEY, M_PLT_KEY + M_PLT2], out, |e, key, next| {
+            e.memo_entry_arc(R11, key, true, next);
+        });
         self.commit_call(FrameSp::Top, RetAddr::Emulated);
         self.inline_done(true);
         self.skip_target_entry();
