@@ -593,7 +593,9 @@ impl Tagged<'_> {
             self.arena[head::LAST_SP] = sp;
         }
         self.arena[head::INLINE] += 1;
-        self.hot[hot::LAST] = NONE;
+        // (`hot::LAST` is left as it is: a block stores it on its way to
+        // a context entry, which alone reads it, and this one was
+        // skipped.)
         true
     }
 
@@ -606,19 +608,27 @@ impl Tagged<'_> {
         self.arena[at + 3] += 1;
         let active = self.arena[head::ACTIVE] as usize + f as usize;
         self.arena[active] += 1;
+        // Outside skipped code its call site is dead, and so is the block
+        // that called it ([`head::NS_BLOCK`]): translated code stores
+        // neither (the frame's site word keeps whatever it held).
+        let ns = self.arena[head::NS_CTX];
+        let top = self.arena[head::STACK] as usize + self.arena[head::DEPTH] as usize * FRAME_WORDS;
+        let site = match ns {
+            NO_TAG => self.arena[top + 6],
+            _ => self.arena[head::NS_SITE],
+        };
         let frame = [
             sp,
             ret_addr,
             caller | u64::from(f) << 32,
             arc,
             hot::running_ir(self.hot),
-            self.arena[head::NS_CTX],
-            self.arena[head::NS_SITE],
-            0,
+            ns,
+            site,
+            self.arena[top + 7],
         ];
         self.put_frame(frame);
         self.arena[head::NS_CTX] = NO_TAG;
-        self.arena[head::NS_BLOCK] = NONE;
         self.arena[head::CTX] = callee;
         self.hot[hot::CUR] = callee;
         self.hot[hot::NS_SKIP] = NONE;
@@ -676,9 +686,8 @@ impl Tagged<'_> {
         a[head::CTX] = caller;
         self.hot[hot::CUR] = caller;
         self.hot[hot::NS_SKIP] = NONE;
+        // (Back outside skipped code: its site and block are dead.)
         a[head::NS_CTX] = NO_TAG;
-        a[head::NS_SITE] = a[last + 6];
-        a[head::NS_BLOCK] = NONE;
         a[head::DEPTH] = (depth - pops) as u64;
         self.inline_done(Some(sp))
     }

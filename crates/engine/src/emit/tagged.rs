@@ -271,9 +271,10 @@ impl Emitter {
 
     /// A call of function R9's context R10 on the arc in R11, returning to
     /// `ret_addr`: the arc's calls, the function's active count, the
-    /// frame, counting in the callee (`Tagged::push_call`). RCX and RDX
-    /// change.
-    fn commit_call(&mut self, sp: FrameSp, ret_addr: RetAddr) {
+    /// frame, counting in the callee (`Tagged::push_call`), from skipped
+    /// code if `from_skipped` (else its checks made sure the thread is
+    /// not: what skipped code keeps is left alone). RCX and RDX change.
+    fn commit_call(&mut self, sp: FrameSp, ret_addr: RetAddr, from_skipped: bool) {
         op!(self, Mov_r64_rm64, RDX, R11);
         op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
         op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
@@ -297,19 +298,26 @@ impl Emitter {
             }
         }
         self.frame_ret_addr(ret_addr, RDX);
-        op!(self, Mov_r64_rm64, RDX, arena(head::CTX));
-        op!(self, Mov_rm32_r32, arena_at(RCX, 16), EDX);
-        op!(self, Mov_rm32_r32, arena_at(RCX, 20), R9D);
+        // The caller's tag and the callee's function in one word (the
+        // flags are in AX).
+        op!(self, Mov_r64_rm64, RDX, R9);
+        op!(self, Shl_rm64_imm8, RDX, 32);
+        op!(self, Or_r64_rm64, RDX, arena(head::CTX));
+        op!(self, Mov_rm64_r64, arena_at(RCX, 16), RDX);
         op!(self, Mov_rm64_r64, arena_at(RCX, 24), R11);
         self.running_ir(RDX);
         op!(self, Mov_rm64_r64, arena_at(RCX, 32), RDX);
-        op!(self, Mov_r64_rm64, RDX, arena(head::NS_CTX));
-        op!(self, Mov_rm64_r64, arena_at(RCX, 40), RDX);
-        op!(self, Mov_r64_rm64, RDX, arena(head::NS_SITE));
-        op!(self, Mov_rm64_r64, arena_at(RCX, 48), RDX);
+        if from_skipped {
+            op!(self, Mov_r64_rm64, RDX, arena(head::NS_CTX));
+            op!(self, Mov_rm64_r64, arena_at(RCX, 40), RDX);
+            op!(self, Mov_r64_rm64, RDX, arena(head::NS_SITE));
+            op!(self, Mov_rm64_r64, arena_at(RCX, 48), RDX);
+            op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
+        } else {
+            // (Outside skipped code: the site word is dead.)
+            op!(self, Mov_rm64_imm32, arena_at(RCX, 40), 0);
+        }
         op!(self, Add_rm64_imm8, arena(head::DEPTH), 1);
-        op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
-        op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), -1);
         op!(self, Mov_rm64_r64, arena(head::CTX), R10);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
         op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
@@ -402,7 +410,6 @@ impl Emitter {
             op!(self, Mov_rm64_r64, arena(head::LAST_SP), RSP);
         }
         op!(self, Add_rm64_imm8, arena(head::INLINE), 1);
-        op!(self, Mov_rm64_imm32, hot_word(hot::LAST), -1);
     }
 
     /// The target found by a lookup is entered past its context entry.
@@ -545,7 +552,7 @@ impl Emitter {
             self.callee_tag(recs, failed);
             self.caller_memos();
             self.call_memo_arc(RCX, false, failed);
-            self.commit_call(frame_sp, ret_addr);
+            self.commit_call(frame_sp, ret_addr, false);
             self.inline_done(!kind.jump);
             return;
         }
@@ -712,7 +719,7 @@ impl Emitter {
         self.call_or_callee_memo_arc(out, |e| {
             op!(e, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_FUNCTION));
         });
-        self.commit_call(FrameSp::Client, RetAddr::Pushed);
+        self.commit_call(FrameSp::Client, RetAddr::Pushed, false);
         self.inline_done(true);
         self.skip_target_entry();
     }
@@ -831,7 +838,7 @@ impl Emitter {
                 op!(e, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
                 op!(e, Shr_rm64_imm8, RCX, MEMO_SHIFT);
             });
-            self.commit_call(FrameSp::TopOrClient, RetAddr::Emulated);
+            self.commit_call(FrameSp::TopOrClient, RetAddr::Emulated, false);
             self.inline_done(true);
             self.skip_target_entry();
         }
@@ -889,7 +896,7 @@ impl Emitter {
         self.either_memo_entry([M_PLT_KEY, M_PLT_KEY + M_PLT2], out, |e, key, next| {
             e.memo_entry_arc(R11, key, true, next);
         });
-        self.commit_call(FrameSp::Top, RetAddr::Emulated);
+        self.commit_call(FrameSp::Top, RetAddr::Emulated, true);
         self.inline_done(true);
         self.skip_target_entry();
         self.bind(out);
@@ -990,9 +997,6 @@ impl Emitter {
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), RCX);
         op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
         op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
-        op!(self, Mov_r64_rm64, RCX, arena_at(R9, 48));
-        op!(self, Mov_rm64_r64, arena(head::NS_SITE), RCX);
-        op!(self, Mov_rm64_imm32, arena(head::NS_BLOCK), -1);
         op!(self, Sub_rm64_r64, arena(head::DEPTH), R10);
         self.inline_done(true);
         self.skip_target_entry();
