@@ -283,6 +283,12 @@ mod tests {
                 rt.hot[hot::LAST] = last.map_or(NONE, |x| x as u64);
                 rt.enter(b as u64, sp).expect("room");
             }
+            // What inline calls and returns outside skipped code rely on
+            // when they leave NS_SKIP and NS_CTX alone: outside it, the
+            // current tag is no skip record's.
+            if rt.arena[ctxrt::tagged::head::NS_CTX] == NO_TAG {
+                assert_eq!(rt.hot[hot::NS_SKIP], NONE, "outside skipped code");
+            }
             // Skipped code counts in its skip record, else in its slot.
             if !(y.flow.skip && rt.count_skipped(blk.instrs)) {
                 rt.count_in_slot(b as u64, blk.instrs).expect("room");

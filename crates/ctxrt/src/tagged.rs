@@ -628,10 +628,14 @@ impl Tagged<'_> {
             self.arena[top + 7],
         ];
         self.put_frame(frame);
-        self.arena[head::NS_CTX] = NO_TAG;
         self.arena[head::CTX] = callee;
         self.hot[hot::CUR] = callee;
-        self.hot[hot::NS_SKIP] = NONE;
+        // Outside skipped code the current tag is no skip record's: both
+        // words already say so.
+        if ns != NO_TAG {
+            self.arena[head::NS_CTX] = NO_TAG;
+            self.hot[hot::NS_SKIP] = NONE;
+        }
     }
 
     fn put_frame(&mut self, frame: [u64; FRAME_WORDS]) {
@@ -685,9 +689,12 @@ impl Tagged<'_> {
         let caller = a[last + 2] & 0xffff_ffff;
         a[head::CTX] = caller;
         self.hot[hot::CUR] = caller;
-        self.hot[hot::NS_SKIP] = NONE;
-        // (Back outside skipped code: its site and block are dead.)
-        a[head::NS_CTX] = NO_TAG;
+        // Back outside skipped code (its site and block are dead), if it
+        // was in it: outside, both words already say so.
+        if a[head::NS_CTX] != NO_TAG {
+            a[head::NS_CTX] = NO_TAG;
+            self.hot[hot::NS_SKIP] = NONE;
+        }
         a[head::DEPTH] = (depth - pops) as u64;
         self.inline_done(Some(sp))
     }

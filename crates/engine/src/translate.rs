@@ -727,6 +727,12 @@ struct Builder<'a> {
     leaving: bool,
     /// Tagged counting: the block (its calls and returns are done inline).
     tagged: Option<ContextBlock>,
+    /// Contexts mode: the block's id, to go in `hot::LAST` before the
+    /// terminator leaves (with `hot::RETURN_TAG` for a `ret`), if the block
+    /// leaves its context. The terminator stores it, except where an
+    /// inline call's stub stores it only if the call is not done inline
+    /// (only a context entry reads it).
+    pending_last: Option<(u32, bool)>,
 }
 
 /// What a block's indirect jump or call writes to the branch stream.
@@ -784,6 +790,7 @@ impl<'a> Builder<'a> {
             contexts: false,
             leaving: false,
             tagged: None,
+            pending_last: None,
         };
         if b.ctx.smc_stub().is_some() {
             // Code that may change gets retired while other threads run it:
@@ -1040,12 +1047,38 @@ impl Builder<'_> {
         self.e.lookup(htab, probe, count);
     }
 
+    /// The `hot::LAST` store [`Builder::pending_last`] holds, if any.
+    fn store_pending_last(&mut self) {
+        if let Some((id, returns)) = self.pending_last.take() {
+            self.e.store_last(id, returns);
+        }
+    }
+
     fn terminator(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
         let next = i.next_ip();
+        let inline_call = match i.flow_control() {
+            FlowControl::UnconditionalBranch => self
+                .tagged_jump_call(i.near_branch_target())
+                .map(|(inline, function, skip)| (inline, function, skip, None)),
+            FlowControl::Call if i.mnemonic() != Mnemonic::Syscall => {
+                let target = i.near_branch_target();
+                self.inline_tagged().and_then(|inline| {
+                    let (function, skip) = self.ctx.tagged_callee(target)?;
+                    Some((inline, function, skip, Some(next)))
+                })
+            }
+            _ => None,
+        };
+        if inline_call.is_some() {
+            // (Its stub stores it when the call is not done inline.)
+            self.pending_last = None;
+        } else {
+            self.store_pending_last();
+        }
         match i.flow_control() {
             FlowControl::UnconditionalBranch => {
                 let target = i.near_branch_target();
-                if let Some((inline, function, skip)) = self.tagged_jump_call(target) {
+                if let Some((inline, function, skip, _)) = inline_call {
                     self.tagged_call(inline, function, None, target, skip.then(|| i.ip()));
                 } else {
                     self.exit_jmp(target);
@@ -1093,12 +1126,10 @@ impl Builder<'_> {
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 let target = i.near_branch_target();
-                if let Some(inline) = self.inline_tagged() {
-                    if let Some((function, skip)) = self.ctx.tagged_callee(target) {
-                        let skip_site = skip.then(|| i.ip());
-                        self.tagged_call(inline, function, Some(next), target, skip_site);
-                        return Ok(());
-                    }
+                if let Some((inline, function, skip, next)) = inline_call {
+                    let skip_site = skip.then(|| i.ip());
+                    self.tagged_call(inline, function, next, target, skip_site);
+                    return Ok(());
                 }
                 self.leaving = true;
                 self.exit_jmp(i.near_branch_target());
@@ -1811,6 +1842,7 @@ mod tests {
             contexts: false,
             leaving: false,
             tagged: None,
+            pending_last: None,
         };
         // xbegin +0x10
         let i = Decoder::with_ip(

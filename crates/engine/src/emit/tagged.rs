@@ -79,6 +79,14 @@ const KEPT: [(Register, u32); 6] = [
     (R10, layout::S_TAGGED_R10),
     (R11, layout::S_TAGGED_R11),
 ];
+/// Those a direct call's stub keeps itself (its site keeps RCX and R9,
+/// which carry its arguments).
+const KEPT_BY_STUB: &[(Register, u32)] = &[
+    (RAX, layout::S_TAGGED_RAX),
+    (RDX, layout::S_TAGGED_RDX),
+    (R10, layout::S_TAGGED_R10),
+    (R11, layout::S_TAGGED_R11),
+];
 /// Those a sequence after a lookup keeps (the lookup's RAX and RCX are
 /// scratch, the client's in their slots).
 const KEPT_AFTER_LOOKUP: &[(Register, u32)] = &[
@@ -199,10 +207,11 @@ impl Emitter {
         }
     }
 
-    /// Goes to `fail` inside a signal handler (or one returned unseen).
-    fn fail_in_handler(&mut self, fail: Label) {
-        op!(self, Mov_r64_rm64, RCX, arena(head::SIGNALS_LEN));
-        op!(self, Or_r64_rm64, RCX, hot_word(hot::SIGNALS));
+    /// Goes to `fail` inside a signal handler (or one returned unseen);
+    /// `scratch` changes.
+    fn fail_in_handler(&mut self, scratch: Register, fail: Label) {
+        op!(self, Mov_r64_rm64, scratch, arena(head::SIGNALS_LEN));
+        op!(self, Or_r64_rm64, scratch, hot_word(hot::SIGNALS));
         self.jcc_label(JNE, fail);
     }
 
@@ -313,14 +322,15 @@ impl Emitter {
             op!(self, Mov_r64_rm64, RDX, arena(head::NS_SITE));
             op!(self, Mov_rm64_r64, arena_at(RCX, 48), RDX);
             op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
+            op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
         } else {
-            // (Outside skipped code: the site word is dead.)
+            // (Outside skipped code: the site word is dead, and the
+            // current tag is no skip record's, as NS_SKIP says.)
             op!(self, Mov_rm64_imm32, arena_at(RCX, 40), 0);
         }
         op!(self, Add_rm64_imm8, arena(head::DEPTH), 1);
         op!(self, Mov_rm64_r64, arena(head::CTX), R10);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), R10);
-        op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
     }
 
     /// The return address word of the frame at the word offset in RCX
@@ -437,7 +447,14 @@ impl Emitter {
     /// at the code that follows (the context entry's jump, at `fail`);
     /// every register and flag as they were either way.
     pub fn tagged_call_site(&mut self, c: TaggedCall, stubs: TaggedStubs, done: Label) {
-        self.site_args(c.block, c.function);
+        // The stub's arguments go in the registers it would otherwise
+        // spill itself: the calling block's memos in RCX, the callee's
+        // function in R9 (no store and reload of a spill slot each).
+        debug_assert!(c.block < 1 << (31 - MEMO_SHIFT) && c.function < 1 << 31);
+        self.store_gs(RCX, layout::S_TAGGED_RCX);
+        self.store_gs(R9, layout::S_TAGGED_R9);
+        op!(self, Mov_r32_imm32, ECX, c.block << MEMO_SHIFT);
+        op!(self, Mov_r32_imm32, R9D, c.function);
         if let Some(site) = c.skip_site {
             // (The slot of an indirect jump's target, free until the
             // skipped code's own jump.)
@@ -482,10 +499,12 @@ impl Emitter {
     /// `Tagged::inline_jump_call` for a direct jump Callgrind takes for a
     /// call if `kind.jump`; into skipped code if `kind.skip`), one copy
     /// per chunk, which [`Emitter::tagged_call_site`] calls: the calling
-    /// block's memos (its id times [`MEMO_WORDS`]), the callee's function
-    /// and, into skipped code, the call's address in spill slots; returns
-    /// past its site's jump to the callee's body if not done; every
-    /// register and flag the site's. `recs` is `--separate-recs`.
+    /// block's memos (its id times [`MEMO_WORDS`]) in RCX, the callee's
+    /// function in R9 (the client's in their spill slots) and, into
+    /// skipped code, the call's address in a spill slot; returns past its
+    /// site's jump to the callee's body if not done, the calling block
+    /// stored as `hot::LAST`; every register and flag the site's. `recs`
+    /// is `--separate-recs`.
     pub fn tagged_call_stub(&mut self, kind: CallKind, recs: u32) {
         let failed = self.new_label();
         // The client's stack pointer while it works (a jump's site stepped
@@ -501,7 +520,12 @@ impl Emitter {
         self.restore_registers(&KEPT);
         self.stub_return(over);
         self.bind(failed);
-        // (The flags come back from AX.)
+        // The block leaves for the callee's context entry, which reads
+        // which block it was (its site left that store to this path: RCX
+        // is still its memos, its id times MEMO_WORDS). (The flags come
+        // back from AX.)
+        op!(self, Shr_rm64_imm8, RCX, MEMO_SHIFT);
+        op!(self, Mov_rm64_r64, hot_word(hot::LAST), RCX);
         let skip = if kind.jump {
             JUMP_CALL_FAIL_SKIP
         } else {
@@ -522,15 +546,10 @@ impl Emitter {
         op!(self, Mov_r64_rm64, R9, gs(layout::S_TAGGED_FUNCTION));
     }
 
-    /// RCX = the calling block's memos (its id times [`MEMO_WORDS`]), from
-    /// its site.
-    fn caller_memos(&mut self) {
-        op!(self, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
-    }
-
     /// A direct call's work (`Tagged::inline_call` or
     /// `Tagged::inline_jump_call`), [`KEPT`] kept from here on; to
-    /// `failed` with nothing changed if a check fails.
+    /// `failed` with nothing changed (RCX still the calling block's memos)
+    /// if a check fails.
     fn call_body(&mut self, kind: CallKind, recs: u32, failed: Label) {
         // A jump's call: the frame's stack pointer not the client's, and
         // no frame it left (the rules do not look at its stack pointer).
@@ -538,19 +557,23 @@ impl Emitter {
             true => (FrameSp::TopOrLast, RetAddr::Emulated),
             false => (FrameSp::Client, RetAddr::Pushed),
         };
-        self.keep_registers(&KEPT);
-        self.callee_function();
-        self.fail_in_handler(failed);
+        // (Its site kept RCX and R9 and put its arguments there.)
+        self.keep_registers(KEPT_BY_STUB);
+        if kind.skip {
+            // Both are needed again once RCX and R9 are the frame's.
+            self.store_gs(RCX, layout::S_TAGGED_BLOCK);
+            self.store_gs(R9, layout::S_TAGGED_FUNCTION);
+        }
+        self.fail_in_handler(R10, failed);
         op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
         self.jcc_label(JNE, failed);
         self.caller_or_fail(RDX, failed);
         match frame_sp {
-            FrameSp::Client => self.room_or_fail(R11, RCX, failed),
+            FrameSp::Client => self.room_or_fail(R11, R10, failed),
             _ => self.room_only_or_fail(R11, failed),
         }
         if !kind.skip {
             self.callee_tag(recs, failed);
-            self.caller_memos();
             self.call_memo_arc(RCX, false, failed);
             self.commit_call(frame_sp, ret_addr, false);
             self.inline_done(!kind.jump);
@@ -558,7 +581,6 @@ impl Emitter {
         }
         // Into skipped code: either of the memo's calls names the skip
         // record.
-        self.caller_memos();
         self.either_memo_entry(
             [M_CALL_KEY, M_CALL_KEY + M_CALL2],
             failed,
@@ -707,7 +729,7 @@ impl Emitter {
             R9D,
             MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
         );
-        self.fail_in_handler(out);
+        self.fail_in_handler(RCX, out);
         op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
         self.jcc_label(JNE, out);
         self.caller_or_fail(RDX, out);
@@ -805,7 +827,7 @@ impl Emitter {
         // (The jumping block's domain's header word, from its site.)
         op!(self, Cmp_r32_rm32, R10D, gs(layout::S_TAGGED_FUNCTION));
         self.jcc_label(JNE, call);
-        self.fail_in_handler(out);
+        self.fail_in_handler(RCX, out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
         self.jcc_label(JE, out);
         // No frame the stack pointer has left (a `longjmp`).
@@ -826,7 +848,7 @@ impl Emitter {
                 R9D,
                 MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
             );
-            self.fail_in_handler(out);
+            self.fail_in_handler(RCX, out);
             op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
             self.jcc_label(JNE, out);
             self.caller_or_fail(RDX, out);
@@ -875,7 +897,7 @@ impl Emitter {
             R9D,
             MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
         );
-        self.fail_in_handler(out);
+        self.fail_in_handler(RCX, out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
         self.jcc_label(JE, out);
         // In skipped code entered from block R11 (its id), a frame under.
@@ -933,7 +955,7 @@ impl Emitter {
             self.new_label(),
         );
         self.keep_registers(KEPT_AFTER_LOOKUP);
-        self.fail_in_handler(out);
+        self.fail_in_handler(RCX, out);
         op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
         op!(self, Test_rm64_r64, RDX, RDX);
         self.jcc_label(JE, out);
@@ -995,8 +1017,13 @@ impl Emitter {
         op!(self, Mov_r32_rm32, ECX, arena_at(R9, 16));
         op!(self, Mov_rm64_r64, arena(head::CTX), RCX);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), RCX);
+        // Out of skipped code, if in it (outside, both words say so).
+        let outside = self.new_label();
+        op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
+        self.jcc_label(JE, outside);
         op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
         op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
+        self.bind(outside);
         op!(self, Sub_rm64_r64, arena(head::DEPTH), R10);
         self.inline_done(true);
         self.skip_target_entry();

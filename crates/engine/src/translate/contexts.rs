@@ -220,7 +220,7 @@ pub(super) fn translate_contexts(
                 } else {
                     if store_last {
                         let returns = i.flow_control() == FlowControl::Return;
-                        b.e.store_last(cb.id, returns);
+                        b.pending_last = Some((cb.id, returns));
                     }
                     b.terminator(i, code, guest)?;
                 }
