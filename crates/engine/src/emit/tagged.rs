@@ -87,6 +87,12 @@ const KEPT_BY_STUB: &[(Register, u32)] = &[
     (R10, layout::S_TAGGED_R10),
     (R11, layout::S_TAGGED_R11),
 ];
+/// Those an inline return keeps (after its lookup, whose RAX and RCX
+/// are scratch) when it leaves one frame ...
+const RETURN_KEPT: &[(Register, u32)] = &[(RDX, layout::S_TAGGED_RDX), (R11, layout::S_TAGGED_R11)];
+/// ... and the ones it keeps too when it leaves more.
+const RETURN_MORE_KEPT: &[(Register, u32)] =
+    &[(R9, layout::S_TAGGED_R9), (R10, layout::S_TAGGED_R10)];
 /// Those a sequence after a lookup keeps (the lookup's RAX and RCX are
 /// scratch, the client's in their slots).
 const KEPT_AFTER_LOOKUP: &[(Register, u32)] = &[
@@ -193,11 +199,17 @@ impl Emitter {
         }
     }
 
+    /// Spills `regs`, then keeps the flags in AX.
     fn keep_registers(&mut self, regs: &[(Register, u32)]) {
+        self.keep_registers_only(regs);
+        self.save_flags_to_ax();
+    }
+
+    /// Spills `regs` (the flags already kept).
+    fn keep_registers_only(&mut self, regs: &[(Register, u32)]) {
         for &(r, s) in regs {
             self.store_gs(r, s);
         }
-        self.save_flags_to_ax();
     }
 
     fn restore_registers(&mut self, regs: &[(Register, u32)]) {
@@ -934,27 +946,12 @@ impl Emitter {
     /// and the context entry decides. Returns with every register and
     /// flag the site's.
     pub fn tagged_return_stub(&mut self) {
-        self.after_lookup_stub(8, Emitter::tagged_return_body);
-    }
-
-    /// A return site over the shared [`Emitter::tagged_return_stub`] at
-    /// `stub`: then on to `S_TARGET` with the client's RAX and RCX back.
-    pub fn tagged_return_site(&mut self, stub: u64) {
-        self.call(stub);
-        self.after_stub_exit();
-    }
-
-    /// An inline return's work, on to `out` done or not, with
-    /// [`KEPT_AFTER_LOOKUP`] kept.
-    fn tagged_return_body(&mut self, out: Label) {
-        let popped = self.new_label();
-        let (scan, commit, next, committed) = (
-            self.new_label(),
-            self.new_label(),
-            self.new_label(),
-            self.new_label(),
-        );
-        self.keep_registers(KEPT_AFTER_LOOKUP);
+        let (out, multi) = (self.new_label(), self.new_label());
+        // (The client's stack pointer while it works.)
+        op!(self, Lea_r64_m, RSP, MemoryOperand::with_base_displ(RSP, 8));
+        // The commonest return leaves one frame, with two registers kept;
+        // more frames take two more (`multi`).
+        self.keep_registers(RETURN_KEPT);
         self.fail_in_handler(RCX, out);
         op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
         op!(self, Test_rm64_r64, RDX, RDX);
@@ -964,8 +961,45 @@ impl Emitter {
         self.top_frame(R11, RDX);
         op!(self, Cmp_rm64_r64, arena_at(R11, 0), RSP);
         self.jcc_label(JAE, out);
-        // R9 = the last frame it leaves, R10 = how many: the top, and those
-        // under it the stack pointer left too, up to INLINE_POPS.
+        let single = self.new_label();
+        op!(self, Cmp_rm64_imm8, RDX, 1);
+        self.jcc_label(JE, single);
+        op!(self, Cmp_rm64_r64, arena_at(R11, -FRAME_BYTES), RSP);
+        self.jcc_label(JB, multi);
+        self.bind(single);
+        // Back to a context's own code, not into skipped code.
+        op!(self, Cmp_rm64_imm8, arena_at(R11, 40), 0);
+        self.jcc_label(JNE, out);
+        self.commit_return_frame(R11);
+        self.commit_return(R11, None);
+        self.jmp_label(out);
+        self.bind(multi);
+        let multi_out = self.new_label();
+        self.keep_registers_only(RETURN_MORE_KEPT);
+        self.tagged_return_frames(multi_out);
+        self.bind(multi_out);
+        for &(r, slot) in RETURN_MORE_KEPT.iter().rev() {
+            self.load_gs(r, slot);
+        }
+        self.bind(out);
+        self.restore_registers(RETURN_KEPT);
+        self.stub_return(8);
+    }
+
+    /// A return site over the shared [`Emitter::tagged_return_stub`] at
+    /// `stub`: then on to `S_TARGET` with the client's RAX and RCX back.
+    pub fn tagged_return_site(&mut self, stub: u64) {
+        self.call(stub);
+        self.after_stub_exit();
+    }
+
+    /// A return that leaves more than one frame (the top, at the word
+    /// offset in R11, and those under it the stack pointer left too, up to
+    /// INLINE_POPS, of the DEPTH in RDX), on to `out` done or not.
+    fn tagged_return_frames(&mut self, out: Label) {
+        let popped = self.new_label();
+        let (scan, commit, committed) = (self.new_label(), self.new_label(), self.new_label());
+        // R9 = the last frame it leaves, R10 = how many.
         op!(self, Mov_r64_rm64, R9, R11);
         op!(self, Mov_r32_imm32, R10D, 1);
         self.bind(scan);
@@ -987,23 +1021,9 @@ impl Emitter {
         // Back to a context's own code, not into skipped code.
         op!(self, Cmp_rm64_imm8, arena_at(R9, 40), 0);
         self.jcc_label(JNE, out);
-        // From the top (R11) down to R9: each frame's arc gets its call's
-        // inclusive Ir, its function is active once less.
+        // From the top (R11) down to R9.
         self.bind(commit);
-        op!(self, Mov_r64_rm64, RDX, arena_at(R11, 24));
-        op!(self, Cmp_rm64_imm8, RDX, -1);
-        self.jcc_label(JE, next);
-        op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
-        op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
-        self.running_ir(RCX);
-        op!(self, Sub_r64_rm64, RCX, arena_at(R11, 32));
-        op!(self, Add_rm64_r64, arena_at(RDX, ARC_INCLUSIVE), RCX);
-        op!(self, Mov_r32_rm32, ECX, arena_at(R11, 20));
-        op!(self, Add_r64_rm64, RCX, arena(head::ACTIVE));
-        op!(self, Cmp_rm64_imm8, arena_at(RCX, 0), 0);
-        self.jcc_label(JE, next);
-        op!(self, Sub_rm64_imm8, arena_at(RCX, 0), 1);
-        self.bind(next);
+        self.commit_return_frame(R11);
         op!(self, Cmp_r64_rm64, R11, R9);
         self.jcc_label(JE, committed);
         op!(
@@ -1014,7 +1034,36 @@ impl Emitter {
         );
         self.jmp_label(commit);
         self.bind(committed);
-        op!(self, Mov_r32_rm32, ECX, arena_at(R9, 16));
+        self.commit_return(R9, Some(R10));
+        self.jmp_label(out);
+    }
+
+    /// A frame a return leaves, at the word offset in `frame`: its arc
+    /// gets its call's inclusive Ir, its function is active once less.
+    /// RCX and RDX change.
+    fn commit_return_frame(&mut self, frame: Register) {
+        let next = self.new_label();
+        op!(self, Mov_r64_rm64, RDX, arena_at(frame, 24));
+        op!(self, Cmp_rm64_imm8, RDX, -1);
+        self.jcc_label(JE, next);
+        op!(self, Lea_r64_m, RDX, based_indexed(RDX, RDX, 4, 0));
+        op!(self, Add_r64_rm64, RDX, arena(head::ARCS));
+        self.running_ir(RCX);
+        op!(self, Sub_r64_rm64, RCX, arena_at(frame, 32));
+        op!(self, Add_rm64_r64, arena_at(RDX, ARC_INCLUSIVE), RCX);
+        op!(self, Mov_r32_rm32, ECX, arena_at(frame, 20));
+        op!(self, Add_r64_rm64, RCX, arena(head::ACTIVE));
+        op!(self, Cmp_rm64_imm8, arena_at(RCX, 0), 0);
+        self.jcc_label(JE, next);
+        op!(self, Sub_rm64_imm8, arena_at(RCX, 0), 1);
+        self.bind(next);
+    }
+
+    /// The end of an inline return whose last frame left is at the word
+    /// offset in `last`: back in its caller's context, `pops` frames fewer
+    /// (the register's count; one if `None`). RCX changes.
+    fn commit_return(&mut self, last: Register, pops: Option<Register>) {
+        op!(self, Mov_r32_rm32, ECX, arena_at(last, 16));
         op!(self, Mov_rm64_r64, arena(head::CTX), RCX);
         op!(self, Mov_rm64_r64, hot_word(hot::CUR), RCX);
         // Out of skipped code, if in it (outside, both words say so).
@@ -1024,7 +1073,10 @@ impl Emitter {
         op!(self, Mov_rm64_imm32, hot_word(hot::NS_SKIP), -1);
         op!(self, Mov_rm64_imm32, arena(head::NS_CTX), 0);
         self.bind(outside);
-        op!(self, Sub_rm64_r64, arena(head::DEPTH), R10);
+        match pops {
+            Some(r) => op!(self, Sub_rm64_r64, arena(head::DEPTH), r),
+            None => op!(self, Sub_rm64_imm8, arena(head::DEPTH), 1),
+        }
         self.inline_done(true);
         self.skip_target_entry();
     }
