@@ -212,8 +212,14 @@ impl Emitter {
         }
     }
 
+    /// The flags back from AX, then `regs` from their spill slots.
     fn restore_registers(&mut self, regs: &[(Register, u32)]) {
         self.restore_flags_from_ax();
+        self.unspill_registers(regs);
+    }
+
+    /// `regs` back from their spill slots.
+    fn unspill_registers(&mut self, regs: &[(Register, u32)]) {
         for &(r, s) in regs.iter().rev() {
             self.load_gs(r, s);
         }
@@ -247,7 +253,7 @@ impl Emitter {
 
     /// To `fail` if the top of the `depth` frames has its stack pointer
     /// below the client's (a frame the stack pointer left: a `longjmp`).
-    /// `scratch` changes.
+    /// `scratch` (which may be `depth`) changes.
     fn no_frame_left_or_fail(&mut self, depth: Register, scratch: Register, fail: Label) {
         let no_frame = self.new_label();
         op!(self, Test_rm64_r64, depth, depth);
@@ -465,24 +471,15 @@ impl Emitter {
         debug_assert!(c.block < 1 << (31 - MEMO_SHIFT) && c.function < 1 << 31);
         self.store_gs(RCX, layout::S_TAGGED_RCX);
         self.store_gs(R9, layout::S_TAGGED_R9);
-        op!(self, Mov_r32_imm32, ECX, c.block << MEMO_SHIFT);
-        op!(self, Mov_r32_imm32, R9D, c.function);
         if let Some(site) = c.skip_site {
             // (The slot of an indirect jump's target, free until the
-            // skipped code's own jump.)
-            op!(
-                self,
-                Mov_rm32_imm32,
-                gs(layout::S_TAGGED_TARGET),
-                site as u32
-            );
-            op!(
-                self,
-                Mov_rm32_imm32,
-                gs(layout::S_TAGGED_TARGET + 4),
-                (site >> 32) as u32
-            );
+            // skipped code's own jump.) One 64-bit store, which the stub's
+            // 64-bit load can be forwarded from (two halves cannot).
+            op!(self, Mov_r64_imm64, R9, site);
+            self.store_gs(R9, layout::S_TAGGED_TARGET);
         }
+        op!(self, Mov_r32_imm32, ECX, c.block << MEMO_SHIFT);
+        op!(self, Mov_r32_imm32, R9D, c.function);
         let skip = c.skip_site.is_some();
         let below_red_zone = MemoryOperand::with_base_displ(RSP, -i64::from(RED_ZONE));
         let back = MemoryOperand::with_base_displ(RSP, i64::from(RED_ZONE));
@@ -822,29 +819,42 @@ impl Emitter {
     /// `recs` `--separate-recs`, `None` in the stub that does none).
     pub fn tagged_jump_stub(&mut self, recs: Option<u32>) {
         // (Its site stepped over the red zone.)
-        self.after_lookup_stub(8 + RED_ZONE, |e, out| e.jump_body(recs, out));
+        let over = 8 + RED_ZONE;
+        let out = self.new_label();
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, i64::from(over))
+        );
+        self.save_flags_to_ax();
+        self.jump_body(recs, out);
+        self.bind(out);
+        self.restore_flags_from_ax();
+        self.stub_return(over);
     }
 
-    /// An indirect jump's work, on to `out` done or not, with
-    /// [`KEPT_AFTER_LOOKUP`] kept.
+    /// An indirect jump's work, on to `out` done or not, the flags in AX.
+    /// A jump that keeps the context (an interpreter's dispatch: the
+    /// commonest) works in RCX alone, which the lookup kept with RAX; a
+    /// call keeps [`KEPT_AFTER_LOOKUP`] too.
     fn jump_body(&mut self, recs: Option<u32>, out: Label) {
         let call = self.new_label();
-        self.keep_registers(KEPT_AFTER_LOOKUP);
         // Not a function's start nor another domain (skipped or not): the
         // context stays.
         op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
         let flags = MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FLAGS));
-        op!(self, Mov_r32_rm32, R10D, flags);
-        op!(self, And_rm32_imm8, R10D, !2);
+        op!(self, Mov_r32_rm32, ECX, flags);
+        op!(self, And_rm32_imm8, ECX, !2);
         // (The jumping block's domain's header word, from its site.)
-        op!(self, Cmp_r32_rm32, R10D, gs(layout::S_TAGGED_FUNCTION));
+        op!(self, Cmp_r32_rm32, ECX, gs(layout::S_TAGGED_FUNCTION));
         self.jcc_label(JNE, call);
         self.fail_in_handler(RCX, out);
         op!(self, Cmp_rm64_imm8, arena(head::CTX), 0);
         self.jcc_label(JE, out);
         // No frame the stack pointer has left (a `longjmp`).
-        op!(self, Mov_r64_rm64, RDX, arena(head::DEPTH));
-        self.no_frame_left_or_fail(RDX, R11, out);
+        op!(self, Mov_r64_rm64, RCX, arena(head::DEPTH));
+        self.no_frame_left_or_fail(RCX, RCX, out);
         self.inline_done(true);
         self.skip_target_entry();
         self.jmp_label(out);
@@ -852,29 +862,34 @@ impl Emitter {
         // knows (the guest target in S_TAGGED_TARGET).
         self.bind(call);
         if let Some(recs) = recs {
+            let kept = self.new_label();
+            self.keep_registers_only(KEPT_AFTER_LOOKUP);
+            op!(self, Mov_r64_rm64, RCX, gs(layout::S_TARGET));
             op!(self, Test_rm8_imm8, flags, 2);
-            self.jcc_label(JNE, out);
+            self.jcc_label(JNE, kept);
             op!(
                 self,
                 Mov_r32_rm32,
                 R9D,
                 MemoryOperand::with_base_displ(RCX, i64::from(HEADER_FUNCTION))
             );
-            self.fail_in_handler(RCX, out);
+            self.fail_in_handler(RCX, kept);
             op!(self, Cmp_rm64_imm8, arena(head::NS_CTX), 0);
-            self.jcc_label(JNE, out);
-            self.caller_or_fail(RDX, out);
-            self.room_or_fail(RCX, R10, out);
-            self.callee_tag(recs, out);
+            self.jcc_label(JNE, kept);
+            self.caller_or_fail(RDX, kept);
+            self.room_or_fail(RCX, R10, kept);
+            self.callee_tag(recs, kept);
             // (The site gave the jumping block's memos in S_TAGGED_BLOCK:
             // its id times MEMO_WORDS.)
-            self.call_or_callee_memo_arc(out, |e| {
+            self.call_or_callee_memo_arc(kept, |e| {
                 op!(e, Mov_r64_rm64, RCX, gs(layout::S_TAGGED_BLOCK));
                 op!(e, Shr_rm64_imm8, RCX, MEMO_SHIFT);
             });
             self.commit_call(FrameSp::TopOrClient, RetAddr::Emulated, false);
             self.inline_done(true);
             self.skip_target_entry();
+            self.bind(kept);
+            self.unspill_registers(KEPT_AFTER_LOOKUP);
         }
     }
 
@@ -978,9 +993,7 @@ impl Emitter {
         self.keep_registers_only(RETURN_MORE_KEPT);
         self.tagged_return_frames(multi_out);
         self.bind(multi_out);
-        for &(r, slot) in RETURN_MORE_KEPT.iter().rev() {
-            self.load_gs(r, slot);
-        }
+        self.unspill_registers(RETURN_MORE_KEPT);
         self.bind(out);
         self.restore_registers(RETURN_KEPT);
         self.stub_return(8);
