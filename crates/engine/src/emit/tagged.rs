@@ -519,12 +519,7 @@ impl Emitter {
         // The client's stack pointer while it works (a jump's site stepped
         // over the red zone).
         let over = if kind.jump { 8 + RED_ZONE } else { 8 };
-        op!(
-            self,
-            Lea_r64_m,
-            RSP,
-            MemoryOperand::with_base_displ(RSP, i64::from(over))
-        );
+        self.stub_enter(over);
         self.call_body(kind, recs, failed);
         self.restore_registers(&KEPT);
         self.stub_return(over);
@@ -637,6 +632,18 @@ impl Emitter {
         self.inline_done(!kind.jump);
     }
 
+    /// A stub's start: the stack pointer back to the client's, `over`
+    /// bytes above the one it was called with ([`Emitter::stub_return`]
+    /// undoes it).
+    fn stub_enter(&mut self, over: i32) {
+        op!(
+            self,
+            Lea_r64_m,
+            RSP,
+            MemoryOperand::with_base_displ(RSP, i64::from(over))
+        );
+    }
+
     /// A stub's return to its site, the stack pointer `over` bytes above
     /// the one it was called with.
     fn stub_return(&mut self, over: i32) {
@@ -674,12 +681,7 @@ impl Emitter {
     /// the return to it.
     fn after_lookup_stub(&mut self, over: i32, body: impl FnOnce(&mut Emitter, Label)) {
         let out = self.new_label();
-        op!(
-            self,
-            Lea_r64_m,
-            RSP,
-            MemoryOperand::with_base_displ(RSP, i64::from(over))
-        );
+        self.stub_enter(over);
         body(self, out);
         self.bind(out);
         self.restore_registers(KEPT_AFTER_LOOKUP);
@@ -821,12 +823,7 @@ impl Emitter {
         // (Its site stepped over the red zone.)
         let over = 8 + RED_ZONE;
         let out = self.new_label();
-        op!(
-            self,
-            Lea_r64_m,
-            RSP,
-            MemoryOperand::with_base_displ(RSP, i64::from(over))
-        );
+        self.stub_enter(over);
         self.save_flags_to_ax();
         self.jump_body(recs, out);
         self.bind(out);
@@ -963,7 +960,7 @@ impl Emitter {
     pub fn tagged_return_stub(&mut self) {
         let (out, multi) = (self.new_label(), self.new_label());
         // (The client's stack pointer while it works.)
-        op!(self, Lea_r64_m, RSP, MemoryOperand::with_base_displ(RSP, 8));
+        self.stub_enter(8);
         // The commonest return leaves one frame, with two registers kept;
         // more frames take two more (`multi`).
         self.keep_registers(RETURN_KEPT);
