@@ -1047,38 +1047,29 @@ impl Builder<'_> {
         self.e.lookup(htab, probe, count);
     }
 
-    /// The `hot::LAST` store [`Builder::pending_last`] holds, if any.
-    fn store_pending_last(&mut self) {
-        if let Some((id, returns)) = self.pending_last.take() {
-            self.e.store_last(id, returns);
-        }
-    }
-
     fn terminator(&mut self, i: &Instruction, code: &[u8], guest: u64) -> Result<(), TransError> {
         let next = i.next_ip();
         let inline_call = match i.flow_control() {
-            FlowControl::UnconditionalBranch => self
-                .tagged_jump_call(i.near_branch_target())
-                .map(|(inline, function, skip)| (inline, function, skip, None)),
+            FlowControl::UnconditionalBranch => self.tagged_jump_call(i.near_branch_target()),
             FlowControl::Call if i.mnemonic() != Mnemonic::Syscall => {
                 let target = i.near_branch_target();
                 self.inline_tagged().and_then(|inline| {
                     let (function, skip) = self.ctx.tagged_callee(target)?;
-                    Some((inline, function, skip, Some(next)))
+                    Some((inline, function, skip))
                 })
             }
             _ => None,
         };
-        if inline_call.is_some() {
-            // (Its stub stores it when the call is not done inline.)
-            self.pending_last = None;
-        } else {
-            self.store_pending_last();
+        // (An inline call's stub stores it when the call is not done
+        // inline.)
+        let last = self.pending_last.take().filter(|_| inline_call.is_none());
+        if let Some((id, returns)) = last {
+            self.e.store_last(id, returns);
         }
         match i.flow_control() {
             FlowControl::UnconditionalBranch => {
                 let target = i.near_branch_target();
-                if let Some((inline, function, skip, _)) = inline_call {
+                if let Some((inline, function, skip)) = inline_call {
                     self.tagged_call(inline, function, None, target, skip.then(|| i.ip()));
                 } else {
                     self.exit_jmp(target);
@@ -1126,9 +1117,9 @@ impl Builder<'_> {
                 self.push_literal(next);
                 self.t.call_returns.push(next);
                 let target = i.near_branch_target();
-                if let Some((inline, function, skip, next)) = inline_call {
+                if let Some((inline, function, skip)) = inline_call {
                     let skip_site = skip.then(|| i.ip());
-                    self.tagged_call(inline, function, next, target, skip_site);
+                    self.tagged_call(inline, function, Some(next), target, skip_site);
                     return Ok(());
                 }
                 self.leaving = true;
