@@ -129,6 +129,44 @@ fn calls_recursion_and_callbacks() {
     compare("calls.c", &["-O0"]);
 }
 
+/// Indirect calls and returns whose targets the indirect-branch table
+/// finds only past its inline ways (`buckets.c`: targets 64 KiB apart).
+#[test]
+fn targets_found_past_the_inline_ways() {
+    compare("buckets.c", &["-O1"]);
+}
+
+/// Tagged counting: a lookup that finds its target past the inline ways
+/// (a probe) goes on to the site's inline transition, as one found in
+/// them does, not to a runtime entry (cc1 probes 4.5 M of its lookups).
+/// Before that, a third of `buckets.c`'s transitions entered the runtime.
+#[test]
+fn probed_targets_stay_inline() {
+    let dir = TempDir::new("client-contexts-probed");
+    let exe = callgrind_fixture(&dir, &["buckets.c"], &[&["-O1"], NOW].concat());
+    let out = format!("--callgrind-out-file={}", dir.join("out").display());
+    let args = ["--tool=callgrind", "-v", "-v", &out];
+    let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
+    let text = run.stderr_text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("client contexts (tagged):"))
+        .unwrap_or_else(|| panic!("no tagged contexts summary in {text}"));
+    // "client contexts (tagged): N context entries, I calls and returns
+    // inline, ...".
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // (The first number is the pid in "==PID==".)
+    let (entries, inline) = (numbers[1], numbers[2]);
+    assert!(
+        inline > 60_000 && entries * 20 < inline,
+        "probed lookups entered the runtime: {line}"
+    );
+}
+
 #[test]
 fn recursion_levels() {
     compare("fib.c", &["-O0"]);

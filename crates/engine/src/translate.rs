@@ -952,9 +952,12 @@ impl Builder<'_> {
     /// leave.
     fn tagged_after_lookup(&mut self, inline: impl FnOnce(&mut Emitter)) {
         let htab = (self.ctx.core() + layout::HTAB) as u32;
-        let (probe, count) = (self.ctx.probe_stub(), self.ctx.count_lookups());
+        let count = self.ctx.count_lookups();
         let start = self.e.here();
-        self.e.lookup_found(htab, probe, count);
+        match self.ctx.tagged_stubs() {
+            Some(stubs) => self.e.lookup_found_probe_call(htab, stubs.probe, count),
+            None => self.e.lookup_found(htab, self.ctx.probe_stub(), count),
+        }
         inline(&mut self.e);
         self.t.quiet.push(start..self.e.here());
     }

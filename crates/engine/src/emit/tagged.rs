@@ -144,6 +144,9 @@ pub struct TaggedStubs {
     pub jump: u64,
     /// [`Emitter::tagged_jump_stub`] that may call.
     pub jump_calls: u64,
+    /// [`Emitter::probe_stub_returning`]: the lookups of the sites above
+    /// go on to their inline code when a probe finds the target.
+    pub probe: u64,
 }
 
 /// Which of the direct calls a sequence does.

@@ -350,6 +350,8 @@ impl CodeCache {
         let (jump, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(None));
         let (jump_calls, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(Some(recs)));
         let (ret, _) = self.put_aux(ci, mem, Emitter::tagged_return_stub);
+        let (htab, miss) = (self.htab(), self.chunks[ci].base);
+        let (probe, _) = self.put_aux(ci, mem, |e| e.probe_stub_returning(htab, miss));
         let stubs = TaggedStubs {
             ret,
             call,
@@ -359,9 +361,10 @@ impl CodeCache {
             indirect_call,
             jump,
             jump_calls,
+            probe,
         };
         self.chunks[ci].tagged_stubs = Some(stubs);
-        (stubs, Some(ret..end))
+        (stubs, Some(probe..end))
     }
 
     /// The guest target of the exit stub that stopped at `rip`.
