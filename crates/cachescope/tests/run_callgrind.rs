@@ -333,6 +333,13 @@ fn tail_calls() {
     compare("tail.c", &["-O2"], &["main"]);
 }
 
+/// Indirect calls and returns whose targets the engine's indirect-branch
+/// table finds only past its inline ways (targets 64 KiB apart).
+#[test]
+fn targets_sharing_a_lookup_bucket() {
+    compare("buckets.c", &["-O1"], &["main"]);
+}
+
 #[test]
 fn longjmp() {
     compare("longjmp.c", &["-O0"], &["main"]);

@@ -11,8 +11,13 @@ use callgrind::{Event, JumpKind, Part, Position, Positions, Profile};
 use rustc_hash::FxHashMap;
 use std::rc::Rc;
 
-/// Source file and line of an instruction address.
+/// Source file and line of an instruction address ([`NO_DEBUG_INFO`] and
+/// 0 where it has none).
 pub type Locate<'a> = dyn FnMut(u64) -> (Rc<str>, u32) + 'a;
+
+/// The file [`Locate`] names for an address without debug information
+/// (Valgrind's and `symbols`' `???`).
+pub const NO_DEBUG_INFO: &str = "???";
 
 /// What positions the part's lines carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +35,24 @@ impl Default for OutputOptions {
             dump_line: true,
         }
     }
+}
+
+/// Where an instruction is: its file (`None`: no debug information) and
+/// its position.
+type Place = (Option<callgrind::NameId>, Position);
+
+/// The line position of `place` in a part: an instruction without debug
+/// information is in `fallback`'s file, else in `???`. Callgrind puts a
+/// cost line there in the function's own file ("if we don't have debug
+/// info, don't switch to file ???", `dump.c`), but a call's or a jump's
+/// in `???` (`get_debug_pos`). (With `???` on cost lines too, Valgrind's
+/// `callgrind_annotate` took the next function of the same file, which
+/// gets no `fl=` of its own, for one of `???`.)
+fn site_of(namer: &mut Namer, (file, position): Place, fallback: Option<FunctionKey>) -> Site {
+    let file = file
+        .or(fallback.map(|k| k.file))
+        .unwrap_or_else(|| namer.file(NO_DEBUG_INFO));
+    Site { file, position }
 }
 
 /// Interns object, file and function names into a profile's tables.
@@ -79,8 +102,9 @@ impl CallTool {
         locate: &mut Locate<'_>,
     ) -> Part {
         // Each address located and its file interned once: an address
-        // recurs in every context its block ran in.
-        let mut located: FxHashMap<u64, (callgrind::NameId, u32)> = FxHashMap::default();
+        // recurs in every context its block ran in. (`None`: no debug
+        // information, whose file depends on the line's kind, below.)
+        let mut located: FxHashMap<u64, (Option<callgrind::NameId>, u32)> = FxHashMap::default();
         let mut namer = Namer { profile };
         let tree = &self.tree;
         let wanted = |n: NodeId| thread.is_none_or(|t| tree.nodes[n as usize].thread == t);
@@ -145,22 +169,22 @@ impl CallTool {
             node_keys[n as usize] = Some(key);
             key
         };
-        let mut site = |namer: &mut Namer, addr: u64| -> Site {
+        // (Files are named as each line's kind wants: `site_of`.)
+        let mut place = |namer: &mut Namer, addr: u64| -> Place {
             let (file, line) = *located.entry(addr).or_insert_with(|| {
                 let (file, line) = locate(addr);
-                (namer.file(&file), line)
+                let file = (&*file != NO_DEBUG_INFO).then(|| namer.file(&file));
+                (file, line)
             });
-            Site {
-                file,
-                position: Position {
-                    addr: if options.dump_instr { addr } else { 0 },
-                    line: if options.dump_line {
-                        u64::from(line)
-                    } else {
-                        0
-                    },
+            let position = Position {
+                addr: if options.dump_instr { addr } else { 0 },
+                line: if options.dump_line {
+                    u64::from(line)
+                } else {
+                    0
                 },
-            }
+            };
+            (file, position)
         };
         let mut builder = PartBuilder::new(order.len());
         let mut total = vec![0u64; order.len()];
@@ -184,7 +208,10 @@ impl CallTool {
                 .zip(rows.chunks(width))
             {
                 permute_into(&mut c, row);
-                let s = site(&mut namer, addr);
+                let s = {
+                    let p = place(&mut namer, addr);
+                    site_of(&mut namer, p, Some(key))
+                };
                 builder.add_cost(key, s, &c);
                 add(&mut total, &c);
             }
@@ -192,7 +219,7 @@ impl CallTool {
         // Per block: its instructions' sites, each run of equal ones as
         // one with its length, made once (a block runs in many contexts),
         // at `sites[block_sites[block]]`.
-        let mut sites: Vec<(Site, u64)> = Vec::new();
+        let mut sites: Vec<(Place, u64)> = Vec::new();
         let mut block_sites: Vec<(u32, u32)> = Vec::new();
         // The runs summed per (function key, block), in order of first
         // use: a block's cost lines are its function's at each context's
@@ -219,7 +246,7 @@ impl CallTool {
             if block_sites[b].0 == NONE {
                 let start = sites.len();
                 for &addr in self.block_state(block).instrs.iter() {
-                    let s = site(&mut namer, addr);
+                    let s = place(&mut namer, addr);
                     match sites[start..].last_mut() {
                         Some((last, n)) if *last == s => *n += 1,
                         _ => sites.push((s, 1)),
@@ -242,9 +269,9 @@ impl CallTool {
         }
         for &(key, block, runs) in &summed {
             let (start, len) = block_sites[block as usize];
-            for &(s, n) in &sites[start as usize..][..len as usize] {
+            for &(p, n) in &sites[start as usize..][..len as usize] {
                 let ir = runs.wrapping_mul(n);
-                builder.add_cost(key, s, &[ir]);
+                builder.add_cost(key, site_of(&mut namer, p, Some(key)), &[ir]);
                 total[0] = total[0].wrapping_add(ir);
             }
         }
@@ -258,7 +285,11 @@ impl CallTool {
             }
             let key = key_of(&mut namer, node);
             permute_into(&mut c, row);
-            let s = site(&mut namer, addr);
+            // (At a call site, as Callgrind prints skipped functions' Ir.)
+            let s = {
+                let p = place(&mut namer, addr);
+                site_of(&mut namer, p, None)
+            };
             builder.add_cost(key, s, &c);
             add(&mut total, &c);
         }
@@ -269,8 +300,11 @@ impl CallTool {
             }
             let caller = key_of(&mut namer, arc.caller);
             let callee = key_of(&mut namer, arc.callee);
-            let s = site(&mut namer, arc.call_site);
-            let target = site(&mut namer, arc.target).position;
+            let s = {
+                let p = place(&mut namer, arc.call_site);
+                site_of(&mut namer, p, None)
+            };
+            let target = place(&mut namer, arc.target).1;
             permute_into(&mut c, inclusive);
             builder.add_call(caller, s, callee, target, *calls, &c);
         }
@@ -288,11 +322,17 @@ impl CallTool {
             let Some(&start) = self.block_state(j.to.1).instrs.first() else {
                 continue;
             };
-            let target = site(&mut namer, start);
+            let target = {
+                let p = place(&mut namer, start);
+                site_of(&mut namer, p, None)
+            };
             if !options.dump_instr && target.position.line == 0 {
                 continue;
             }
-            let s = site(&mut namer, source);
+            let s = {
+                let p = place(&mut namer, source);
+                site_of(&mut namer, p, None)
+            };
             let (key, to) = (key_of(&mut namer, j.from.0), key_of(&mut namer, j.to.0));
             let kind = if from.jumps.conditional() {
                 JumpKind::Conditional {
