@@ -124,6 +124,21 @@ fn differences<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
         .collect()
 }
 
+/// The line of `-v -v`'s summary of the client's contexts that contains
+/// `marker`, for fixture `src` built with `opt`, run with `extra`.
+fn contexts_summary(src: &str, opt: &str, extra: &[&str], marker: &str) -> String {
+    let dir = TempDir::new(&format!("client-contexts-summary-{src}"));
+    let exe = callgrind_fixture(&dir, &[src], &[&[opt], NOW].concat());
+    let out = format!("--callgrind-out-file={}", dir.join("out").display());
+    let mut args = vec!["--tool=callgrind", "-v", "-v", &out];
+    args.extend(extra);
+    let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
+    let text = run.stderr_text();
+    let line = text.lines().find(|l| l.contains(marker));
+    line.unwrap_or_else(|| panic!("{src}: no {marker:?} in {text}"))
+        .to_string()
+}
+
 #[test]
 fn calls_recursion_and_callbacks() {
     compare("calls.c", &["-O0"]);
@@ -142,16 +157,7 @@ fn targets_found_past_the_inline_ways() {
 /// Before that, a third of `buckets.c`'s transitions entered the runtime.
 #[test]
 fn probed_targets_stay_inline() {
-    let dir = TempDir::new("client-contexts-probed");
-    let exe = callgrind_fixture(&dir, &["buckets.c"], &[&["-O1"], NOW].concat());
-    let out = format!("--callgrind-out-file={}", dir.join("out").display());
-    let args = ["--tool=callgrind", "-v", "-v", &out];
-    let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
-    let text = run.stderr_text();
-    let line = text
-        .lines()
-        .find(|l| l.contains("client contexts (tagged):"))
-        .unwrap_or_else(|| panic!("no tagged contexts summary in {text}"));
+    let line = contexts_summary("buckets.c", "-O1", &[], "client contexts (tagged):");
     // "client contexts (tagged): N context entries, I calls and returns
     // inline, ...".
     let numbers: Vec<u64> = line
@@ -281,22 +287,8 @@ fn threads_taking_an_ended_threads_number() {
 #[test]
 fn inline_fast_paths_take_most_entries() {
     for (src, at_least) in [("fib.c", 0.7), ("calls.c", 0.5)] {
-        let dir = TempDir::new(&format!("client-contexts-inline-{src}"));
-        let exe = callgrind_fixture(&dir, &[src], &[&["-O0"], NOW].concat());
-        let out = format!("--callgrind-out-file={}", dir.join("out").display());
-        let args = [
-            "--tool=callgrind",
-            "-v",
-            "-v",
-            "--client-contexts=yes",
-            &out,
-        ];
-        let run = under_cachescope(&dir.0, &args, exe.as_os_str(), &[], None);
-        let text = run.stderr_text();
-        let line = text
-            .lines()
-            .find(|l| l.contains("client contexts:"))
-            .unwrap_or_else(|| panic!("{src}: no contexts summary in {text}"));
+        let line = contexts_summary(src, "-O0", &["--client-contexts=yes"], "client contexts:");
+        let line = line.as_str();
         // "client contexts: N context entries, F by a fast path (P%), I of
         // them inline; arenas M MB": the last number before a phrase.
         let number_before = |phrase: &str| -> u64 {
