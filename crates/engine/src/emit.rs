@@ -119,6 +119,9 @@ pub struct Emitter {
     /// Tagged counting's counts waiting for their slot's second half
     /// (`emit::contexts`).
     second_halves: Vec<contexts::SecondHalf>,
+    /// Tagged counting: inline transitions count themselves
+    /// (`ctxrt::tagged::head::INLINE`, read by `-v -v` alone).
+    pub count_inline: bool,
     /// The host address just past the block counter's update, once made.
     pub counter_end: Option<u64>,
     /// Trace mode, a block without a buffer check on entry: the chunk's
@@ -221,6 +224,7 @@ impl Emitter {
             left_borrowed: None,
             quiet: Vec::new(),
             second_halves: Vec::new(),
+            count_inline: false,
             counter_end: None,
             checked_appends: None,
         }

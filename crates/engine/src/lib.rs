@@ -117,6 +117,11 @@ pub struct ContextsConfig {
     /// Callgrind's rules take for jumps keep the context whatever
     /// function they go to.
     pub tagged: bool,
+    /// Tagged counting: translated code counts its inline calls and
+    /// returns (`-v -v`'s summary). Off, it saves an increment of a hot
+    /// word in each: stores set the pace of a transition
+    /// (`docs/client-contexts.md`, session 37).
+    pub count_inline: bool,
 }
 
 /// Names the code a block starts with for Callgrind's rules, as the call

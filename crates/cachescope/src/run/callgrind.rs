@@ -491,6 +491,8 @@ pub fn contexts_config(opts: &RunOptions, cg: &CallgrindOptions) -> Option<engin
         // needs only its (function, level) contexts.
         flat,
         tagged: tagged && flat,
+        // (Only `-v -v` reports them.)
+        count_inline: opts.verbosity > 1,
     })
 }
 

@@ -440,7 +440,9 @@ impl Emitter {
         if sp_known {
             op!(self, Mov_rm64_r64, arena(head::LAST_SP), RSP);
         }
-        op!(self, Add_rm64_imm8, arena(head::INLINE), 1);
+        if self.count_inline {
+            op!(self, Add_rm64_imm8, arena(head::INLINE), 1);
+        }
     }
 
     /// The target found by a lookup is entered past its context entry.

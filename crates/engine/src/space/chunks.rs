@@ -327,6 +327,7 @@ impl CodeCache {
         &mut self,
         ci: usize,
         recs: u32,
+        count_inline: bool,
         mem: &mut dyn ClientMemory,
     ) -> (TaggedStubs, Option<std::ops::Range<u64>>) {
         if let Some(s) = self.chunks[ci].tagged_stubs {
@@ -340,16 +341,20 @@ impl CodeCache {
             1
         };
         // Laid out together (the aux area grows down): one quiet range.
+        // Each counts its transitions if asked to.
+        let c = count_inline;
         let stub =
             |jump, skip| move |e: &mut Emitter| e.tagged_call_stub(CallKind { jump, skip }, recs);
-        let (jump_call, end) = self.put_aux(ci, mem, stub(true, false));
-        let (call, _) = self.put_aux(ci, mem, stub(false, false));
-        let (skip_jump_call, _) = self.put_aux(ci, mem, stub(true, true));
-        let (skip_call, _) = self.put_aux(ci, mem, stub(false, true));
-        let (indirect_call, _) = self.put_aux(ci, mem, |e| e.tagged_indirect_call_stub(recs));
-        let (jump, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(None));
-        let (jump_calls, _) = self.put_aux(ci, mem, |e| e.tagged_jump_stub(Some(recs)));
-        let (ret, _) = self.put_aux(ci, mem, Emitter::tagged_return_stub);
+        let (jump_call, end) = self.put_aux(ci, mem, counting(c, stub(true, false)));
+        let (call, _) = self.put_aux(ci, mem, counting(c, stub(false, false)));
+        let (skip_jump_call, _) = self.put_aux(ci, mem, counting(c, stub(true, true)));
+        let (skip_call, _) = self.put_aux(ci, mem, counting(c, stub(false, true)));
+        let indirect_call = |e: &mut Emitter| e.tagged_indirect_call_stub(recs);
+        let (indirect_call, _) = self.put_aux(ci, mem, counting(c, indirect_call));
+        let (jump, _) = self.put_aux(ci, mem, counting(c, |e| e.tagged_jump_stub(None)));
+        let jump_calls = |e: &mut Emitter| e.tagged_jump_stub(Some(recs));
+        let (jump_calls, _) = self.put_aux(ci, mem, counting(c, jump_calls));
+        let (ret, _) = self.put_aux(ci, mem, counting(c, Emitter::tagged_return_stub));
         let (htab, miss) = (self.htab(), self.chunks[ci].base);
         let (probe, _) = self.put_aux(ci, mem, |e| e.probe_stub_returning(htab, miss));
         let stubs = TaggedStubs {
@@ -418,6 +423,15 @@ impl CodeCache {
     /// Bytes of code cache in use.
     pub fn bytes_used(&self) -> u64 {
         self.chunks.iter().map(Chunk::used).sum()
+    }
+}
+
+/// `emit`, for tagged stubs that count their inline transitions if
+/// `count_inline` (`Emitter::count_inline`).
+fn counting(count_inline: bool, emit: impl Fn(&mut Emitter)) -> impl Fn(&mut Emitter) {
+    move |e| {
+        e.count_inline = count_inline;
+        emit(e);
     }
 }
 

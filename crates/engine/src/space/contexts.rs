@@ -43,6 +43,8 @@ pub struct Contexts {
     tagged: bool,
     /// `--separate-recs`.
     separate_recs: u32,
+    /// Tagged counting: translated code counts its inline transitions.
+    count_inline: bool,
     /// Tagged counting: host ranges of inline calls and returns, where a
     /// signal waits (by their start).
     quiet: std::collections::BTreeMap<u64, u64>,
@@ -57,10 +59,12 @@ impl Contexts {
         exit_windows: [std::ops::Range<u64>; 2],
         tagged: bool,
         separate_recs: u32,
+        count_inline: bool,
     ) -> Contexts {
         Contexts {
             tagged,
             separate_recs,
+            count_inline,
             quiet: Default::default(),
             exit_windows,
             classifier,
@@ -87,6 +91,7 @@ impl Contexts {
             exit_windows: self.exit_windows.clone(),
             tagged: self.tagged,
             separate_recs: self.separate_recs,
+            count_inline: self.count_inline,
             quiet: self.quiet.clone(),
         }
     }
@@ -122,6 +127,12 @@ impl Contexts {
     /// Whether this is tagged counting.
     pub fn tagged(&self) -> bool {
         self.tagged
+    }
+
+    /// Tagged counting: whether translated code counts its inline calls
+    /// and returns.
+    pub fn count_inline(&self) -> bool {
+        self.count_inline
     }
 
     /// Tagged counting: `ranges` of a translation are inline calls and
@@ -340,6 +351,7 @@ impl ContextsCtx<'_> {
             last: index,
             tagged: c.tagged,
             recs: c.separate_recs,
+            count_inline: c.count_inline,
             domain: flow.domain,
             entry: flow.entry,
             skip: flow.skip,

@@ -608,8 +608,8 @@ impl Space {
             .then(|| self.cache.smc_stub(ci, &mut *self.mem));
         let tagged_stubs = match self.contexts.as_mut() {
             Some(c) if c.tagged() && self.instrumented => {
-                let recs = c.separate_recs();
-                let (stubs, made) = self.cache.tagged_stubs(ci, recs, &mut *self.mem);
+                let (recs, count) = (c.separate_recs(), c.count_inline());
+                let (stubs, made) = self.cache.tagged_stubs(ci, recs, count, &mut *self.mem);
                 c.add_quiet(made.as_slice());
                 Some(stubs)
             }

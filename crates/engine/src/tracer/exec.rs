@@ -230,6 +230,7 @@ fn setup_contexts(
         exit_windows,
         cfg.tagged,
         cfg.separate_recs,
+        cfg.count_inline,
     ))
 }
 

@@ -25,6 +25,9 @@ pub struct ContextBlock {
     pub tagged: bool,
     /// `--separate-recs` (tagged counting's inline calls compute tags).
     pub recs: u32,
+    /// Tagged counting: its inline calls and returns are counted
+    /// (`ctxrt::tagged::head::INLINE`).
+    pub count_inline: bool,
     /// Its code's object and section kind (`callrules::Flow::domain`),
     /// whether a function starts there and whether it is skipped: tagged
     /// counting writes them before the block's context entry
@@ -109,6 +112,7 @@ pub(super) fn translate_contexts(
     b.contexts = true;
     if cb.tagged {
         b.tagged = Some(cb);
+        b.e.count_inline = cb.count_inline;
     }
     let instrs = items.len() as u32;
     let mut grows = Vec::new();
