@@ -55,6 +55,41 @@ fn site_of(namer: &mut Namer, (file, position): Place, fallback: Option<Function
     Site { file, position }
 }
 
+/// Instruction addresses located once each (an address recurs in every
+/// context its block ran in), their files interned (`None`: no debug
+/// information, whose file depends on the line's kind: [`site_of`]).
+struct Locator<'l, 'a> {
+    locate: &'l mut Locate<'a>,
+    located: FxHashMap<u64, (Option<callgrind::NameId>, u32)>,
+    options: OutputOptions,
+}
+
+impl Locator<'_, '_> {
+    /// Where `addr` is.
+    fn place(&mut self, namer: &mut Namer, addr: u64) -> Place {
+        let locate = &mut *self.locate;
+        let (file, line) = *self.located.entry(addr).or_insert_with(|| {
+            let (file, line) = locate(addr);
+            ((&*file != NO_DEBUG_INFO).then(|| namer.file(&file)), line)
+        });
+        let position = Position {
+            addr: if self.options.dump_instr { addr } else { 0 },
+            line: if self.options.dump_line {
+                u64::from(line)
+            } else {
+                0
+            },
+        };
+        (file, position)
+    }
+
+    /// The line position of `addr` ([`site_of`]).
+    fn site(&mut self, namer: &mut Namer, addr: u64, fallback: Option<FunctionKey>) -> Site {
+        let p = self.place(namer, addr);
+        site_of(namer, p, fallback)
+    }
+}
+
 /// Interns object, file and function names into a profile's tables.
 struct Namer<'a> {
     profile: &'a mut Profile,
@@ -101,10 +136,11 @@ impl CallTool {
         thread: Option<u32>,
         locate: &mut Locate<'_>,
     ) -> Part {
-        // Each address located and its file interned once: an address
-        // recurs in every context its block ran in. (`None`: no debug
-        // information, whose file depends on the line's kind, below.)
-        let mut located: FxHashMap<u64, (Option<callgrind::NameId>, u32)> = FxHashMap::default();
+        let mut loc = Locator {
+            locate,
+            located: FxHashMap::default(),
+            options,
+        };
         let mut namer = Namer { profile };
         let tree = &self.tree;
         let wanted = |n: NodeId| thread.is_none_or(|t| tree.nodes[n as usize].thread == t);
@@ -169,23 +205,6 @@ impl CallTool {
             node_keys[n as usize] = Some(key);
             key
         };
-        // (Files are named as each line's kind wants: `site_of`.)
-        let mut place = |namer: &mut Namer, addr: u64| -> Place {
-            let (file, line) = *located.entry(addr).or_insert_with(|| {
-                let (file, line) = locate(addr);
-                let file = (&*file != NO_DEBUG_INFO).then(|| namer.file(&file));
-                (file, line)
-            });
-            let position = Position {
-                addr: if options.dump_instr { addr } else { 0 },
-                line: if options.dump_line {
-                    u64::from(line)
-                } else {
-                    0
-                },
-            };
-            (file, position)
-        };
         let mut builder = PartBuilder::new(order.len());
         let mut total = vec![0u64; order.len()];
         let add = |total: &mut Vec<u64>, c: &[u64]| {
@@ -208,10 +227,7 @@ impl CallTool {
                 .zip(rows.chunks(width))
             {
                 permute_into(&mut c, row);
-                let s = {
-                    let p = place(&mut namer, addr);
-                    site_of(&mut namer, p, Some(key))
-                };
+                let s = loc.site(&mut namer, addr, Some(key));
                 builder.add_cost(key, s, &c);
                 add(&mut total, &c);
             }
@@ -246,7 +262,7 @@ impl CallTool {
             if block_sites[b].0 == NONE {
                 let start = sites.len();
                 for &addr in self.block_state(block).instrs.iter() {
-                    let s = place(&mut namer, addr);
+                    let s = loc.place(&mut namer, addr);
                     match sites[start..].last_mut() {
                         Some((last, n)) if *last == s => *n += 1,
                         _ => sites.push((s, 1)),
@@ -286,10 +302,7 @@ impl CallTool {
             let key = key_of(&mut namer, node);
             permute_into(&mut c, row);
             // (At a call site, as Callgrind prints skipped functions' Ir.)
-            let s = {
-                let p = place(&mut namer, addr);
-                site_of(&mut namer, p, None)
-            };
+            let s = loc.site(&mut namer, addr, None);
             builder.add_cost(key, s, &c);
             add(&mut total, &c);
         }
@@ -300,11 +313,8 @@ impl CallTool {
             }
             let caller = key_of(&mut namer, arc.caller);
             let callee = key_of(&mut namer, arc.callee);
-            let s = {
-                let p = place(&mut namer, arc.call_site);
-                site_of(&mut namer, p, None)
-            };
-            let target = place(&mut namer, arc.target).1;
+            let s = loc.site(&mut namer, arc.call_site, None);
+            let target = loc.place(&mut namer, arc.target).1;
             permute_into(&mut c, inclusive);
             builder.add_call(caller, s, callee, target, *calls, &c);
         }
@@ -322,17 +332,11 @@ impl CallTool {
             let Some(&start) = self.block_state(j.to.1).instrs.first() else {
                 continue;
             };
-            let target = {
-                let p = place(&mut namer, start);
-                site_of(&mut namer, p, None)
-            };
+            let target = loc.site(&mut namer, start, None);
             if !options.dump_instr && target.position.line == 0 {
                 continue;
             }
-            let s = {
-                let p = place(&mut namer, source);
-                site_of(&mut namer, p, None)
-            };
+            let s = loc.site(&mut namer, source, None);
             let (key, to) = (key_of(&mut namer, j.from.0), key_of(&mut namer, j.to.0));
             let kind = if from.jumps.conditional() {
                 JumpKind::Conditional {

@@ -188,7 +188,6 @@ fn indexed(index: Register, scale: u32, disp: u32) -> MemoryOperand {
     MemoryOperand::with_index_scale_displ_size(index, scale, disp as i64, 4)
 }
 
-/// `[base + disp]`.
 /// How a lookup that misses its inline ways goes on to the chunk's probe
 /// stub.
 #[derive(Clone, Copy)]
@@ -203,6 +202,7 @@ enum Probe {
 /// red zone: an indirect jump's function may still have data there).
 const PROBE_RED_ZONE: i32 = 128;
 
+/// `[base + disp]`.
 fn based(base: Register, disp: i32) -> MemoryOperand {
     MemoryOperand::with_base_displ(base, disp as i64)
 }
